@@ -1,0 +1,16 @@
+"""llm-marl-envs: multi-agent text environments where several LLMs learn to collaborate.
+
+    >>> import llm_marl_envs
+    >>> env = llm_marl_envs.make("gsm8k_debate-v0", num_agents=3, num_turns=2)
+    >>> obs, infos = env.reset(seed=0)
+"""
+from .core import TextEnv, TextSpace, render_messages
+from .data import DATA_DIR_ENV, DataNotFoundError, DatasetSpec, load_records
+from .registry import EnvSpec, list_envs, make, register, spec
+from . import envs as _envs  # registers the built-in environments  # noqa: F401
+
+__all__ = [
+    "TextEnv", "TextSpace", "render_messages", "DATA_DIR_ENV", "DataNotFoundError", "DatasetSpec",
+    "load_records", "EnvSpec", "list_envs", "make", "register", "spec",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,8 @@
+"""Built-in environments: one module per task. Registration only names entry points, so
+importing this package stays cheap; a module is imported on the first ``make`` of its id."""
+from ..registry import register
+
+# Debate (MAPoRL protocol): N agents answer, then see the others' answers and answer again.
+register("gsm8k_debate-v0", "llm_marl_envs.envs.gsm8k_debate:GSM8KDebateEnv")
+register("anli_debate-v0", "llm_marl_envs.envs.anli_debate:ANLIDebateEnv")
+register("gsm_symbolic_debate-v0", "llm_marl_envs.envs.gsm_symbolic_debate:GSMSymbolicDebateEnv")

@@ -1,0 +1,78 @@
+"""Environment registry: ``register``, ``make``, ``list_envs``, ``spec``.
+
+Entry points are ``"package.module:ClassName"`` strings (imported on first ``make``) or
+callables. ``make`` checks keyword arguments against the entry point's signature, so a typo
+is a ``TypeError`` that lists the accepted names instead of a silent default.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .core import TextEnv
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """A registered environment: its id, how to build it, and defaults for ``make``."""
+
+    env_id: str
+    entry_point: str | Callable[..., TextEnv]
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    def load(self) -> Callable[..., TextEnv]:
+        """Import and return the entry point."""
+        if callable(self.entry_point):
+            return self.entry_point
+        module_name, _, attr = self.entry_point.partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def parameters(self) -> dict[str, inspect.Parameter]:
+        """Keyword parameters the entry point accepts."""
+        target = self.load()
+        sig = inspect.signature(target.__init__ if inspect.isclass(target) else target)
+        return {n: p for n, p in sig.parameters.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+    def default(self, name: str) -> Any:
+        """The value ``make`` uses for ``name`` when not overridden."""
+        if name in self.defaults:
+            return self.defaults[name]
+        return self.parameters()[name].default
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+
+
+def register(env_id: str, entry_point: str | Callable[..., TextEnv], **defaults: Any) -> None:
+    """Register ``env_id``; ``defaults`` are keyword arguments ``make`` passes unless overridden."""
+    if env_id in _REGISTRY:
+        raise ValueError(f"environment id {env_id!r} is already registered")
+    if isinstance(entry_point, str) and ":" not in entry_point:
+        raise ValueError(f"entry_point must look like 'package.module:ClassName', got {entry_point!r}")
+    _REGISTRY[env_id] = EnvSpec(env_id, entry_point, dict(defaults))
+
+
+def spec(env_id: str) -> EnvSpec:
+    """The :class:`EnvSpec` of ``env_id``; unknown ids raise ``ValueError`` listing valid ones."""
+    try:
+        return _REGISTRY[env_id]
+    except KeyError:
+        raise ValueError(f"unknown environment id {env_id!r}; registered ids: {list_envs()}") from None
+
+
+def make(env_id: str, **overrides: Any) -> TextEnv:
+    """Build the registered environment ``env_id`` with its defaults updated by ``overrides``."""
+    env_spec = spec(env_id)
+    accepted = env_spec.parameters()
+    unknown = sorted(set(overrides) - set(accepted))
+    if unknown:
+        raise TypeError(f"{env_id} got unknown keyword argument(s) {unknown}; accepted: {sorted(accepted)}")
+    kwargs = {**env_spec.defaults, **overrides}
+    return env_spec.load()(**kwargs)
+
+
+def list_envs() -> list[str]:
+    """All registered environment ids, sorted."""
+    return sorted(_REGISTRY)
