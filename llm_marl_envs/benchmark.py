@@ -1,0 +1,323 @@
+"""Benchmark harness: baseline LLM teams on any registered env, with resumable runs and a report.
+
+Baselines on the same tasks (``baseline=``):
+
+* ``single`` — one agent, one turn;
+* ``majority`` — ``k = N·T`` independent samples (``k`` agents, one turn), the token budget of an
+  ``N``-agent ``T``-turn debate, scored by majority vote over the extracted answers;
+* ``debate`` — ``N`` agents × ``T`` turns (the env's protocol);
+* a *mixed team* is any baseline with several models (``models=[m0, m1, ...]``, one per agent).
+
+Episodes run through the trainers' shared :class:`~trainers.common.rollout.RolloutEngine` (the
+same rollout path as training). Run directory::
+
+    run.json            settings, seed, package versions (a resumed run must match them)
+    episodes.jsonl      one record per finished episode, appended as episodes finish
+    summary.json        metrics with bootstrap 95% CIs (see :func:`summarize`)
+    report.md           the summary as tables, with the plots below
+    accuracy_per_turn.png, transitions.png
+
+An interrupted run resumes where it stopped: finished episodes (by index) are skipped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import metrics
+from .registry import make, spec
+
+BASELINES = ("single", "majority", "debate")
+RUN_FILE, EPISODES_FILE, SUMMARY_FILE, REPORT_FILE = "run.json", "episodes.jsonl", "summary.json", "report.md"
+ACCURACY_PLOT, TRANSITIONS_PLOT = "accuracy_per_turn.png", "transitions.png"
+
+
+@dataclass
+class BenchConfig:
+    """What to run: env, team (models + backend), baseline, episodes, sampling and seed."""
+
+    env_id: str
+    models: list[str] = field(default_factory=lambda: ["smollm2-135m"])
+    backend: str = "llamacpp"
+    base_url: str | None = None
+    baseline: str = "debate"
+    num_agents: int | None = None      # debate size N (None: the env's default)
+    num_turns: int | None = None       # debate turns T (None: the env's default)
+    episodes: int = 20
+    seed: int = 0
+    max_new_tokens: int = 256
+    temperature: float = 0.7
+    top_p: float = 0.9
+    episodes_per_batch: int = 4        # episodes the rollout engine advances together
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.baseline not in BASELINES:
+            raise ValueError(f"unknown baseline {self.baseline!r}; choose one of {list(BASELINES)}")
+        if not self.models or not all(isinstance(m, str) and m for m in self.models):
+            raise ValueError(f"models must be a non-empty list of model names, got {self.models!r}")
+        for name, value in (("episodes", self.episodes), ("episodes_per_batch", self.episodes_per_batch)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        for name, value in (("num_agents", self.num_agents), ("num_turns", self.num_turns)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be an int >= 1 or None (env default), got {value!r}")
+        spec(self.env_id)  # unknown env id -> ValueError listing the registered ones
+        if self.baseline == "single" and len(self.models) > 1:
+            raise ValueError(f"the single-agent baseline runs one model, got {len(self.models)}: {self.models}; "
+                             "pass one --model or use --baseline debate/majority for a mixed team")
+
+    def debate_shape(self) -> tuple[int, int]:
+        """``(N, T)`` of the debate this run is matched to (arguments, else mixed-team size, else env defaults)."""
+        env_spec = spec(self.env_id)
+        agents = self.num_agents or (len(self.models) if len(self.models) > 1 else env_spec.default("num_agents"))
+        turns = self.num_turns or env_spec.default("num_turns")
+        return int(agents), int(turns)
+
+    def env_shape(self) -> tuple[int, int]:
+        """``(agents, turns)`` of the env episodes run in, for this baseline."""
+        agents, turns = self.debate_shape()
+        if self.baseline == "single":
+            return 1, 1
+        if self.baseline == "majority":
+            return agents * turns, 1
+        return agents, turns
+
+    def agent_models(self) -> list[str]:
+        """The model of each agent: one shared model, or the mixed team's models in turn."""
+        agents, _ = self.env_shape()
+        if self.baseline == "debate" and len(self.models) not in (1, agents):
+            raise ValueError(f"a mixed team needs one model per agent: {agents} agents but {len(self.models)} "
+                             f"models {self.models}; pass {agents} models or set --num-agents {len(self.models)}")
+        return [self.models[i % len(self.models)] for i in range(agents)]
+
+    def settings(self) -> dict[str, Any]:
+        """The settings a resumed run must share (everything but the number of episodes)."""
+        out = asdict(self)
+        out.pop("episodes")
+        return out
+
+
+# ---------------------------------------------------------------------------------- episodes
+def task_schedule(num_tasks: int, episodes: int, seed: int) -> list[int]:
+    """Task index of each episode: a seeded permutation of the tasks, repeated if episodes > tasks."""
+    if num_tasks < 1:
+        raise ValueError("the env has no tasks; check its data (split, data_dir or LLM_MARL_DATA_DIR)")
+    rng = np.random.default_rng(seed)
+    rounds = -(-episodes // num_tasks)
+    return [int(i) for _ in range(rounds) for i in rng.permutation(num_tasks)][:episodes]
+
+
+def episode_record(index: int, task_index: int, env: Any, tokens: int, wall_time_s: float,
+                   models: Sequence[str], seed: int) -> dict[str, Any]:
+    """The JSON record of a finished episode, read from the env's final state."""
+    agents = env.possible_agents
+    verdicts = env.verdicts
+    return {
+        "episode": index,
+        "task_index": task_index,
+        "task_id": env.task.get("task_id"),
+        "seed": seed,
+        "models": list(models),
+        "correct": [[v[a].correct for a in agents] for v in verdicts],
+        "scores": [[float(v[a].score) for a in agents] for v in verdicts],
+        "answers": [[_answer_of(v[a]) for a in agents] for v in verdicts],
+        "responses": [[turn[a] for a in agents] for turn in env.answers],
+        "tokens": int(tokens),
+        "wall_time_s": float(wall_time_s),
+    }
+
+
+def _answer_of(verdict: Any) -> str | None:
+    answer = verdict.details.get("answer") if isinstance(verdict.details, dict) else None
+    return None if answer is None else str(answer)
+
+
+def read_episodes(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Finished episode records of a run (a torn last line from an interrupted write is dropped)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    records, lines = [], path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines) - 1:
+                break  # the process died mid-write; that episode runs again
+            raise ValueError(f"{path}:{number + 1} is not valid JSON; the run directory is damaged") from None
+    return records
+
+
+# ---------------------------------------------------------------------------------- summary
+def summarize(records: Sequence[dict[str, Any]], num_turns: int, *, seed: int = 0,
+              num_resamples: int = 1000) -> dict[str, Any]:
+    """Metrics over episode records, each with a bootstrap 95% CI (resampling episodes, seeded).
+
+    ``accuracy_per_turn`` (fraction of agents correct, or mean score where the verifier has no
+    notion of correct), ``final_majority_accuracy``, ``transitions`` between consecutive turns,
+    ``consensus_rate`` on the final turn, ``tokens_per_episode``, ``wall_time_per_episode_s``.
+    """
+    if not records:
+        raise ValueError("no finished episodes to summarize; run the benchmark first")
+    ci = {"seed": seed, "num_resamples": num_resamples}
+    correct = [metrics.pad_turns(r["correct"], num_turns) for r in records]
+    scores = [metrics.pad_turns(r["scores"], num_turns) for r in records]
+    final_answers = [r["answers"][-1] for r in records]
+    judged = any(c is not None for episode in correct for turn in episode for c in turn)
+    per_turn = np.array([metrics.turn_accuracy(c, s) for c, s in zip(correct, scores)])
+    majority = [metrics.majority_correct(a, c[-1]) for a, c in zip(final_answers, correct)]
+    counts = np.stack([metrics.transition_counts(c) for c in correct])
+    summary: dict[str, Any] = {
+        "num_episodes": len(records),
+        "metric": "accuracy" if judged else "mean_score",
+        "accuracy_per_turn": metrics.with_ci(per_turn, **ci),
+        "final_majority_accuracy": (metrics.with_ci([float(m) for m in majority], **ci)
+                                    if all(m is not None for m in majority) else None),
+        "consensus_rate": metrics.with_ci([float(metrics.consensus(a)) for a in final_answers], **ci),
+        "tokens_per_episode": metrics.with_ci([r["tokens"] for r in records], **ci),
+        "tokens_total": int(sum(r["tokens"] for r in records)),
+        "wall_time_per_episode_s": metrics.with_ci([r["wall_time_s"] for r in records], **ci),
+        "wall_time_total_s": float(sum(r["wall_time_s"] for r in records)),
+    }
+    if num_turns > 1 and judged:
+        rates = metrics.with_ci(counts.reshape(len(records), 4), metrics.transition_rates, **ci)
+        summary["transitions"] = {
+            "counts": counts.sum(axis=0).tolist(),
+            "rates": dict(zip(metrics.TRANSITION_LABELS, rates)),
+        }
+    return summary
+
+
+# ---------------------------------------------------------------------------------- report
+def write_report(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """(Re)build ``summary.json``, ``report.md`` and the plots of a run directory from its episodes."""
+    out = Path(out_dir)
+    run_file = out / RUN_FILE
+    if not run_file.is_file():
+        raise ValueError(f"{out} is not a benchmark run directory (no {RUN_FILE}); pass the --out of a bench run")
+    run = json.loads(run_file.read_text(encoding="utf-8"))
+    records = sorted(read_episodes(out / EPISODES_FILE), key=lambda r: r["episode"])
+    _, num_turns = run["env_shape"]
+    summary = {**{k: run[k] for k in ("env_id", "baseline", "models", "backend", "seed", "env_shape", "debate_shape")},
+               **summarize(records, num_turns, seed=run["seed"])}
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    _plot_accuracy(summary, out / ACCURACY_PLOT)
+    if "transitions" in summary:
+        _plot_transitions(summary, out / TRANSITIONS_PLOT)
+    (out / REPORT_FILE).write_text(render_report(summary, run), encoding="utf-8")
+    return summary
+
+
+def _fmt(entry: dict[str, Any] | None, scale: float = 1.0, digits: int = 3) -> str:
+    if entry is None or entry["mean"] is None:
+        return "n/a"
+    lo, hi = (x * scale if x is not None else float("nan") for x in entry["ci95"])
+    return f"{entry['mean'] * scale:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def render_report(summary: dict[str, Any], run: dict[str, Any]) -> str:
+    """The markdown report of a summary."""
+    agents, turns = summary["env_shape"]
+    label = "accuracy" if summary["metric"] == "accuracy" else "mean score"
+    lines = [
+        f"# Benchmark: {summary['env_id']} — {summary['baseline']}",
+        "",
+        f"- models: {', '.join(summary['models'])} (backend `{summary['backend']}`)",
+        f"- env: {agents} agent(s) × {turns} turn(s); matched debate: {summary['debate_shape'][0]} × "
+        f"{summary['debate_shape'][1]}",
+        f"- episodes: {summary['num_episodes']}, seed {summary['seed']}, "
+        f"sampling: max_new_tokens={run['config']['max_new_tokens']}, temperature={run['config']['temperature']}, "
+        f"top_p={run['config']['top_p']}",
+        f"- started {run['started']}; python {run['python']}",
+        "",
+        "All intervals are bootstrap 95% CIs over episodes.",
+        "",
+        "| metric | value [95% CI] |",
+        "| --- | --- |",
+    ]
+    for t, entry in enumerate(summary["accuracy_per_turn"]):
+        lines.append(f"| {label}, turn {t} (mean over agents) | {_fmt(entry)} |")
+    lines += [
+        f"| final majority-vote accuracy | {_fmt(summary['final_majority_accuracy'])} |",
+        f"| consensus rate (final turn) | {_fmt(summary['consensus_rate'])} |",
+        f"| tokens generated per episode | {_fmt(summary['tokens_per_episode'], digits=1)} |",
+        f"| wall time per episode (s) | {_fmt(summary['wall_time_per_episode_s'], digits=2)} |",
+        f"| tokens generated (total) | {summary['tokens_total']} |",
+        f"| wall time (total, s) | {summary['wall_time_total_s']:.1f} |",
+        "",
+        f"![{label} per turn]({ACCURACY_PLOT})",
+    ]
+    if "transitions" in summary:
+        (cc, ci_), (ic, ii) = summary["transitions"]["counts"]
+        rates = summary["transitions"]["rates"]
+        lines += [
+            "",
+            "## Correctness transitions between consecutive turns (per agent)",
+            "",
+            "| transition | count | rate [95% CI] |",
+            "| --- | ---: | --- |",
+            *(f"| {name} | {count} | {_fmt(rates[name])} |"
+              for name, count in zip(metrics.TRANSITION_LABELS, (cc, ci_, ic, ii))),
+            "",
+            f"![transitions]({TRANSITIONS_PLOT})",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _plot_accuracy(summary: dict[str, Any], path: Path) -> None:
+    plt = _pyplot()
+    entries = summary["accuracy_per_turn"]
+    means = np.array([e["mean"] for e in entries])
+    lows = np.array([e["ci95"][0] for e in entries])
+    highs = np.array([e["ci95"][1] for e in entries])
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    turns = np.arange(len(entries))
+    ax.errorbar(turns, means, yerr=[means - lows, highs - means], marker="o", capsize=4, label="mean over agents")
+    if summary.get("final_majority_accuracy"):
+        ax.axhline(summary["final_majority_accuracy"]["mean"], linestyle="--", color="gray", label="final majority")
+    ax.set_xticks(turns)
+    ax.set_xlabel("turn")
+    ax.set_ylabel("accuracy" if summary["metric"] == "accuracy" else "mean score")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"{summary['env_id']} — {summary['baseline']} (95% CI)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_transitions(summary: dict[str, Any], path: Path) -> None:
+    plt = _pyplot()
+    counts = np.array(summary["transitions"]["counts"])
+    total = max(int(counts.sum()), 1)
+    fig, ax = plt.subplots(figsize=(4, 3.5))
+    image = ax.imshow(counts / total, cmap="Blues", vmin=0, vmax=1)
+    for (row, col), count in np.ndenumerate(counts):
+        ax.text(col, row, f"{count}\n{count / total:.0%}", ha="center", va="center",
+                color="white" if count / total > 0.5 else "black")
+    ax.set_xticks([0, 1], ["correct", "incorrect"])
+    ax.set_yticks([0, 1], ["correct", "incorrect"])
+    ax.set_xlabel("turn t+1")
+    ax.set_ylabel("turn t")
+    ax.set_title("correctness transitions")
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,243 @@
+"""The ``llm-marl`` command line: list envs, benchmark LLM teams, train, rebuild reports.
+
+    llm-marl envs
+    llm-marl bench gsm_symbolic_debate-v0 --model smollm2-135m --episodes 20
+    llm-marl bench anli_debate-v0 --models smollm2-135m,/path/to/other --backend hf --baseline debate
+    llm-marl train magrpo tldr_writing-v0 --config cfg.yaml --set learning_rate=1e-5
+    llm-marl report runs/bench/gsm_symbolic_debate-v0-debate-seed0
+
+User errors (unknown env, unreachable server, missing data, bad values) print one line that
+says what to change and exit with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from .data import DataNotFoundError
+
+DEFAULT_MODEL = "smollm2-135m"
+TRAINERS = {"magrpo": ("trainers.magrpo", "MAGRPOConfig", "MAGRPOTrainer"),
+            "mappo": ("trainers.mappo", "MAPPOConfig", "MAPPOTrainer")}
+
+
+class UserError(ValueError):
+    """A mistake in the command line or its inputs; reported without a traceback, exit status 2."""
+
+
+# ---------------------------------------------------------------------------------- envs
+def cmd_envs(args: argparse.Namespace) -> int:
+    """Print the table of registered environments."""
+    from .registry import list_envs, spec
+
+    rows = [("id", "agents", "turns", "data source", "verifier")]
+    for env_id in list_envs():
+        env_spec = spec(env_id)
+        try:
+            cls = env_spec.load()
+            agents, turns = env_spec.default("num_agents"), env_spec.default("num_turns")
+            rows.append((env_id, str(agents), str(turns), getattr(cls, "data_source", "") or "-",
+                         getattr(cls, "verifier_name", "") or "-"))
+        except (ImportError, AttributeError, KeyError) as err:
+            rows.append((env_id, "?", "?", f"(unavailable: {err})", "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+    return 0
+
+
+# ---------------------------------------------------------------------------------- bench
+def default_backend(models: Sequence[str]) -> str:
+    """``llamacpp`` when every model is an embedded GGUF name or a ``.gguf`` file, else ``hf``."""
+    from .models import EMBEDDED_MODELS
+
+    return "llamacpp" if all(m in EMBEDDED_MODELS or m.endswith(".gguf") for m in models) else "hf"
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run (or resume) a benchmark and write its report."""
+    from .benchmark import BenchConfig, run_benchmark
+
+    models = [m.strip() for m in args.models.split(",")] if args.models else [args.model or DEFAULT_MODEL]
+    if args.models and args.model:
+        raise UserError("pass either --model (one model for every agent) or --models (one per agent), not both")
+    if any(not m for m in models):
+        raise UserError(f"--models has an empty name in {args.models!r}; separate names with single commas")
+    backend = args.backend or default_backend(models)
+    env_kwargs: dict[str, Any] = {}
+    if args.data_dir:
+        env_kwargs["data_dir"] = args.data_dir
+    if args.split:
+        env_kwargs["split"] = args.split
+    config = BenchConfig(
+        env_id=args.env, models=models, backend=backend, base_url=args.base_url, baseline=args.baseline,
+        num_agents=args.num_agents, num_turns=args.num_turns, episodes=args.episodes, seed=args.seed,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+        episodes_per_batch=args.episodes_per_batch, env_kwargs=env_kwargs)
+    out = Path(args.out or Path("runs") / "bench" / f"{args.env}-{args.baseline}-seed{args.seed}")
+    summary = run_benchmark(config, out, progress=not args.quiet)
+    print(format_summary(summary, out))
+    return 0
+
+
+def format_summary(summary: dict[str, Any], out: Path) -> str:
+    """A few lines for the terminal: headline metrics and where the report is."""
+    from .benchmark import REPORT_FILE, _fmt
+
+    turns = ", ".join(_fmt(e) for e in summary["accuracy_per_turn"])
+    lines = [f"{summary['env_id']} | {summary['baseline']} | {', '.join(summary['models'])} | "
+             f"{summary['num_episodes']} episodes | seed {summary['seed']}",
+             f"  {summary['metric']} per turn: {turns}",
+             f"  final majority: {_fmt(summary['final_majority_accuracy'])}   "
+             f"consensus: {_fmt(summary['consensus_rate'])}",
+             f"  tokens: {summary['tokens_total']}   wall time: {summary['wall_time_total_s']:.1f} s",
+             f"  report: {out / REPORT_FILE}"]
+    return "\n".join(lines)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Rebuild summary.json, report.md and the plots of a run directory."""
+    from .benchmark import write_report
+
+    summary = write_report(args.dir)
+    print(format_summary(summary, Path(args.dir)))
+    return 0
+
+
+# ---------------------------------------------------------------------------------- train
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["lr=1e-5", "num_generations=4"]`` -> ``{"lr": 1e-05, "num_generations": 4}`` (values parsed as YAML)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set expects key=value, got {pair!r}")
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+    return out
+
+
+def build_config(config_cls: type, values: dict[str, Any]) -> Any:
+    """Instantiate a trainer config dataclass, naming unknown keys and the valid ones."""
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise UserError(f"unknown {config_cls.__name__} field(s) {unknown}; valid fields: {sorted(names)}")
+    return config_cls(**values)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train a team with MAGRPO or MAPPO on an env (config file + --set overrides)."""
+    import importlib
+
+    module_name, config_name, trainer_name = TRAINERS[args.algorithm]
+    try:
+        module = importlib.import_module(module_name)
+        config_cls, trainer_cls = getattr(module, config_name), getattr(module, trainer_name)
+    except (ImportError, AttributeError) as err:
+        raise UserError(f"the {args.algorithm} trainer is not available in this installation ({err}); "
+                        f"update llm-marl-envs to a version that ships {module_name}.{trainer_name}") from None
+    values: dict[str, Any] = {}
+    if args.config:
+        path = Path(args.config)
+        if not path.is_file():
+            raise UserError(f"config file {str(path)!r} does not exist; pass a YAML file of {config_name} fields")
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(loaded, dict):
+            raise UserError(f"{path} must hold a mapping of {config_name} fields, got {type(loaded).__name__}")
+        values.update(loaded)
+    values.update(parse_overrides(args.set or []))
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    for key, value in (("env_id", args.env), ("model", args.model), ("output_dir", args.out)):
+        if value is not None and key in fields:
+            values.setdefault(key, value)
+    config = build_config(config_cls, values)
+    trainer = trainer_cls(config)
+    trainer.train()
+    return 0
+
+
+# ---------------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``llm-marl`` and its subcommands."""
+    parser = argparse.ArgumentParser(prog="llm-marl", description="Multi-agent LLM environments: list, benchmark, "
+                                     "train, report.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{envs,bench,train,report}")
+
+    envs = sub.add_parser("envs", help="list registered environments", description="List registered environments "
+                          "with their default agents, turns, data source and verifier.")
+    envs.set_defaults(func=cmd_envs)
+
+    bench = sub.add_parser("bench", help="benchmark a model or team on an env",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                           description="Run baseline episodes (single agent, majority vote at a matched token budget, "
+                                       "debate, mixed teams) and write episodes.jsonl, summary.json, report.md and "
+                                       "plots to --out. Re-running with the same --out resumes.")
+    bench.add_argument("env", help="environment id (see `llm-marl envs`)")
+    team = bench.add_mutually_exclusive_group()
+    team.add_argument("--model", default=None, help=f"model for every agent: embedded name, .gguf file, local HF "
+                      f"directory or served model id (default: {DEFAULT_MODEL})")
+    team.add_argument("--models", default=None, help="comma-separated models, one per agent (a mixed team)")
+    bench.add_argument("--backend", choices=["hf", "llamacpp", "openai"], default=None,
+                       help="inference backend (default: llamacpp for embedded/.gguf models, else hf)")
+    bench.add_argument("--base-url", default=None, help="OpenAI-compatible server URL for --backend openai, "
+                       "e.g. http://127.0.0.1:8000/v1")
+    bench.add_argument("--baseline", choices=["single", "majority", "debate"], default="debate",
+                       help="single: 1 agent 1 turn; majority: N*T independent samples voted; debate: N agents x T turns")
+    bench.add_argument("--episodes", type=int, default=20, help="number of episodes (tasks)")
+    bench.add_argument("--num-agents", type=int, default=None, help="debate agents N (default: the env's)")
+    bench.add_argument("--num-turns", type=int, default=None, help="debate turns T (default: the env's)")
+    bench.add_argument("--seed", type=int, default=0, help="seed of task order, sampling and bootstrap CIs")
+    bench.add_argument("--out", default=None, help="run directory (default: runs/bench/ENV-BASELINE-seedSEED)")
+    bench.add_argument("--max-new-tokens", type=int, default=256, help="tokens per answer")
+    bench.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0 = greedy)")
+    bench.add_argument("--top-p", type=float, default=0.9, help="nucleus sampling mass")
+    bench.add_argument("--episodes-per-batch", type=int, default=4, help="episodes advanced together per batch")
+    bench.add_argument("--data-dir", default=None, help="local JSONL data directory (else $LLM_MARL_DATA_DIR)")
+    bench.add_argument("--split", default=None, help="dataset split (default: the env's)")
+    bench.add_argument("--quiet", action="store_true", help="no progress bar")
+    bench.set_defaults(func=cmd_bench)
+
+    train = sub.add_parser("train", help="train a team with MAGRPO or MAPPO",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                           description="Train with a YAML config of the trainer's config fields; --set overrides "
+                                       "single fields (values parsed as YAML).")
+    train.add_argument("algorithm", choices=sorted(TRAINERS), help="training algorithm")
+    train.add_argument("env", help="environment id (see `llm-marl envs`)")
+    train.add_argument("--model", default=None, help=f"base model (default: the config's, else {DEFAULT_MODEL})")
+    train.add_argument("--config", default=None, help="YAML file of config fields")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config field (repeatable)")
+    train.add_argument("--out", default=None, help="output directory (the config's output_dir field)")
+    train.set_defaults(func=cmd_train)
+
+    report = sub.add_parser("report", help="rebuild the report of a bench run directory",
+                            description="Recompute summary.json, report.md and plots from episodes.jsonl.")
+    report.add_argument("dir", help="a bench run directory (its --out)")
+    report.set_defaults(func=cmd_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``llm-marl`` console script."""
+    from trainers.common.inference import ServerUnreachableError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (UserError, ValueError, DataNotFoundError, ServerUnreachableError, FileNotFoundError) as err:
+        print(f"llm-marl {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"llm-marl {args.command}: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Episode-level metrics of multi-agent text episodes, with bootstrap confidence intervals.
+
+Shared by the benchmark harness and the trainers' evaluation (e.g. the MAPPO example): every
+function works on plain per-episode lists as recorded in ``infos[agent]["correct"]`` /
+``["scores"]`` (one list per completed turn, one entry per agent) and on the extracted answers
+of the verifier verdicts (``Verdict.details["answer"]``).
+
+Conventions:
+
+* correctness transitions are counted per agent between consecutive turns, as a 2×2 matrix
+  ``[[C→C, C→I], [I→C, I→I]]`` (rows: before, columns: after); ``None`` entries are skipped;
+* the majority answer is the most frequent non-empty answer, ties going to the answer given
+  by the lowest-indexed agent; it is correct when an agent giving it was judged correct;
+* an episode that stopped early (e.g. on consensus) keeps its last answers for the remaining
+  turns (:func:`pad_turns`), so per-turn means compare the same episodes at every turn.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+TRANSITION_LABELS = ("C→C", "C→I", "I→C", "I→I")
+
+
+def pad_turns(per_turn: Sequence[Sequence[Any]], num_turns: int) -> list[list[Any]]:
+    """Repeat the last turn's entries until there are ``num_turns`` turns (early-stopped episodes)."""
+    if not per_turn:
+        raise ValueError("an episode needs at least one completed turn to be scored")
+    if len(per_turn) > num_turns:
+        raise ValueError(f"episode has {len(per_turn)} turns but num_turns={num_turns}; pass the env's num_turns")
+    rows = [list(row) for row in per_turn]
+    return rows + [list(rows[-1]) for _ in range(num_turns - len(rows))]
+
+
+def turn_accuracy(correct: Sequence[Sequence[bool | None]], scores: Sequence[Sequence[float]]) -> list[float]:
+    """Per turn: the fraction of agents judged correct, or the mean score where correctness is undefined."""
+    out = []
+    for flags, turn_scores in zip(correct, scores):
+        known = [bool(c) for c in flags if c is not None]
+        out.append(float(np.mean(known)) if known else float(np.mean(turn_scores)))
+    return out
+
+
+def transition_counts(correct: Sequence[Sequence[bool | None]]) -> np.ndarray:
+    """2×2 counts ``[[C→C, C→I], [I→C, I→I]]`` over agents and consecutive turn pairs of one episode."""
+    counts = np.zeros((2, 2), dtype=np.int64)
+    for before, after in zip(correct[:-1], correct[1:]):
+        for b, a in zip(before, after):
+            if b is None or a is None:
+                continue
+            counts[0 if b else 1, 0 if a else 1] += 1
+    return counts
+
+
+def majority_answer(answers: Sequence[str | None]) -> str | None:
+    """The most frequent non-empty answer; ties go to the answer of the lowest-indexed agent."""
+    normalised = [a.strip() if isinstance(a, str) else None for a in answers]
+    votes = Counter(a for a in normalised if a)
+    if not votes:
+        return None
+    best = max(votes.values())
+    return next(a for a in normalised if a and votes[a] == best)
+
+
+def majority_correct(answers: Sequence[str | None], correct: Sequence[bool | None]) -> bool | None:
+    """Whether the majority answer is correct (``False`` when nobody answered, ``None`` if unjudged)."""
+    if all(c is None for c in correct):
+        return None
+    winner = majority_answer(answers)
+    if winner is None:
+        return False
+    return any(bool(c) for a, c in zip(answers, correct) if isinstance(a, str) and a.strip() == winner)
+
+
+def consensus(answers: Sequence[str | None]) -> bool:
+    """Whether every agent gave the same non-empty answer."""
+    normalised = [a.strip() if isinstance(a, str) else "" for a in answers]
+    return all(normalised) and len(set(normalised)) == 1
+
+
+def bootstrap_ci(
+    data: Sequence[Any] | np.ndarray,
+    statistic: Callable[[np.ndarray], Any] = lambda x: np.mean(x, axis=0),
+    *,
+    num_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Percentile bootstrap over episodes (rows of ``data``): ``(estimate, low, high)`` of ``statistic``.
+
+    ``statistic`` maps an array of episode rows to a scalar or array (default: the column mean);
+    a ratio of sums such as a transition rate is resampled as a whole, not averaged per episode.
+    """
+    rows = np.asarray(data, dtype=float)
+    if rows.shape[0] == 0:
+        raise ValueError("bootstrap_ci needs at least one episode, got an empty array")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if num_resamples < 1:
+        raise ValueError(f"num_resamples must be >= 1, got {num_resamples}")
+    rng = np.random.default_rng(seed)
+    estimate = np.asarray(statistic(rows), dtype=float)
+    draws = rng.integers(0, rows.shape[0], size=(num_resamples, rows.shape[0]))
+    samples = np.stack([np.asarray(statistic(rows[idx]), dtype=float) for idx in draws])
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.nanpercentile(samples, [tail, 100 - tail], axis=0)
+    return estimate, low, high
+
+
+def transition_rates(counts: np.ndarray) -> np.ndarray:
+    """Summed 2×2 counts (or a stack of per-episode counts) -> the four rates, flattened, summing to 1."""
+    total = np.asarray(counts, dtype=float).reshape(-1, 4).sum(axis=0)
+    n = total.sum()
+    return total / n if n else np.full(4, np.nan)
+
+
+def with_ci(data: Sequence[Any] | np.ndarray, statistic: Callable[[np.ndarray], Any] | None = None,
+            *, seed: int = 0, num_resamples: int = 1000) -> Any:
+    """``{"mean", "ci95": [low, high]}`` for a scalar statistic, or a list of those for a vector one."""
+    kwargs = {"seed": seed, "num_resamples": num_resamples}
+    estimate, low, high = bootstrap_ci(data, statistic, **kwargs) if statistic else bootstrap_ci(data, **kwargs)
+
+    def entry(e: float, lo: float, hi: float) -> dict[str, Any]:
+        return {"mean": _finite(e), "ci95": [_finite(lo), _finite(hi)]}
+
+    if estimate.ndim == 0:
+        return entry(estimate, low, high)
+    return [entry(e, lo, hi) for e, lo, hi in zip(estimate, low, high)]
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
