@@ -158,6 +158,116 @@ def read_episodes(path: str | os.PathLike) -> list[dict[str, Any]]:
     return records
 
 
+# ---------------------------------------------------------------------------------- run
+def build_team(config: BenchConfig, agents: Sequence[str], policies: dict[str, Any] | None = None):
+    """One policy per distinct model (loaded once, shared by the agents that use it), seated per agent."""
+    from trainers.common.inference import load_policy
+    from trainers.common.team import Team
+
+    loaded = dict(policies or {})
+    for model in dict.fromkeys(config.agent_models()):
+        if model not in loaded:
+            loaded[model] = load_policy(config.backend, model, config.base_url, seed=config.seed)
+    return Team.from_policies({agent: loaded[model] for agent, model in zip(agents, config.agent_models())})
+
+
+def _start_run(config: BenchConfig, out: Path) -> dict[str, Any]:
+    """Write ``run.json`` for a new run, or check that a resumed run has the same settings."""
+    run_file = out / RUN_FILE
+    if run_file.is_file():
+        run = json.loads(run_file.read_text(encoding="utf-8"))
+        previous = {k: v for k, v in run["config"].items() if k != "episodes"}
+        changed = sorted(k for k in set(previous) | set(config.settings())
+                         if previous.get(k) != config.settings().get(k))
+        if changed:
+            details = ", ".join(f"{k}: {previous.get(k)!r} -> {config.settings().get(k)!r}" for k in changed)
+            raise ValueError(f"{out} holds a run with other settings ({details}); pass a new --out, "
+                             f"or the same settings to resume it")
+        run["config"]["episodes"] = max(run["config"]["episodes"], config.episodes)
+    else:
+        import importlib.metadata as md
+        run = {"config": asdict(config), "env_id": config.env_id, "baseline": config.baseline,
+               "models": config.agent_models(), "backend": config.backend, "seed": config.seed,
+               "env_shape": list(config.env_shape()), "debate_shape": list(config.debate_shape()),
+               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "python": platform.python_version(), "cpu_count": os.cpu_count(),
+               "versions": {p: _version(md, p) for p in ("llm-marl-envs", "torch", "transformers",
+                                                           "llama_cpp_python")}}
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = run_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, run_file)
+    return run
+
+
+def _version(md: Any, package: str) -> str | None:
+    try:
+        return md.version(package)
+    except md.PackageNotFoundError:
+        return None
+
+
+def run_benchmark(config: BenchConfig, out_dir: str | os.PathLike, *, policies: dict[str, Any] | None = None,
+                  progress: bool = True) -> dict[str, Any]:
+    """Run the episodes of ``config`` not yet in ``out_dir`` (appending each as it finishes), then report.
+
+    ``policies`` maps model names to ready :class:`~trainers.common.policy.Policy` objects (else
+    they are loaded with :func:`~trainers.common.inference.load_policy`). Returns the summary.
+    """
+    from tqdm.auto import tqdm
+
+    from trainers.common.policy import SamplingParams
+
+    out = Path(out_dir)
+    agents, turns = config.env_shape()
+    models = config.agent_models()
+    env = make(config.env_id, **{**config.env_kwargs, "num_agents": agents, "num_turns": turns})
+    schedule = task_schedule(len(env.tasks), config.episodes, config.seed)  # loads the data: fails early
+    _start_run(config, out)
+    episodes_file = out / EPISODES_FILE
+    finished = read_episodes(episodes_file)
+    _rewrite_complete(episodes_file, finished)
+    done = {r["episode"] for r in finished}
+    todo = [i for i in range(config.episodes) if i not in done]
+    if todo:
+        team = build_team(config, env.possible_agents, policies)
+        bar = tqdm(total=config.episodes, initial=config.episodes - len(todo), unit="episode",
+                   desc=f"{config.env_id} {config.baseline}", disable=not progress)
+        with open(episodes_file, "a", encoding="utf-8") as sink, bar:
+            for start in range(0, len(todo), config.episodes_per_batch):
+                batch = todo[start:start + config.episodes_per_batch]
+                params = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                                        top_p=config.top_p, seed=config.seed * 1_000_003 + batch[0])
+                envs = [env.clone() for _ in batch]
+                began = time.perf_counter()
+                tokens = _run_episodes(team, envs, [schedule[i] for i in batch],
+                                       [config.seed + i for i in batch], params)
+                per_episode_s = (time.perf_counter() - began) / len(batch)
+                for i, episode_env, n in zip(batch, envs, tokens):
+                    record = episode_record(i, schedule[i], episode_env, n, per_episode_s, models, config.seed + i)
+                    sink.write(json.dumps(record) + "\n")
+                    sink.flush()
+                    bar.update(1)
+    return write_report(out)
+
+
+def _rewrite_complete(path: Path, records: list[dict[str, Any]]) -> None:
+    """Drop a torn last line so appended records start on a fresh line."""
+    if path.is_file() and len(path.read_text(encoding="utf-8").splitlines()) != len(records):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def _run_episodes(team: Any, envs: list[Any], task_indices: list[int], seeds: list[int], params: Any) -> list[int]:
+    """Play one episode per env through the shared rollout engine; returns tokens generated per episode."""
+    from trainers.common.rollout import RolloutEngine
+
+    engine = RolloutEngine(team, params)
+    episodes = engine.collect(envs, seeds=seeds, options=[{"task_index": t} for t in task_indices])
+    return [sum(g.num_tokens for g in episode.generations()) for episode in episodes]
+
+
 # ---------------------------------------------------------------------------------- summary
 def summarize(records: Sequence[dict[str, Any]], num_turns: int, *, seed: int = 0,
               num_resamples: int = 1000) -> dict[str, Any]:
