@@ -111,3 +111,83 @@ def test_bench_config_validates():
     assert mixed.env_shape() == (2, 2) and mixed.agent_models() == ["a", "b"]
     with pytest.raises(ValueError, match="one model per agent"):
         BenchConfig(env_id="gsm_symbolic_debate-v0", models=["a", "b"], num_agents=3).agent_models()
+
+
+# ------------------------------------------------------------------ end to end on a tiny random model
+@pytest.fixture(scope="module")
+def tiny_policy():
+    """An HF policy on a tiny random Llama with the real SmolLM2 tokenizer."""
+    from llm_marl_envs.models import tiny_model
+    from trainers.common.policy import HFPolicy
+
+    model, tokenizer = tiny_model(seed=0)
+    return HFPolicy(model, tokenizer, name="tiny")
+
+
+def tiny_config(**overrides) -> BenchConfig:
+    settings = dict(env_id="gsm_symbolic_debate-v0", models=["tiny"], backend="hf", num_agents=2, num_turns=2,
+                    episodes=3, seed=7, max_new_tokens=6, episodes_per_batch=2)
+    return BenchConfig(**{**settings, **overrides})
+
+
+def test_bench_run_writes_episodes_summary_report_and_plots(tiny_policy, tmp_path):
+    summary = run_benchmark(tiny_config(), tmp_path, policies={"tiny": tiny_policy}, progress=False)
+    for name in ("run.json", "episodes.jsonl", "summary.json", "report.md", "accuracy_per_turn.png",
+                 "transitions.png"):
+        assert (tmp_path / name).is_file(), name
+    records = read_episodes(tmp_path / "episodes.jsonl")
+    assert sorted(r["episode"] for r in records) == [0, 1, 2]
+    for r in records:
+        assert len(r["correct"]) == 2 and all(len(turn) == 2 for turn in r["correct"])
+        assert len(r["responses"]) == 2 and r["tokens"] > 0 and r["models"] == ["tiny", "tiny"]
+        assert r["seed"] == 7 + r["episode"]
+    assert summary["num_episodes"] == 3 and summary["seed"] == 7 and summary["env_shape"] == [2, 2]
+    assert summary["tokens_total"] == sum(r["tokens"] for r in records)
+    assert len(summary["accuracy_per_turn"]) == 2 and "transitions" in summary
+    assert sum(sum(row) for row in summary["transitions"]["counts"]) == 3 * 2  # 3 episodes x 2 agents x 1 pair
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    report = (tmp_path / "report.md").read_text()
+    assert "final majority-vote accuracy" in report and "C→I" in report and "seed 7" in report
+    assert (tmp_path / "accuracy_per_turn.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_resume_skips_finished_episodes(tiny_policy, tmp_path):
+    run_benchmark(tiny_config(episodes=2), tmp_path, policies={"tiny": tiny_policy}, progress=False)
+    before = (tmp_path / "episodes.jsonl").read_text().splitlines()
+    with open(tmp_path / "episodes.jsonl", "a") as f:
+        f.write('{"episode": 2, "torn')  # a write cut short by a crash
+    calls = tiny_policy.generate_calls
+    summary = run_benchmark(tiny_config(episodes=3), tmp_path, policies={"tiny": tiny_policy}, progress=False)
+    after = (tmp_path / "episodes.jsonl").read_text().splitlines()
+    assert after[:2] == before                       # finished episodes kept as they were
+    assert [json.loads(line)["episode"] for line in after] == [0, 1, 2]
+    assert tiny_policy.generate_calls - calls == 2   # only episode 2 ran: one batched call per turn
+    assert summary["num_episodes"] == 3
+    calls = tiny_policy.generate_calls
+    run_benchmark(tiny_config(episodes=3), tmp_path, policies={"tiny": tiny_policy}, progress=False)
+    assert tiny_policy.generate_calls == calls       # nothing left to run
+    with pytest.raises(ValueError, match="other settings.*seed"):
+        run_benchmark(tiny_config(seed=8), tmp_path, policies={"tiny": tiny_policy}, progress=False)
+
+
+@pytest.mark.parametrize("baseline, shape", [("single", [1, 1]), ("majority", [4, 1])])
+def test_baselines_run_on_the_same_tasks(tiny_policy, tmp_path, baseline, shape):
+    summary = run_benchmark(tiny_config(baseline=baseline, episodes=2), tmp_path, policies={"tiny": tiny_policy},
+                            progress=False)
+    assert summary["env_shape"] == shape and summary["debate_shape"] == [2, 2]
+    records = read_episodes(tmp_path / "episodes.jsonl")
+    debate_tasks = task_schedule(500, 2, seed=7)
+    assert [r["task_index"] for r in records] == debate_tasks
+    assert all(len(r["answers"][-1]) == shape[0] for r in records)
+    assert "transitions" not in summary and summary["final_majority_accuracy"] is not None
+
+
+def test_mixed_team_seats_one_model_per_agent(tiny_policy, tmp_path):
+    from llm_marl_envs.models import tiny_model
+    from trainers.common.policy import HFPolicy
+
+    other = HFPolicy(*tiny_model(seed=1), name="tiny-b")
+    summary = run_benchmark(tiny_config(models=["tiny", "tiny-b"], num_agents=None, episodes=1), tmp_path,
+                            policies={"tiny": tiny_policy, "tiny-b": other}, progress=False)
+    assert summary["models"] == ["tiny", "tiny-b"]
+    assert other.generate_calls > 0

@@ -1,0 +1,63 @@
+"""Episodes per second of the llama.cpp backend vs the HF backend, same env, model, episodes and seed.
+
+Both runs go through the benchmark harness (:func:`llm_marl_envs.benchmark.run_benchmark`, i.e.
+the shared rollout engine), into fresh temporary run directories. Model loading is excluded
+from the timing (both policies are loaded first); everything else an episode costs — prompt
+formatting, generation, verification, record writing — is included.
+
+    PYTHONPATH=. python benchmarks/bench_backends.py --episodes 6
+
+Goal: ratio >= 5. The last line is ``ratio=<llamacpp episodes/s / hf episodes/s>``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+from llm_marl_envs.benchmark import BenchConfig, run_benchmark
+from trainers.common.inference import load_policy
+
+
+def episodes_per_second(config: BenchConfig, policy) -> tuple[float, dict]:
+    """Run ``config`` with a ready policy in a fresh directory; returns (episodes/s, summary)."""
+    with tempfile.TemporaryDirectory() as out:
+        began = time.perf_counter()
+        summary = run_benchmark(config, out, policies={config.models[0]: policy}, progress=False)
+        elapsed = time.perf_counter() - began
+    return config.episodes / elapsed, summary
+
+
+def main() -> None:
+    """Time both backends and print the ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="gsm_symbolic_debate-v0")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--episodes", type=int, default=6)
+    parser.add_argument("--num-agents", type=int, default=2)
+    parser.add_argument("--num-turns", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--episodes-per-batch", type=int, default=6,
+                        help="episodes advanced together (HF batches their prompts; llama.cpp loops)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(f"env={args.env} model={args.model} episodes={args.episodes} agents={args.num_agents} "
+          f"turns={args.num_turns} max_new_tokens={args.max_new_tokens} seed={args.seed} cores={os.cpu_count()}")
+    results = {}
+    for backend in ("llamacpp", "hf"):
+        config = BenchConfig(env_id=args.env, models=[args.model], backend=backend, episodes=args.episodes,
+                             num_agents=args.num_agents, num_turns=args.num_turns, seed=args.seed,
+                             max_new_tokens=args.max_new_tokens, episodes_per_batch=args.episodes_per_batch)
+        policy = load_policy(backend, args.model, seed=args.seed)
+        eps, summary = episodes_per_second(config, policy)
+        results[backend] = eps
+        tokens_per_s = summary["tokens_total"] / summary["wall_time_total_s"]
+        print(f"{backend:9s} {eps:.3f} episodes/s  {tokens_per_s:.0f} tokens/s  "
+              f"tokens/episode={summary['tokens_per_episode']['mean']:.0f}  "
+              f"accuracy(last turn)={summary['accuracy_per_turn'][-1]['mean']:.2f}")
+    print(f"ratio={results['llamacpp'] / results['hf']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

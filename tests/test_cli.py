@@ -1,0 +1,130 @@
+"""The `llm-marl` command line: help, env table, errors with exit status 2, bench + report on a tiny model."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llm_marl_envs import list_envs
+from llm_marl_envs.cli import build_config, main, parse_overrides, UserError
+
+
+@pytest.mark.parametrize("argv", [[], ["envs"], ["bench"], ["train"], ["report"]])
+def test_help_everywhere(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--help"])
+    assert info.value.code == 0
+    assert "usage: llm-marl" in capsys.readouterr().out
+
+
+def test_console_script_entry_point_runs():
+    result = subprocess.run([sys.executable, "-m", "llm_marl_envs.cli", "envs"], capture_output=True, text=True,
+                            timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert "gsm_symbolic_debate-v0" in result.stdout
+
+
+def test_envs_table_lists_every_registered_env(capsys):
+    assert main(["envs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["id", "agents", "turns", "data", "source", "verifier"]
+    listed = {line.split()[0] for line in lines[2:]}
+    assert listed == set(list_envs())
+    gsm = next(line for line in lines if line.startswith("gsm_symbolic_debate-v0"))
+    assert "reasoning-gym" in gsm and "verify_answer" in gsm
+
+
+def test_unknown_env_is_a_user_error(capsys):
+    assert main(["bench", "no_such_env-v0", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown environment id 'no_such_env-v0'" in err and "gsm_symbolic_debate-v0" in err
+
+
+def test_bad_argument_values_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "gsm_symbolic_debate-v0", "--episodes", "many"])
+    assert info.value.code == 2
+    assert main(["bench", "gsm_symbolic_debate-v0", "--episodes", "0", "--quiet"]) == 2
+    assert "episodes must be an int >= 1" in capsys.readouterr().err
+
+
+def test_unreachable_server_is_a_user_error(tmp_path, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = main(["bench", "gsm_symbolic_debate-v0", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}/v1",
+                 "--model", "m", "--episodes", "1", "--num-agents", "1", "--num-turns", "1", "--max-new-tokens", "4",
+                 "--out", str(tmp_path / "run"), "--quiet"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"127.0.0.1:{port}" in err and "--base-url" in err
+
+
+def test_missing_data_is_a_user_error(tmp_path, capsys):
+    code = main(["bench", "gsm8k_debate-v0", "--data-dir", str(tmp_path / "empty"), "--episodes", "1", "--quiet",
+                 "--out", str(tmp_path / "run")])
+    assert code == 2
+    assert str(tmp_path / "empty") in capsys.readouterr().err
+
+
+def test_report_of_a_non_run_directory_is_a_user_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "not a benchmark run directory" in capsys.readouterr().err
+
+
+def test_train_overrides_and_config_fields():
+    assert parse_overrides(["lr=1e-5", "num_generations=4", "name=abc", "flag=true"]) == {
+        "lr": 1e-5, "num_generations": 4, "name": "abc", "flag": True}
+    with pytest.raises(UserError, match="key=value"):
+        parse_overrides(["lr"])
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Cfg:
+        lr: float = 1.0
+
+    assert build_config(Cfg, {"lr": 0.5}).lr == 0.5
+    with pytest.raises(UserError, match=r"unknown Cfg field\(s\) \['lrr'\]; valid fields: \['lr'\]"):
+        build_config(Cfg, {"lrr": 0.5})
+
+
+def test_train_missing_config_file_is_a_user_error(tmp_path, capsys):
+    code = main(["train", "magrpo", "gsm_symbolic_debate-v0", "--config", str(tmp_path / "missing.yaml")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "missing.yaml" in err or "not available" in err
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny random Llama with the SmolLM2 tokenizer, saved as a local HF model directory."""
+    from llm_marl_envs.models import tiny_model
+
+    model, tokenizer = tiny_model(seed=0)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_bench_then_report_end_to_end(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["bench", "gsm_symbolic_debate-v0", "--model", str(tiny_model_dir), "--backend", "hf", "--episodes", "2",
+            "--num-agents", "2", "--num-turns", "2", "--max-new-tokens", "8", "--seed", "1", "--out", str(out),
+            "--quiet"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "2 episodes" in printed and str(out / "report.md") in printed
+    for name in ("run.json", "episodes.jsonl", "summary.json", "report.md", "accuracy_per_turn.png",
+                 "transitions.png"):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").unlink()
+    (out / "report.md").unlink()
+    assert main(["report", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert "# Benchmark: gsm_symbolic_debate-v0" in (out / "report.md").read_text()
