@@ -66,24 +66,42 @@ class _SeedSource:
         return drawn.tolist()
 
 
-def _reject_adapters(name: str, adapters: Sequence[str | None] | None) -> None:
-    if adapters is not None and any(a is not None for a in adapters):
-        raise ValueError(f"backend {name!r} has no LoRA adapters, got adapters={list(adapters)}; "
-                         "use the 'hf' backend to run adapters, or pass adapters=None")
+class _InferenceBackend:
+    """The shared front of the inference-only backends: argument checks and per-sample seeds."""
 
+    backend: str
+    _seeds: _SeedSource
 
-def _check_batch(conversations: Sequence[Conversation], num_samples: int) -> None:
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-    for i, conversation in enumerate(conversations):
-        if not conversation or not all(isinstance(m, dict) and "role" in m and "content" in m for m in conversation):
-            raise ValueError(f"conversation {i} must be a non-empty list of {{'role', 'content'}} messages, "
-                             f"got {conversation!r:.200}")
+    def generate(
+        self,
+        conversations: Sequence[Conversation],
+        params: SamplingParams,
+        *,
+        adapters: Sequence[str | None] | None = None,
+        num_samples: int = 1,
+    ) -> list[list[Generation]]:
+        """Sample ``num_samples`` completions per conversation (no adapters: these backends serve one model)."""
+        if adapters is not None and any(a is not None for a in adapters):
+            raise ValueError(f"backend {self.backend!r} has no LoRA adapters, got adapters={list(adapters)}; "
+                             "use the 'hf' backend to run adapters, or pass adapters=None")
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        for i, conversation in enumerate(conversations):
+            if not conversation or not all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in conversation):
+                raise ValueError(f"conversation {i} must be a non-empty list of {{'role', 'content'}} messages, "
+                                 f"got {conversation!r:.200}")
+        return self._sample_all(conversations, params, self._seeds.seeds(params, len(conversations), num_samples))
+
+    def _sample_all(self, conversations: Sequence[Conversation], params: SamplingParams,
+                    seeds: list[list[int]]) -> list[list[Generation]]:
+        raise NotImplementedError
 
 
 # ---------------------------------------------------------------------------------- llama.cpp
-class LlamaCppPolicy:
+class LlamaCppPolicy(_InferenceBackend):
     """llama-cpp-python on a GGUF file, prompts formatted with the GGUF's own chat template."""
+
+    backend = "llamacpp"
 
     def __init__(
         self,
@@ -151,24 +169,12 @@ class LlamaCppPolicy:
         return Generation(text=text, prompt_ids=list(prompt_ids), completion_ids=completion,
                           logprobs=None, finish_reason=finish_reason)
 
-    def generate(
-        self,
-        conversations: Sequence[Conversation],
-        params: SamplingParams,
-        *,
-        adapters: Sequence[str | None] | None = None,
-        num_samples: int = 1,
-    ) -> list[list[Generation]]:
-        """Sample ``num_samples`` completions per conversation, one stream after another."""
-        _reject_adapters("llamacpp", adapters)
-        _check_batch(conversations, num_samples)
-        seeds = self._seeds.seeds(params, len(conversations), num_samples)
+    def _sample_all(self, conversations: Sequence[Conversation], params: SamplingParams,
+                    seeds: list[list[int]]) -> list[list[Generation]]:
+        """One stream after another (llama.cpp is single-stream; the KV cache keeps shared prefixes)."""
         with self._lock:
-            out = []
-            for conversation, conversation_seeds in zip(conversations, seeds):
-                ids = self.prompt_ids(conversation)
-                out.append([self._sample(ids, params, s) for s in conversation_seeds])
-        return out
+            return [[self._sample(ids, params, s) for s in row]
+                    for ids, row in ((self.prompt_ids(c), row) for c, row in zip(conversations, seeds))]
 
 
 # ---------------------------------------------------------------------------------- OpenAI API
@@ -176,8 +182,10 @@ class ServerUnreachableError(ConnectionError):
     """The OpenAI-compatible server could not be reached (or kept failing) after all retries."""
 
 
-class OpenAIPolicy:
+class OpenAIPolicy(_InferenceBackend):
     """Any OpenAI-compatible ``/v1/chat/completions`` server, queried by a bounded thread pool."""
+
+    backend = "openai"
 
     def __init__(
         self,
@@ -252,22 +260,13 @@ class OpenAIPolicy:
         tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
         return CountedGeneration(text=text, finish_reason=finish_reason, reported_tokens=tokens)
 
-    def generate(
-        self,
-        conversations: Sequence[Conversation],
-        params: SamplingParams,
-        *,
-        adapters: Sequence[str | None] | None = None,
-        num_samples: int = 1,
-    ) -> list[list[Generation]]:
-        """Sample ``num_samples`` completions per conversation, at most ``max_concurrency`` requests at once."""
-        _reject_adapters("openai", adapters)
-        _check_batch(conversations, num_samples)
-        seeds = self._seeds.seeds(params, len(conversations), num_samples)
+    def _sample_all(self, conversations: Sequence[Conversation], params: SamplingParams,
+                    seeds: list[list[int]]) -> list[list[Generation]]:
+        """Every (conversation, sample) as its own request, at most ``max_concurrency`` at once."""
         jobs = [(conversation, s) for conversation, row in zip(conversations, seeds) for s in row]
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(jobs)) or 1) as pool:
-            flat = list(pool.map(lambda job: self._complete(job[0], params, job[1]), jobs))
-        return [flat[i * num_samples:(i + 1) * num_samples] for i in range(len(conversations))]
+        with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(jobs)))) as pool:
+            flat = iter(list(pool.map(lambda job: self._complete(job[0], params, job[1]), jobs)))
+        return [[next(flat) for _ in row] for row in seeds]
 
 
 # ---------------------------------------------------------------------------------- factory
