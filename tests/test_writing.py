@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 
@@ -310,6 +309,8 @@ def test_hub_row_shapes_normalise():
 
 
 # ------------------------------------------------------------------ semantic judge
+@pytest.mark.slow      # loading sentence-transformers + MiniLM takes 8-30 s on this machine
+@pytest.mark.ci_slow   # bounded (one model load), and it is the judge's only end-to-end check
 def test_semantic_judge_ranks_faithful_summary_above_unrelated():
     env = llm_marl_envs.make("tldr_writing-v0")
     post = env.tasks[0]   # r/relationships: a 19F unsure whether she messed things up with a male friend
@@ -331,3 +332,10 @@ def test_semantic_judge_ranks_faithful_summary_above_unrelated():
     assert faithful.details["max_score"] == pytest.approx(3.0 + 1.0 + 0.5)
     with pytest.raises(ValueError, match="source"):
         score_writing(CONCISE, DETAILED, judge=judge)
+    # the env option reports the judge's terms as extra components of the joint reward
+    env = llm_marl_envs.make("tldr_writing-v0", semantic_judge=True)
+    env.reset(seed=0, options={"task_index": 0})
+    _, rewards, _, _, infos = env.step({"agent_0": CONCISE, "agent_1": DETAILED})
+    parts = infos["agent_1"]["verdict"].details["components"]
+    assert {"semantic_coverage", "semantic_consistency"} <= set(parts)
+    assert rewards["agent_0"] == rewards["agent_1"] == pytest.approx(sum(parts.values()))
