@@ -20,6 +20,9 @@ level  component              rule                                              
                               else ``0.4 + 0.05 * (categories - 1)``, capped at 1
 =====  =====================  ===========================================================  =====
 
+With the 12 transition categories the transition score tops out at ``0.4 + 0.05 * 11 = 0.95``,
+so the reachable maximum is 2.98 of the nominal 3.0 (as in CoMLRL).
+
 A band ``(gate_low, full_low, full_high, gate_high)`` scores a value ``x`` as 1 on
 ``[full_low, full_high]``, ramps linearly from 0 at ``gate_low`` to 1 at ``full_low`` and from
 1 at ``full_high`` to 0 at ``gate_high``; ``x < gate_low`` or ``x > gate_high`` scores 0 and
