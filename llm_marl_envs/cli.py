@@ -119,8 +119,19 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise UserError(f"--set expects key=value, got {pair!r}")
-        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+        out[key.strip()] = parse_value(value)
     return out
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as YAML (``4``, ``true``, ``[a, b]``), numbers like ``1e-5`` included."""
+    value = yaml.safe_load(text) if text.strip() else ""
+    if isinstance(value, str):
+        try:
+            return float(value)  # YAML 1.1 reads "1e-5" (no dot) as a string
+        except ValueError:
+            return value
+    return value
 
 
 def build_config(config_cls: type, values: dict[str, Any]) -> Any:

@@ -64,7 +64,9 @@ def test_unreachable_server_is_a_user_error(tmp_path, capsys):
     assert f"127.0.0.1:{port}" in err and "--base-url" in err
 
 
-def test_missing_data_is_a_user_error(tmp_path, capsys):
+def test_missing_data_is_a_user_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("LLM_MARL_DATA_DIR", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     code = main(["bench", "gsm8k_debate-v0", "--data-dir", str(tmp_path / "empty"), "--episodes", "1", "--quiet",
                  "--out", str(tmp_path / "run")])
     assert code == 2
