@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.common.inference import (LlamaCppPolicy, OpenAIPolicy, ServerUnreachableError, load_policy)
+from trainers.common.inference import OpenAIPolicy, ServerUnreachableError, free_cores, load_policy
 from trainers.common.policy import Policy, SamplingParams
 
 QUESTION = [{"role": "user", "content": "What is 2 + 3? Answer with a number."}]
@@ -165,7 +165,7 @@ def test_openai_policy_against_real_llama_cpp_server(tmp_path):
     server = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_gguf()), "--host", "127.0.0.1",
          "--port", str(port), "--model_alias", "smollm2-135m", "--n_ctx", "2048",
-         "--n_threads", str(os.cpu_count() or 1)],
+         "--n_threads", str(free_cores())],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         base_url = f"http://127.0.0.1:{port}/v1"

@@ -18,6 +18,7 @@ drawn from the policy's own generator (seeded by the constructor's ``seed``).
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -25,6 +26,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +100,27 @@ class _InferenceBackend:
 
 
 # ---------------------------------------------------------------------------------- llama.cpp
+def free_cores() -> int:
+    """CPU cores not busy with other processes (cores minus the 1-minute load average), at least 1.
+
+    llama.cpp's worker threads spin at barriers: with more threads than free cores, generation
+    slows down by an order of magnitude (measured here: 29 tok/s with 1 thread vs 3.7 tok/s with
+    2 threads on 2 cores at load 7), so the default uses the free cores, not all of them.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:
+        busy = 0.0
+    return max(1, min(cores, int(cores - busy + 0.5)))
+
+
+def _close_llama(llm_ref: "weakref.ref[Any]") -> None:
+    llm = llm_ref()
+    if llm is not None:
+        llm.close()
+
+
 class LlamaCppPolicy(_InferenceBackend):
     """llama-cpp-python on a GGUF file, prompts formatted with the GGUF's own chat template."""
 
@@ -112,6 +135,7 @@ class LlamaCppPolicy(_InferenceBackend):
         seed: int | None = 0,
         name: str | None = None,
     ) -> None:
+        """Load ``model_path``; ``n_threads`` defaults to the free cores (:func:`free_cores`)."""
         try:
             from llama_cpp import Llama
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -122,8 +146,10 @@ class LlamaCppPolicy(_InferenceBackend):
             raise ValueError(f"GGUF file {str(path)!r} does not exist; pass the path of a .gguf model file")
         self.name = name or path.stem
         self.model_path = str(path)
-        self._llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads or os.cpu_count() or 1,
+        self.n_threads = n_threads or free_cores()
+        self._llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=self.n_threads,
                           seed=0 if seed is None else seed, verbose=False)
+        atexit.register(_close_llama, weakref.ref(self._llm))  # before interpreter teardown breaks its destructor
         metadata = self._llm.metadata
         template = metadata.get("tokenizer.chat_template")
         if not template:
