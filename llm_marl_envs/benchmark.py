@@ -115,28 +115,32 @@ def task_schedule(num_tasks: int, episodes: int, seed: int) -> list[int]:
     return [int(i) for _ in range(rounds) for i in rng.permutation(num_tasks)][:episodes]
 
 
-def episode_record(index: int, task_index: int, env: Any, tokens: int, wall_time_s: float,
-                   models: Sequence[str], seed: int) -> dict[str, Any]:
-    """The JSON record of a finished episode, read from the env's final state."""
-    agents = env.possible_agents
-    verdicts = env.verdicts
+def episode_record(index: int, episode: Any, wall_time_s: float, models: Sequence[str]) -> dict[str, Any]:
+    """The JSON record of a finished :class:`~trainers.common.episode.Episode` (per turn, per agent lists)."""
+    agents = episode.agents
+
+    def per_turn(value: Callable[[Any], Any]) -> list[list[Any]]:
+        return [[value(turn[a]) for a in agents] for turn in episode.turns]
+
     return {
         "episode": index,
-        "task_index": task_index,
-        "task_id": env.task.get("task_id"),
-        "seed": seed,
+        "task_index": episode.task_index,
+        "task_id": episode.task_id,
+        "seed": episode.seed,
         "models": list(models),
-        "correct": [[v[a].correct for a in agents] for v in verdicts],
-        "scores": [[float(v[a].score) for a in agents] for v in verdicts],
-        "answers": [[_answer_of(v[a]) for a in agents] for v in verdicts],
-        "responses": [[turn[a] for a in agents] for turn in env.answers],
-        "tokens": int(tokens),
+        "correct": per_turn(lambda t: t.correct),
+        "scores": per_turn(lambda t: float(t.verdict["score"]) if t.verdict else float(t.reward)),
+        "answers": per_turn(_answer_of),
+        "responses": per_turn(lambda t: t.text),
+        "tokens": int(episode.num_tokens),
         "wall_time_s": float(wall_time_s),
     }
 
 
-def _answer_of(verdict: Any) -> str | None:
-    answer = verdict.details.get("answer") if isinstance(verdict.details, dict) else None
+def _answer_of(agent_turn: Any) -> str | None:
+    """The verifier's extracted answer (``details["answer"]``), if it reports one."""
+    details = (agent_turn.verdict or {}).get("details") or {}
+    answer = details.get("answer") if isinstance(details, dict) else None
     return None if answer is None else str(answer)
 
 
@@ -209,14 +213,17 @@ def _version(md: Any, package: str) -> str | None:
 
 def run_benchmark(config: BenchConfig, out_dir: str | os.PathLike, *, policies: dict[str, Any] | None = None,
                   progress: bool = True) -> dict[str, Any]:
-    """Run the episodes of ``config`` not yet in ``out_dir`` (appending each as it finishes), then report.
+    """Run the episodes of ``config`` not yet in ``out_dir`` (appending each batch as it finishes), then report.
 
     ``policies`` maps model names to ready :class:`~trainers.common.policy.Policy` objects (else
-    they are loaded with :func:`~trainers.common.inference.load_policy`). Returns the summary.
+    they are loaded with :func:`~trainers.common.inference.load_policy`). Episodes run through the
+    shared :class:`~trainers.common.rollout.RolloutEngine`, ``episodes_per_batch`` at a time (one
+    generate call per policy per turn). Returns the summary.
     """
     from tqdm.auto import tqdm
 
     from trainers.common.policy import SamplingParams
+    from trainers.common.rollout import RolloutEngine
 
     out = Path(out_dir)
     agents, turns = config.env_shape()
@@ -230,7 +237,8 @@ def run_benchmark(config: BenchConfig, out_dir: str | os.PathLike, *, policies: 
     done = {r["episode"] for r in finished}
     todo = [i for i in range(config.episodes) if i not in done]
     if todo:
-        team = build_team(config, env.possible_agents, policies)
+        engine = RolloutEngine(env, build_team(config, env.possible_agents, policies), progress=False,
+                               env_name=config.env_id)
         bar = tqdm(total=config.episodes, initial=config.episodes - len(todo), unit="episode",
                    desc=f"{config.env_id} {config.baseline}", disable=not progress)
         with open(episodes_file, "a", encoding="utf-8") as sink, bar:
@@ -238,16 +246,14 @@ def run_benchmark(config: BenchConfig, out_dir: str | os.PathLike, *, policies: 
                 batch = todo[start:start + config.episodes_per_batch]
                 params = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                                         top_p=config.top_p, seed=config.seed * 1_000_003 + batch[0])
-                envs = [env.clone() for _ in batch]
                 began = time.perf_counter()
-                tokens = _run_episodes(team, envs, [schedule[i] for i in batch],
-                                       [config.seed + i for i in batch], params)
-                per_episode_s = (time.perf_counter() - began) / len(batch)
-                for i, episode_env, n in zip(batch, envs, tokens):
-                    record = episode_record(i, schedule[i], episode_env, n, per_episode_s, models, config.seed + i)
-                    sink.write(json.dumps(record) + "\n")
-                    sink.flush()
-                    bar.update(1)
+                episodes = engine.collect(seeds=[config.seed + i for i in batch],
+                                          task_indices=[schedule[i] for i in batch], params=params)
+                per_episode_s = (time.perf_counter() - began) / len(batch)  # batched: the batch's time, shared
+                for i, episode in zip(batch, episodes):
+                    sink.write(json.dumps(episode_record(i, episode, per_episode_s, models)) + "\n")
+                sink.flush()
+                bar.update(len(batch))
     return write_report(out)
 
 
@@ -257,15 +263,6 @@ def _rewrite_complete(path: Path, records: list[dict[str, Any]]) -> None:
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
         os.replace(tmp, path)
-
-
-def _run_episodes(team: Any, envs: list[Any], task_indices: list[int], seeds: list[int], params: Any) -> list[int]:
-    """Play one episode per env through the shared rollout engine; returns tokens generated per episode."""
-    from trainers.common.rollout import RolloutEngine
-
-    engine = RolloutEngine(team, params)
-    episodes = engine.collect(envs, seeds=seeds, options=[{"task_index": t} for t in task_indices])
-    return [sum(g.num_tokens for g in episode.generations()) for episode in episodes]
 
 
 # ---------------------------------------------------------------------------------- summary

@@ -34,11 +34,12 @@ class AgentTurn:
     policy: str = ""
     adapter: str | None = None
     info: dict[str, Any] = field(default_factory=dict)   # the env's infos[agent] after the step (no messages)
+    reported_tokens: int = 0                # completion length a backend reports without ids (HTTP servers)
 
     @property
     def num_tokens(self) -> int:
-        """Completion length in tokens (0 when the backend reports no tokens)."""
-        return len(self.completion_ids) if self.completion_ids is not None else 0
+        """Completion length in tokens (the ids' length, else the backend's count, else 0)."""
+        return len(self.completion_ids) if self.completion_ids is not None else self.reported_tokens
 
     @property
     def correct(self) -> bool | None:

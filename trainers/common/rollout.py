@@ -153,7 +153,8 @@ class RolloutEngine:
             agent=agent, turn=turn, messages=[dict(m) for m in messages], text=generation.text, reward=float(reward),
             verdict=verdict.to_dict() if verdict is not None else None, prompt_ids=generation.prompt_ids,
             completion_ids=generation.completion_ids, logprobs=generation.logprobs,
-            finish_reason=generation.finish_reason, policy=self.team.policy(agent).name,
+            finish_reason=generation.finish_reason, reported_tokens=generation.num_tokens,
+            policy=self.team.policy(agent).name,
             adapter=self.team.adapter(agent), info=jsonable_info(info))
 
     # ------------------------------------------------------------------ MAGRPO tree primitive
