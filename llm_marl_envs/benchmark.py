@@ -56,6 +56,7 @@ class BenchConfig:
     temperature: float = 0.7
     top_p: float = 0.9
     episodes_per_batch: int = 4        # episodes the rollout engine advances together
+    threads: int | None = None         # llamacpp threads (None: the free cores)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -171,7 +172,8 @@ def build_team(config: BenchConfig, agents: Sequence[str], policies: dict[str, A
     loaded = dict(policies or {})
     for model in dict.fromkeys(config.agent_models()):
         if model not in loaded:
-            loaded[model] = load_policy(config.backend, model, config.base_url, seed=config.seed)
+            options = {"n_threads": config.threads} if config.backend == "llamacpp" and config.threads else {}
+            loaded[model] = load_policy(config.backend, model, config.base_url, seed=config.seed, **options)
     return Team.from_policies({agent: loaded[model] for agent, model in zip(agents, config.agent_models())})
 
 

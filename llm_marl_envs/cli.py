@@ -71,16 +71,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if any(not m for m in models):
         raise UserError(f"--models has an empty name in {args.models!r}; separate names with single commas")
     backend = args.backend or default_backend(models)
-    env_kwargs: dict[str, Any] = {}
-    if args.data_dir:
-        env_kwargs["data_dir"] = args.data_dir
-    if args.split:
-        env_kwargs["split"] = args.split
+    env_kwargs = {k: v for k, v in env_arguments(args).items() if k not in ("num_agents", "num_turns")}
     config = BenchConfig(
         env_id=args.env, models=models, backend=backend, base_url=args.base_url, baseline=args.baseline,
         num_agents=args.num_agents, num_turns=args.num_turns, episodes=args.episodes, seed=args.seed,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-        episodes_per_batch=args.episodes_per_batch, env_kwargs=env_kwargs)
+        episodes_per_batch=args.episodes_per_batch, threads=args.threads, env_kwargs=env_kwargs)
     out = Path(args.out or Path("runs") / "bench" / f"{args.env}-{args.baseline}-seed{args.seed}")
     summary = run_benchmark(config, out, progress=not args.quiet)
     print(format_summary(summary, out))
@@ -147,13 +143,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Train a team with MAGRPO or MAPPO on an env (config file + --set overrides)."""
     import importlib
 
+    from .models import load
+    from .registry import make
+
     module_name, config_name, trainer_name = TRAINERS[args.algorithm]
-    try:
-        module = importlib.import_module(module_name)
-        config_cls, trainer_cls = getattr(module, config_name), getattr(module, trainer_name)
-    except (ImportError, AttributeError) as err:
-        raise UserError(f"the {args.algorithm} trainer is not available in this installation ({err}); "
-                        f"update llm-marl-envs to a version that ships {module_name}.{trainer_name}") from None
     values: dict[str, Any] = {}
     if args.config:
         path = Path(args.config)
@@ -164,17 +157,46 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise UserError(f"{path} must hold a mapping of {config_name} fields, got {type(loaded).__name__}")
         values.update(loaded)
     values.update(parse_overrides(args.set or []))
-    fields = {f.name for f in dataclasses.fields(config_cls)}
-    for key, value in (("env_id", args.env), ("model", args.model), ("output_dir", args.out)):
-        if value is not None and key in fields:
-            values.setdefault(key, value)
+    if args.out is not None:
+        values["output_dir"] = args.out
+    try:
+        module = importlib.import_module(module_name)
+        config_cls, trainer_cls = getattr(module, config_name), getattr(module, trainer_name)
+    except (ImportError, AttributeError) as err:
+        raise UserError(f"the {args.algorithm} trainer is not available in this installation ({err}); "
+                        f"update llm-marl-envs to a version that ships {module_name}.{trainer_name}") from None
     config = build_config(config_cls, values)
-    trainer = trainer_cls(config)
+    env = make(args.env, **env_arguments(args))
+    agents = env.possible_agents
+    from trainers.common.team import Team
+
+    if args.full_finetune:
+        team = Team.separate([load(args.model) for _ in agents], agents)
+    else:
+        model, tokenizer = load(args.model)
+        team = Team.shared_lora(model, tokenizer, agents, name=args.model)
+    trainer = trainer_cls(env, team, config)
     trainer.train()
+    print(f"trained {args.algorithm} on {args.env} ({len(agents)} agents, {env.num_turns} turns); "
+          f"outputs in {getattr(config, 'output_dir', '?')}")
     return 0
 
 
+def env_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """Env keyword arguments given on the command line (agents, turns, data directory, split)."""
+    given = {"num_agents": args.num_agents, "num_turns": args.num_turns, "data_dir": args.data_dir, "split": args.split}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 # ---------------------------------------------------------------------------------- parser
+def add_env_arguments(parser: argparse.ArgumentParser) -> None:
+    """The env options shared by ``bench`` and ``train``."""
+    parser.add_argument("--num-agents", type=int, default=None, help="agents N (default: the env's)")
+    parser.add_argument("--num-turns", type=int, default=None, help="turns T (default: the env's)")
+    parser.add_argument("--data-dir", default=None, help="local JSONL data directory (else $LLM_MARL_DATA_DIR)")
+    parser.add_argument("--split", default=None, help="dataset split (default: the env's)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``llm-marl`` and its subcommands."""
     parser = argparse.ArgumentParser(prog="llm-marl", description="Multi-agent LLM environments: list, benchmark, "
@@ -202,16 +224,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--baseline", choices=["single", "majority", "debate"], default="debate",
                        help="single: 1 agent 1 turn; majority: N*T independent samples voted; debate: N agents x T turns")
     bench.add_argument("--episodes", type=int, default=20, help="number of episodes (tasks)")
-    bench.add_argument("--num-agents", type=int, default=None, help="debate agents N (default: the env's)")
-    bench.add_argument("--num-turns", type=int, default=None, help="debate turns T (default: the env's)")
+    add_env_arguments(bench)
     bench.add_argument("--seed", type=int, default=0, help="seed of task order, sampling and bootstrap CIs")
     bench.add_argument("--out", default=None, help="run directory (default: runs/bench/ENV-BASELINE-seedSEED)")
     bench.add_argument("--max-new-tokens", type=int, default=256, help="tokens per answer")
     bench.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0 = greedy)")
     bench.add_argument("--top-p", type=float, default=0.9, help="nucleus sampling mass")
     bench.add_argument("--episodes-per-batch", type=int, default=4, help="episodes advanced together per batch")
-    bench.add_argument("--data-dir", default=None, help="local JSONL data directory (else $LLM_MARL_DATA_DIR)")
-    bench.add_argument("--split", default=None, help="dataset split (default: the env's)")
+    bench.add_argument("--threads", type=int, default=None,
+                       help="llamacpp threads (default: cores not busy with other processes)")
     bench.add_argument("--quiet", action="store_true", help="no progress bar")
     bench.set_defaults(func=cmd_bench)
 
@@ -221,10 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
                                        "single fields (values parsed as YAML).")
     train.add_argument("algorithm", choices=sorted(TRAINERS), help="training algorithm")
     train.add_argument("env", help="environment id (see `llm-marl envs`)")
-    train.add_argument("--model", default=None, help=f"base model (default: the config's, else {DEFAULT_MODEL})")
+    train.add_argument("--model", default=DEFAULT_MODEL, help="base model: embedded name or local HF directory")
     train.add_argument("--config", default=None, help="YAML file of config fields")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config field (repeatable)")
-    train.add_argument("--out", default=None, help="output directory (the config's output_dir field)")
+    train.add_argument("--out", default=None, help="output directory (overrides the config's output_dir)")
+    train.add_argument("--full-finetune", action="store_true",
+                       help="one full model copy per agent (default: one shared frozen base, a LoRA adapter per agent)")
+    add_env_arguments(train)
     train.set_defaults(func=cmd_train)
 
     report = sub.add_parser("report", help="rebuild the report of a bench run directory",
