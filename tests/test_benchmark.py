@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from llm_marl_envs import metrics
-from llm_marl_envs.benchmark import (BenchConfig, read_episodes, run_benchmark, summarize, task_schedule,
-                                     write_report)
+from llm_marl_envs.benchmark import BenchConfig, read_episodes, run_benchmark, summarize, task_schedule
 
 T, F = True, False
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -184,6 +183,13 @@ def test_openai_policy_against_real_llama_cpp_server(tmp_path):
         assert [len(row) for row in out] == [1, 1]
         for row in out:
             assert row[0].text.strip() and 0 < row[0].num_tokens <= 12
+        # the benchmark harness through the served model: token counts survive the rollout engine
+        from llm_marl_envs.benchmark import BenchConfig, run_benchmark
+        config = BenchConfig(env_id="gsm_symbolic_debate-v0", models=["smollm2-135m"], backend="openai",
+                             base_url=base_url, num_agents=2, num_turns=1, episodes=1, max_new_tokens=16,
+                             env_kwargs={"num_tasks": 5})
+        summary = run_benchmark(config, tmp_path / "run", progress=False)
+        assert summary["num_episodes"] == 1 and 0 < summary["tokens_total"] <= 2 * 16
     finally:
         server.terminate()
         server.wait(timeout=30)
