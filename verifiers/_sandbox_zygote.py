@@ -1,0 +1,406 @@
+"""Sandbox zygote: a small, long-lived interpreter that runs each code check in fresh isolation.
+
+Started by :mod:`verifiers.code` as ``python -I -S _sandbox_zygote.py`` with an empty environment
+(no site-packages, no inherited variables). It imports only the standard library once, then
+serves requests read from stdin, one at a time. Per request it forks a *supervisor* which
+
+1. makes a fresh working directory (owned by the check's unprivileged uid when we are root),
+2. enters new network, PID and mount namespaces where the kernel allows it (the network
+   namespace has only a down loopback: no network at all),
+3. forks the *runner* — PID 1 of the new PID namespace, in its own session — which makes the
+   whole file system read-only except its working directory, drops to an unprivileged uid,
+   sets rlimits (CPU, address space, file size = output cap, process count, no core files),
+   sets ``no_new_privs`` and a parent-death signal, points stdout/stderr at a capped file and
+   executes the program, then the instrumented test,
+4. reads the runner's per-assert records from a pipe (each line must carry the per-check random
+   nonce the runner never prints), enforces the wall-clock timeout by killing the runner (as
+   PID 1 of its namespace, its death takes every descendant with it) and its process group,
+   removes the working directory and writes one report back to the caller.
+
+Wire format both ways: 4-byte little-endian length + ``marshal`` payload (dicts of plain values
+and, from the caller, one code object compiled by the same interpreter).
+"""
+import ctypes
+import gc
+import marshal
+import os
+import resource
+import select
+import shutil
+import signal
+import sys
+import time
+import types
+
+CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x20000000, 0x40000000, 0x10000000
+MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 1 << 18
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
+SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 share this number
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+UID_BASE = 1_000_000     # runner uid = UID_BASE + zygote pid: unique among live zygotes
+RECORD_NAME = "__sbx_record__"
+# Imported once here so that a check importing them pays a dict lookup, not a module load.
+PRELOAD = ("array", "bisect", "cmath", "collections", "copy", "dataclasses", "datetime", "decimal", "fractions",
+           "functools", "hashlib", "heapq", "itertools", "json", "math", "operator", "random", "re", "statistics",
+           "string", "typing")
+
+libc = ctypes.CDLL(None, use_errno=True)
+PREFIX, PREFIX_FD = None, None   # set by main(): see open_private_prefix
+
+
+class MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount_setattr(path, flags, attr_set, attr_clr):
+    attr = MountAttr(attr_set, attr_clr, 0, 0)
+    _check(libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), flags, ctypes.byref(attr), ctypes.sizeof(attr)),
+           f"mount_setattr({path})")
+
+
+def enter_namespaces(caps):
+    """Supervisor side: new net/pid/mount namespaces (those the probe found usable)."""
+    flags = (CLONE_NEWNET if caps["netns"] else 0) | (CLONE_NEWPID if caps["pidns"] else 0)
+    if caps["userns"]:
+        flags |= CLONE_NEWUSER
+    if flags:
+        _check(libc.unshare(flags), "unshare")
+    if caps["userns"]:
+        uid, gid = caps["outer_uid"], caps["outer_gid"]
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as fh:
+                fh.write(text)
+
+
+def make_readonly_except(workdir):
+    """Runner side: a private mount namespace where everything is read-only but ``workdir``."""
+    _check(libc.unshare(CLONE_NEWNS), "unshare mount namespace")
+    _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount private /")
+    _check(libc.mount(workdir.encode(), workdir.encode(), None, MS_BIND, None), "bind workdir")
+    _mount_setattr("/", AT_RECURSIVE, MOUNT_ATTR_RDONLY, 0)
+    _mount_setattr(workdir, 0, 0, MOUNT_ATTR_RDONLY)
+
+
+def open_private_prefix():
+    """An O_PATH fd to the interpreter prefix when a private ancestor (e.g. /root, mode 0700) would
+    hide the standard library from the dropped uid; ``None`` when the path is traversable."""
+    prefix = os.path.realpath(sys.base_prefix)
+    path = "/"
+    for part in prefix.strip("/").split("/"):
+        path = os.path.join(path, part)
+        if not os.stat(path).st_mode & 0o001:
+            return prefix, os.open(prefix, os.O_PATH | os.O_DIRECTORY)
+    return prefix, None
+
+
+def reach_stdlib_through_fd(prefix, fd):
+    """After the uid drop: import the stdlib through /proc/self/fd/<fd> (an fd opened while root),
+    which needs no permission on the private ancestors of the prefix."""
+    via = f"/proc/self/fd/{fd}"
+
+    def moved(paths):
+        return [via + p[len(prefix):] if p.startswith(prefix) else p for p in paths]
+
+    sys.path[:] = moved(sys.path)
+    for module in list(sys.modules.values()):  # submodules of already-imported packages
+        if isinstance(getattr(module, "__path__", None), list):
+            module.__path__[:] = moved(module.__path__)
+
+
+def probe():
+    """Which isolation layers this kernel and user allow: tried once in a throwaway process."""
+    root = os.geteuid() == 0
+    caps = {"netns": False, "pidns": False, "readonly_fs": False, "userns": False, "drop_uid": False,
+            "outer_uid": os.geteuid(), "outer_gid": os.getegid()}
+    if root:  # strongest first; the uid drop needs the stdlib readable afterwards
+        order = [("netns", "pidns", "readonly_fs", "drop_uid"), ("netns", "pidns", "drop_uid"), ("netns", "pidns"),
+                 ("netns",), ()]
+    else:  # unprivileged: namespaces only through a user namespace
+        order = [("userns", "netns", "pidns", "readonly_fs"), ("userns", "netns", "pidns"), ("userns", "netns"), ()]
+    for layers in order:
+        trial = dict(caps, **{k: True for k in layers})
+        workdir = make_workdir(trial, "probe", UID_BASE + os.getpid())
+        try:
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    enter_namespaces(trial)
+                    inner = os.fork()
+                    if inner == 0:
+                        if trial["readonly_fs"]:
+                            make_readonly_except(workdir)
+                        if trial["drop_uid"]:
+                            drop_privileges(UID_BASE + os.getpid())
+                            if PREFIX_FD is not None:
+                                reach_stdlib_through_fd(PREFIX, PREFIX_FD)
+                            import json  # noqa: F401  (not yet imported: proves the stdlib is reachable)
+                        os._exit(0)
+                    os._exit(0 if os.waitpid(inner, 0)[1] == 0 else 1)
+                except BaseException:
+                    os._exit(1)
+            if os.waitpid(pid, 0)[1] == 0:
+                return trial
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return caps
+
+
+def drop_privileges(uid):
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+def make_workdir(caps, tag, uid):
+    """A fresh private directory under /tmp, owned by the runner's uid when it is dropped."""
+    path = os.path.join("/tmp", f"llm-marl-sbx-{tag}-{os.urandom(8).hex()}")
+    os.mkdir(path, 0o700)
+    if caps["drop_uid"]:
+        os.chown(path, uid, uid)
+    return path
+
+
+def make_recorder(fd, nonce):
+    """The only writer of result lines; binds os.write now so later monkeypatching cannot reach it."""
+    write, name_of = os.write, type
+
+    def record(index, exc):
+        if exc is None:
+            line = b"%s %d ok\n" % (nonce, index)
+        else:
+            try:
+                text = ("%s: %s" % (name_of(exc).__name__, exc))[:300]
+            except BaseException:
+                text = name_of(exc).__name__
+            line = b"%s %d %s\n" % (nonce, index, text.encode("utf-8", "replace").replace(b"\n", b"\\n"))
+        write(fd, line)
+
+    return record
+
+
+def rename_global(code, old, new):
+    """``code`` with every global ``old`` renamed ``new`` (nested code objects included)."""
+    consts = tuple(rename_global(c, old, new) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_consts=consts, co_names=tuple(new if n == old else n for n in code.co_names))
+
+
+def run_program(req, record, record_name):
+    """Runner: execute the program, then the instrumented test, reporting through ``record``."""
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    try:
+        code = compile(req["program"], "<program>", "exec", dont_inherit=True, optimize=0)
+    except SyntaxError as err:
+        record(-1, SyntaxError(f"line {err.lineno}: {err.msg}"))
+        return
+    except BaseException as err:
+        record(-1, err)
+        return
+    try:
+        exec(code, namespace)
+    except BaseException as err:  # SystemExit included: exiting early never counts as passing
+        record(-1, err)
+        return
+    entry_point = req["entry_point"]
+    if entry_point and not callable(namespace.get(entry_point)):
+        record(-1, NameError(f"entry point {entry_point!r} is not defined as a function by the program"))
+        return
+    namespace[record_name] = record
+    try:
+        exec(rename_global(req["test_code"], RECORD_NAME, record_name), namespace)
+        if req["call_check"]:
+            namespace["check"](namespace[entry_point])
+    except BaseException as err:
+        record(-2, err)
+        return
+    record(-3, None)
+
+
+def runner(req, caps, workdir, result_fd, out_fd, nonce):
+    """Child side after fork: isolate, limit, run. Never returns."""
+    try:
+        os.setsid()
+        if caps["readonly_fs"]:
+            make_readonly_except(workdir)
+        devnull = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        keep = sorted(fd for fd in (result_fd, PREFIX_FD) if fd is not None)
+        for low, high in zip([3] + [fd + 1 for fd in keep], keep + [1 << 16]):
+            os.closerange(low, high)
+        os.chdir(workdir)
+        os.environ.clear()
+        os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"})
+        cpu = int(req["timeout"]) + 1
+        limits = {resource.RLIMIT_CPU: (cpu, cpu + 1), resource.RLIMIT_AS: (req["memory_bytes"],) * 2,
+                  resource.RLIMIT_FSIZE: (req["output_bytes"],) * 2, resource.RLIMIT_NPROC: (req["max_processes"],) * 2,
+                  resource.RLIMIT_CORE: (0, 0), resource.RLIMIT_NOFILE: (256, 256)}
+        if caps["drop_uid"]:
+            drop_privileges(req["uid"])
+            if PREFIX_FD is not None:
+                reach_stdlib_through_fd(PREFIX, PREFIX_FD)
+        for which, value in limits.items():
+            resource.setrlimit(which, value)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        record_name = "__sbx_%s__" % os.urandom(8).hex()
+        run_program(req, make_recorder(result_fd, nonce), record_name)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException as err:
+        try:
+            os.write(2, b"sandbox runner setup failed: %s\n" % repr(err).encode())
+        except BaseException:
+            pass
+        os._exit(120)
+    os._exit(0)
+
+
+def supervise(req, caps):
+    """Run one check in a fresh runner; return the report dict."""
+    started = time.monotonic()
+    nonce = os.urandom(16).hex().encode()
+    req["uid"] = UID_BASE + os.getppid()  # from the zygote's pid: one uid per zygote
+    workdir = make_workdir(caps, "run", req["uid"])
+    # S keeps this fd and reads the output through it, whatever the program does to the path
+    out_fd = os.open(os.path.join(workdir, ".output"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    if caps["drop_uid"]:
+        os.fchown(out_fd, req["uid"], req["uid"])
+    read_fd, write_fd = os.pipe()
+    enter_namespaces(caps)
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        runner(req, caps, workdir, write_fd, out_fd, nonce)
+    os.close(write_fd)
+    deadline = started + req["timeout"]
+    buf, timed_out = bytearray(), False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select([read_fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        if len(buf) < (1 << 22):  # records beyond 4 MiB are dropped, not buffered
+            buf += chunk
+    for target in (lambda: os.kill(pid, signal.SIGKILL), lambda: os.killpg(pid, signal.SIGKILL)):
+        try:
+            target()
+        except OSError:
+            pass
+    _, status = os.waitpid(pid, 0)
+    os.close(read_fd)
+    if caps["drop_uid"] and not caps["pidns"]:
+        sweep_uid(req["uid"])
+    output = os.pread(out_fd, req["output_keep"], 0)
+    os.close(out_fd)
+    remove_workdir(workdir)
+    records = []
+    for line in bytes(buf).split(b"\n"):
+        head, _, rest = line.partition(b" ")
+        if head != nonce:
+            continue  # forged or partial line
+        index, _, text = rest.partition(b" ")
+        records.append((int(index), text.decode("utf-8", "replace")))
+    return {"records": records, "timed_out": timed_out,
+            "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "output": output, "elapsed_s": time.monotonic() - started}
+
+
+def remove_workdir(path):
+    """Remove the check's directory: two syscalls when the program left nothing behind."""
+    try:
+        os.unlink(os.path.join(path, ".output"))
+        os.rmdir(path)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def sweep_uid(uid):
+    """Without a PID namespace: kill every process of the runner's uid (escaped descendants)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        except BaseException:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def read_message(fd):
+    head = _read_exact(fd, 4)
+    if head is None:
+        return None
+    body = _read_exact(fd, int.from_bytes(head, "little"))
+    return None if body is None else marshal.loads(body)
+
+
+def _read_exact(fd, n):
+    parts, got = [], 0
+    while got < n:
+        chunk = os.read(fd, n - got)
+        if not chunk:
+            return None
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def write_message(fd, obj):
+    body = marshal.dumps(obj)
+    data = len(body).to_bytes(4, "little") + body
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def main():
+    reply_fd = os.dup(1)  # the caller's pipe; fd 1 itself is pointed at /dev/null
+    devnull = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(devnull, 1)
+    global PREFIX, PREFIX_FD
+    if os.geteuid() == 0:
+        PREFIX, PREFIX_FD = open_private_prefix()
+    caps = probe()
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    gc.collect()
+    gc.freeze()  # forked runners then leave the zygote's objects alone: fewer copy-on-write faults
+    write_message(reply_fd, {"caps": caps, "pid": os.getpid()})
+    while True:
+        req = read_message(0)
+        if req is None:
+            return
+        pid = os.fork()
+        if pid == 0:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            try:
+                report = supervise(req, caps)
+            except BaseException as err:
+                report = {"error": f"supervisor failed: {type(err).__name__}: {err}"}
+            write_message(reply_fd, report)
+            os._exit(0)
+        if os.waitpid(pid, 0)[1] != 0:  # the supervisor died before answering
+            write_message(reply_fd, {"error": "sandbox supervisor died without a report"})
+
+if __name__ == "__main__":
+    main()
