@@ -1,21 +1,21 @@
 """Sandbox zygote: a small, long-lived interpreter that runs each code check in fresh isolation.
 
 Started by :mod:`verifiers.code` as ``python -I -S _sandbox_zygote.py`` with an empty environment
-(no site-packages, no inherited variables). It imports only the standard library once, then
-serves requests read from stdin, one at a time. Per request it forks a *supervisor* which
+(no site-packages, no inherited variables). Once, at start, it enters a private mount namespace
+where the whole file system is read-only except a fresh tmpfs on ``/tmp`` (when not root, inside
+a user namespace first), imports the common standard-library modules and freezes its heap. Then
+it serves requests read from stdin, one at a time. Per request it forks a *supervisor* which
 
-1. makes a fresh working directory (owned by the check's unprivileged uid when we are root),
-2. enters new network, PID and mount namespaces where the kernel allows it (the network
-   namespace has only a down loopback: no network at all),
-3. forks the *runner* — PID 1 of the new PID namespace, in its own session — which makes the
-   whole file system read-only except its working directory, drops to an unprivileged uid,
-   sets rlimits (CPU, address space, file size = output cap, process count, no core files),
-   sets ``no_new_privs`` and a parent-death signal, points stdout/stderr at a capped file and
-   executes the program, then the instrumented test,
+1. makes a fresh working directory in that tmpfs, owned by the check's unprivileged uid,
+2. enters a new network namespace (no interface up: no network at all) and a new PID namespace,
+3. forks the *runner* — PID 1 of the new PID namespace, in its own session — which drops to the
+   unprivileged uid, sets rlimits (CPU, address space, file size = output cap, process count, no
+   core files, open files), ``no_new_privs`` and a parent-death signal, points stdout/stderr at a
+   capped file and executes the program, then the instrumented test,
 4. reads the runner's per-assert records from a pipe (each line must carry the per-check random
-   nonce the runner never prints), enforces the wall-clock timeout by killing the runner (as
-   PID 1 of its namespace, its death takes every descendant with it) and its process group,
-   removes the working directory and writes one report back to the caller.
+   nonce), enforces the wall-clock timeout by killing the runner (as PID 1 of its namespace, its
+   death takes every descendant with it), removes the working directory and writes one report
+   to the caller.
 
 Wire format both ways: 4-byte little-endian length + ``marshal`` payload (dicts of plain values
 and, from the caller, one code object compiled by the same interpreter).
@@ -33,7 +33,7 @@ import time
 import types
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x20000000, 0x40000000, 0x10000000
-MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 1 << 18
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 1 << 18
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 share this number
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
@@ -66,26 +66,31 @@ def _mount_setattr(path, flags, attr_set, attr_clr):
 
 
 def enter_namespaces(caps):
-    """Supervisor side: new net/pid/mount namespaces (those the probe found usable)."""
+    """Supervisor side, per check: new network and PID namespaces (those the probe found usable)."""
     flags = (CLONE_NEWNET if caps["netns"] else 0) | (CLONE_NEWPID if caps["pidns"] else 0)
-    if caps["userns"]:
-        flags |= CLONE_NEWUSER
     if flags:
         _check(libc.unshare(flags), "unshare")
-    if caps["userns"]:
-        uid, gid = caps["outer_uid"], caps["outer_gid"]
-        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
-            with open(f"/proc/self/{name}", "w") as fh:
-                fh.write(text)
 
 
-def make_readonly_except(workdir):
-    """Runner side: a private mount namespace where everything is read-only but ``workdir``."""
+def enter_user_namespace():
+    """Zygote side, once, when not root: become root of a user namespace mapped to our own uid,
+    which allows the mount, network and PID namespaces below without privileges."""
+    uid, gid = os.geteuid(), os.getegid()
+    _check(libc.unshare(CLONE_NEWUSER), "unshare user namespace")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as fh:
+            fh.write(text)
+
+
+def seal_filesystem():
+    """Zygote side, once: a private mount namespace where everything is read-only except a fresh
+    tmpfs on /tmp (root-owned, mode 0711), which holds only the current check's working directory.
+    Nothing a check writes outlives it: its directory is removed before the next check starts."""
     _check(libc.unshare(CLONE_NEWNS), "unshare mount namespace")
     _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount private /")
-    _check(libc.mount(workdir.encode(), workdir.encode(), None, MS_BIND, None), "bind workdir")
+    _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0711,size=512m"), "tmpfs on /tmp")
     _mount_setattr("/", AT_RECURSIVE, MOUNT_ATTR_RDONLY, 0)
-    _mount_setattr(workdir, 0, 0, MOUNT_ATTR_RDONLY)
+    _mount_setattr("/tmp", 0, 0, MOUNT_ATTR_RDONLY)
 
 
 def open_private_prefix():
@@ -101,8 +106,8 @@ def open_private_prefix():
 
 
 def reach_stdlib_through_fd(prefix, fd):
-    """After the uid drop: import the stdlib through /proc/self/fd/<fd> (an fd opened while root),
-    which needs no permission on the private ancestors of the prefix."""
+    """Import the stdlib through /proc/self/fd/<fd> (an fd opened while root; runners inherit it),
+    which needs no permission on the private ancestors of the prefix once the uid is dropped."""
     via = f"/proc/self/fd/{fd}"
 
     def moved(paths):
@@ -114,19 +119,14 @@ def reach_stdlib_through_fd(prefix, fd):
             module.__path__[:] = moved(module.__path__)
 
 
-def probe():
-    """Which isolation layers this kernel and user allow: tried once in a throwaway process."""
-    root = os.geteuid() == 0
-    caps = {"netns": False, "pidns": False, "readonly_fs": False, "userns": False, "drop_uid": False,
-            "outer_uid": os.geteuid(), "outer_gid": os.getegid()}
-    if root:  # strongest first; the uid drop needs the stdlib readable afterwards
-        order = [("netns", "pidns", "readonly_fs", "drop_uid"), ("netns", "pidns", "drop_uid"), ("netns", "pidns"),
-                 ("netns",), ()]
-    else:  # unprivileged: namespaces only through a user namespace
-        order = [("userns", "netns", "pidns", "readonly_fs"), ("userns", "netns", "pidns"), ("userns", "netns"), ()]
+def probe(caps):
+    """Which per-check layers this kernel and user allow, strongest first: tried in a throwaway
+    process tree exactly as a check would use them."""
+    order = [("netns", "pidns", "drop_uid"), ("netns", "pidns"), ("netns",), ()]
     for layers in order:
         trial = dict(caps, **{k: True for k in layers})
-        workdir = make_workdir(trial, "probe", UID_BASE + os.getpid())
+        uid = UID_BASE + os.getpid()
+        workdir = make_workdir(trial, "probe", uid)
         try:
             pid = os.fork()
             if pid == 0:
@@ -134,12 +134,8 @@ def probe():
                     enter_namespaces(trial)
                     inner = os.fork()
                     if inner == 0:
-                        if trial["readonly_fs"]:
-                            make_readonly_except(workdir)
                         if trial["drop_uid"]:
-                            drop_privileges(UID_BASE + os.getpid())
-                            if PREFIX_FD is not None:
-                                reach_stdlib_through_fd(PREFIX, PREFIX_FD)
+                            drop_privileges(uid)
                             import json  # noqa: F401  (not yet imported: proves the stdlib is reachable)
                         os._exit(0)
                     os._exit(0 if os.waitpid(inner, 0)[1] == 0 else 1)
@@ -226,8 +222,6 @@ def runner(req, caps, workdir, result_fd, out_fd, nonce):
     """Child side after fork: isolate, limit, run. Never returns."""
     try:
         os.setsid()
-        if caps["readonly_fs"]:
-            make_readonly_except(workdir)
         devnull = os.open("/dev/null", os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(out_fd, 1)
@@ -244,8 +238,6 @@ def runner(req, caps, workdir, result_fd, out_fd, nonce):
                   resource.RLIMIT_CORE: (0, 0), resource.RLIMIT_NOFILE: (256, 256)}
         if caps["drop_uid"]:
             drop_privileges(req["uid"])
-            if PREFIX_FD is not None:
-                reach_stdlib_through_fd(PREFIX, PREFIX_FD)
         for which, value in limits.items():
             resource.setrlimit(which, value)
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
@@ -375,9 +367,23 @@ def main():
     devnull = os.open("/dev/null", os.O_WRONLY)
     os.dup2(devnull, 1)
     global PREFIX, PREFIX_FD
-    if os.geteuid() == 0:
+    caps = {"netns": False, "pidns": False, "readonly_fs": False, "userns": False, "drop_uid": False}
+    if os.geteuid() != 0:
+        try:
+            enter_user_namespace()
+            caps["userns"] = True
+        except OSError:
+            pass
+    if os.geteuid() == 0:  # really root, or root of our user namespace
         PREFIX, PREFIX_FD = open_private_prefix()
-    caps = probe()
+        if PREFIX_FD is not None:  # from now on every import goes through the fd
+            reach_stdlib_through_fd(PREFIX, PREFIX_FD)
+        try:
+            seal_filesystem()
+            caps["readonly_fs"] = True
+        except OSError:
+            pass
+    caps = probe(caps)
     for name in PRELOAD:
         try:
             __import__(name)

@@ -11,18 +11,20 @@ all its executions pass, an assert never reached counts as failed, and a program
 
 Isolation. Generated code never runs in the caller's process. A small *zygote* interpreter
 (``python -I -S``: no site-packages, empty environment) is started per worker and forks, per
-check, a supervisor and then a runner. The supervisor enters fresh namespaces; the runner is
-PID 1 of its own PID namespace and its own session, so neither ``os.kill(os.getppid(), 9)`` nor
+check, a supervisor and then a runner (see ``_sandbox_zygote.py``). The runner is PID 1 of its
+own PID namespace and its own session, so neither ``os.kill(os.getppid(), 9)`` nor
 ``kill(-1, 9)`` reaches anything outside, and its death takes all its descendants with it.
 Layers, each reported as active or not in ``Verdict.details["isolation"]``:
 
-- ``netns``: a new network namespace with no interfaces up — no network, not even loopback to
-  the host's listeners.
-- ``pidns``: the PID namespace above (without it: process-group kill plus a sweep of the uid).
-- ``readonly_fs``: a new mount namespace where the whole file system is read-only except the
-  check's fresh temporary working directory (removed afterwards).
-- ``uid``: when started as root, the runner drops to an unprivileged uid (one per zygote), so the
-  process-count limit is enforced and root-only files are unreadable.
+- ``netns``: a new network namespace per check with no interface up — no network, not even
+  loopback to the host's listeners.
+- ``pidns``: the PID namespace above, per check (without it: process-group kill plus a sweep of
+  the uid's processes).
+- ``readonly_fs``: the zygote's private mount namespace: the whole file system is read-only
+  except a private tmpfs ``/tmp`` that holds only the running check's fresh working directory
+  (removed before the next check), so nothing written survives a check.
+- ``uid_dropped``: when started as root, the runner drops to an unprivileged uid (one per
+  zygote), so the process-count limit is enforced and root-only files are unreadable.
 - ``rlimits``: CPU time, address space, file size (which also caps stdout/stderr: they go to a
   file in the working directory, so a flood of output stops at ``output_bytes`` with SIGXFSZ),
   process count, no core files, open files.
@@ -41,7 +43,6 @@ from __future__ import annotations
 
 import ast
 import atexit
-import copy
 import marshal
 import math
 import os
@@ -101,22 +102,31 @@ class InstrumentedTest:
 class _AssertRecorder(ast.NodeTransformer):
     """Rewrite each ``assert`` into a try/except that records pass/fail under its index."""
 
-    _template = ast.parse(
-        f"try:\n    pass\nexcept BaseException as __sbx_exc__:\n    {_RECORD_NAME}(0, __sbx_exc__)\n"
-        f"else:\n    {_RECORD_NAME}(0, None)\n"
-    ).body[0]
-
-    def __init__(self) -> None:
+    def __init__(self, source: str) -> None:
+        self.lines = [line.encode() for line in source.splitlines(keepends=True)]  # ast columns are utf-8 bytes
         self.sources: list[str] = []
+
+    def segment(self, node: ast.stmt) -> str:
+        """The source text of ``node`` (like ``ast.get_source_segment``, without re-splitting per call)."""
+        first, last = node.lineno - 1, node.end_lineno - 1
+        if first == last:
+            return self.lines[first][node.col_offset:node.end_col_offset].decode()
+        parts = [self.lines[first][node.col_offset:], *self.lines[first + 1:last], self.lines[last][:node.end_col_offset]]
+        return b"".join(parts).decode()
 
     def visit_Assert(self, node: ast.Assert) -> ast.Try:
         index = len(self.sources)
-        self.sources.append(ast.unparse(node))
-        wrapper = copy.deepcopy(self._template)
-        wrapper.body = [node]
-        for call in (wrapper.handlers[0].body[0].value, wrapper.orelse[0].value):
-            call.args[0] = ast.Constant(index)
-        return ast.fix_missing_locations(ast.copy_location(wrapper, node))
+        self.sources.append(self.segment(node))
+        at = {"lineno": node.lineno, "col_offset": node.col_offset,
+              "end_lineno": node.end_lineno, "end_col_offset": node.end_col_offset}
+
+        def record(outcome: ast.expr) -> ast.Expr:
+            call = ast.Call(ast.Name(_RECORD_NAME, ast.Load(), **at), [ast.Constant(index, **at), outcome], [], **at)
+            return ast.Expr(call, **at)
+
+        failed = ast.ExceptHandler(ast.Name("BaseException", ast.Load(), **at), "__sbx_exc__",
+                                   [record(ast.Name("__sbx_exc__", ast.Load(), **at))], **at)
+        return ast.Try(body=[node], handlers=[failed], orelse=[record(ast.Constant(None, **at))], finalbody=[], **at)
 
 
 def _test_source(test: str | Sequence[str]) -> str:
@@ -134,7 +144,7 @@ def instrument_test(test: str) -> InstrumentedTest:
         tree = ast.parse(test)
     except SyntaxError as err:
         raise ValueError(f"test code does not parse (line {err.lineno}: {err.msg}); pass valid Python") from None
-    rewriter = _AssertRecorder()
+    rewriter = _AssertRecorder(test)
     tree = rewriter.visit(tree)
     if not rewriter.sources:
         raise ValueError("test contains no assert statements; the score is the fraction of asserts passed")
