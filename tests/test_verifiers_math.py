@@ -1,9 +1,16 @@
 """Tests for verifiers.math.verify_answer: extraction priority, normalisation, equivalence, guards."""
 from __future__ import annotations
 
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
 import pytest
 
 from verifiers import Verdict
+from verifiers._symbolic_worker import SymbolicWorker
 from verifiers.math import canonical_number, verify_answer
 
 GSM8K_SOLUTION = (
@@ -56,6 +63,10 @@ CASES = [
     ("\\boxed{\\sqrt{2}/2}", "\\frac{\\sqrt{2}}{2}", True, "\\sqrt{2}/2"),
     ("\\boxed{\\pi}", "3", False, "\\pi"),
     ("\\boxed{5!}", "120", True, "5!"),
+    ("\\boxed{\\sum_{i=1}^{3} i}", "6", True, "\\sum_{i=1}^{3} i"),
+    # mixed numbers
+    ("She used 1 1/2 cups.", "1.5", True, "1.5"),
+    ("\\boxed{2\\frac{1}{2}}", "5/2", True, "2.5"),
 ]
 
 
@@ -67,6 +78,36 @@ def test_verify_answer_cases(response: str, gold: str, correct: bool, answer: st
     assert verdict.score == (1.0 if correct else 0.0)
     assert verdict.details["answer"] == answer
     assert "reason" not in verdict.details
+
+
+def test_every_offline_gsm8k_solution_verifies_against_itself() -> None:
+    path = Path(os.environ.get("LLM_MARL_DATA_DIR", "/nonexistent")) / "gsm8k" / "test.jsonl"
+    if not path.exists():
+        pytest.skip(f"offline GSM8K copy not found at {path}")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    failures = [row["answer"][-40:] for row in rows if not verify_answer(row["answer"], row["answer"]).correct]
+    assert failures == []
+
+
+def test_symbolic_check_from_worker_thread_uses_child_process() -> None:
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        right = pool.submit(verify_answer, "\\boxed{2^3}", "8").result()
+        wrong = pool.submit(verify_answer, "\\boxed{2^4}", "8").result()
+    assert (right.correct, wrong.correct) == (True, False)
+
+
+@pytest.mark.timeout(60)
+def test_symbolic_worker_is_killed_after_timeout_and_restarts() -> None:
+    worker = SymbolicWorker(timeout_s=0.3)
+    try:
+        assert worker.compare("8", "2^3") is True
+        slow = "(a+b+c+d)^{9}(e+f+g+h)^{9}(i+j+k+l)^{9}(m+n+o+p)^{9}-(q+r)^{9}"
+        started = time.monotonic()
+        assert worker.compare("1", slow) is None
+        assert time.monotonic() - started < 5
+        assert worker.compare("8", "2^3") is True
+    finally:
+        worker.close()
 
 
 def test_gold_from_gsm8k_solution_is_canonical() -> None:

@@ -8,19 +8,23 @@ gold answer. Extraction priority (first that applies wins):
 3. the last "final answer: x" / "the answer is x" / "answer: x" (case-insensitive),
 4. the last number in the text.
 
-Only the last :data:`verifiers._text.TAIL_CHARS` characters are searched by regexes (boxes and
-``####`` are found anywhere with ``str.rfind``). The extracted text is normalised: LaTeX
+Boxes are found anywhere (``str.rfind``); the other rules search only the last
+:data:`verifiers._text.TAIL_CHARS` characters, and a ``####`` line must start like a number
+(markdown ``#### Step 1`` headings are skipped). The extracted text is normalised: LaTeX
 wrappers (``$``, ``\\(``, ``\\text{}``, ``\\left``), ``\\dfrac``/``\\tfrac``, thousands commas,
 currency signs, ``%``, degree signs, a leading ``x =``, trailing punctuation, and unit or
 explanation words after a number (``5 dollars``, ``12 cm``, ``72 because ...``) are removed.
 
-Equivalence: plain numbers and simple fractions (``12``, ``-3``, ``1,234``, ``0.75``,
-``3/4``, ``\\frac{3}{4}``) are compared exactly as :class:`fractions.Fraction` without
-touching sympy (microseconds). A decimal also matches a non-terminating fraction when it is
-that fraction correctly rounded to its shown digits (at least two: ``0.33`` = ``1/3``).
+Equivalence: plain numbers, simple fractions and mixed numbers (``12``, ``-3``, ``1,234``,
+``0.75``, ``3/4``, ``\\frac{3}{4}``, ``1 1/2``, ``1\\frac{1}{2}``) are compared exactly as
+:class:`fractions.Fraction` without touching sympy (microseconds). A decimal also matches a
+non-terminating fraction when it is that fraction correctly rounded to its shown digits (at
+least two: ``0.33`` = ``1/3``).
 Anything else goes to math-verify (``parse``/``verify``, sympy underneath) after a complexity
 guard (length, huge or nested exponents, big factorials) so that inputs like ``10^10^10``
-return score 0 instead of hanging.
+return score 0 instead of hanging, and under a time limit: math-verify's own (signal based)
+timeout in the main thread, a killable child process (:mod:`verifiers._symbolic_worker`) in
+any other thread.
 
 ``details``: ``answer`` (canonical string of the extracted answer: ``"72"``, ``"0.75"``,
 ``"1/3"``, or the normalised LaTeX; ``None`` if nothing was found), ``gold`` (same for the
@@ -37,16 +41,22 @@ from fractions import Fraction
 from typing import Any
 
 from verifiers import Verdict
+from verifiers._symbolic_worker import SymbolicWorker
 from verifiers._text import final_statement_spans, last_boxed, response_problem, tail
 
 MAX_SYMBOLIC_CHARS = 300
 """Answers longer than this (after normalisation) are not handed to sympy."""
 
+MAX_EXPONENT_DIGITS = 3
+"""Exponents/root indices with more digits than this (>= 1000; >= 100 when the answer has
+variables, whose expansion is costly) are not handed to sympy."""
+
 MAX_NUMBER_DIGITS = 400
 """Number literals with more digits than this are treated as unparseable."""
 
 SYMBOLIC_TIMEOUT_S = 3
-"""math-verify's own parse/verify timeout (signal based: main thread only)."""
+"""math-verify's own parse/verify timeout in seconds (signal based, so main thread only; in other
+threads the comparison runs in a child process that is killed after ``3 * SYMBOLIC_TIMEOUT_S + 1``)."""
 
 _NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
 _UNITS = (
@@ -57,19 +67,20 @@ _UNITS = (
 _SIGNED_NUMBER = rf"[-+]?\s*(?:{_NUMBER})"
 _FAST_NUMBER_RE = re.compile(
     rf"(?P<sign>[-+]?)\s*"
+    rf"(?:(?P<whole>\d+)(?:\s+(?=\d+\s*/)|\s*(?=\\frac)))?"
     rf"(?:(?P<num>{_NUMBER})(?:\s*/\s*(?P<den>{_NUMBER}))?"
     rf"|\\frac\s*\{{\s*(?P<fnum>{_SIGNED_NUMBER})\s*\}}\s*\{{\s*(?P<fden>{_SIGNED_NUMBER})\s*\}})"
     rf"(?:\s*(?:{_UNITS})(?:\s*\^\s*\{{?[23]\}}?)?(?![A-Za-z])\.?)?"
     rf"(?:\s+[A-Za-z]{{2,}}\b[^0-9=^\\]*)?"
 )
-_LAST_NUMBER_RE = re.compile(rf"(?<![\w.])-?(?:{_NUMBER})(?:\s*/\s*(?:{_NUMBER}))?(?![\d])")
+_LAST_NUMBER_RE = re.compile(rf"(?<![\w.])-?(?:\d+[ \t]+(?=\d+/\d))?(?:{_NUMBER})(?:\s*/\s*(?:{_NUMBER}))?(?![\d])")
+_PLAIN_INTEGER_RE = re.compile(r"-?\d{1,30}")
 _GSM8K_MARK = "####"
 _GSM8K_ANSWER_RE = re.compile(r"####[ \t]*([-+$\\\d.(][^\n]*)")
 
 _TEXT_WRAPPER_RE = re.compile(
     r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}"
 )
-_ASSIGNMENT_RE = re.compile(r"^[^=<>]*[^=<>!]=(?!=)")
 _CURRENCY_RE = re.compile(r"^(?:usd|us\$|rs\.?|inr|eur)\s*", re.IGNORECASE)
 _REPLACEMENTS = (
     ("\u2212", "-"), ("\u2013", "-"), ("**", ""), ("\\$", ""), ("$", ""), ("\\(", ""),
@@ -83,6 +94,8 @@ _REPLACEMENTS = (
 _EXPONENT_OPERAND_RE = re.compile(r"(?:\^|\*\*)\s*(\{[^{}]*\{|\{[^{}]*\}|\(?[\w.]*)")
 _NESTED_EXPONENT_RE = re.compile(r"(?:\^|\*\*)[^+\-*/=,\s}]*(?:\^|\*\*)")
 _BIG_FACTORIAL_RE = re.compile(r"\d{4,}\s*!|\}\s*!")
+_POWER_RE = re.compile(r"\^|\*\*")
+_ROOT_INDEX_RE = re.compile(r"\\sqrt\s*\[([^\]]*)\]")
 
 
 def verify_answer(response: str, gold: str) -> Verdict:
@@ -131,8 +144,7 @@ def normalize_answer(raw: str) -> str:
         text = _TEXT_WRAPPER_RE.sub(r" \1 ", text)
     for old, new in _REPLACEMENTS:
         text = text.replace(old, new)
-    while (assignment := _ASSIGNMENT_RE.match(text)) and text[assignment.end():].strip():
-        text = text[assignment.end():]
+    text = _after_last_equals(text)
     text = " ".join(text.split()).strip(" .,;:?")
     while text.startswith("{") and text.endswith("}") and _balanced(text[1:-1]):
         text = text[1:-1].strip()
@@ -155,6 +167,9 @@ class _Answer:
 
 def _parse_answer(raw: str) -> _Answer:
     """Normalise ``raw``; numeric fast path first, else a guarded symbolic form."""
+    if _PLAIN_INTEGER_RE.fullmatch(raw):
+        value = int(raw)
+        return _Answer(str(value), value=Fraction(value), decimals=0)
     text = normalize_answer(raw)
     if not text:
         return _Answer(None, problem=f"extracted answer {raw[:50]!r} is empty after normalisation")
@@ -179,6 +194,10 @@ def _numeric_answer(match: re.Match[str], text: str) -> _Answer:
         if divisor == 0:
             return _Answer(text[:50], problem="division by zero in answer")
         value /= divisor
+    if match.group("whole"):
+        if denominator is None:
+            return _Answer(text[:50], problem="mixed number without a fraction")
+        value += int(match.group("whole"))
     if match.group("sign") == "-":
         value = -value
     return _Answer(canonical_number(value), value=value, decimals=decimals)
@@ -236,7 +255,9 @@ def _equivalent(answer: _Answer, gold: _Answer) -> bool | None:
         return _numbers_match(answer, gold) or _numbers_match(gold, answer)
     if answer.canonical == gold.canonical:
         return True
-    return _symbolic_equal(gold.canonical, answer.canonical)
+    if threading.current_thread() is threading.main_thread():
+        return symbolic_equal(gold.canonical, answer.canonical)
+    return _symbolic_worker().compare(gold.canonical, answer.canonical)
 
 
 def _numbers_match(shown: _Answer, exact: _Answer) -> bool:
@@ -252,14 +273,37 @@ def _too_complex(text: str) -> bool:
     """Whether evaluating ``text`` could blow up (nested/huge exponents, big factorials)."""
     if _NESTED_EXPONENT_RE.search(text) or _BIG_FACTORIAL_RE.search(text):
         return True
-    for operand in _EXPONENT_OPERAND_RE.findall(text):
-        if operand.count("{") > 1 or len(re.sub(r"\D", "", operand)) > 4:
+    has_variables = re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", text)) is not None
+    max_digits = MAX_EXPONENT_DIGITS - 1 if has_variables else MAX_EXPONENT_DIGITS
+    for operand in _EXPONENT_OPERAND_RE.findall(text) + _ROOT_INDEX_RE.findall(text):
+        if operand.count("{") > 1 or len(re.sub(r"\D", "", operand)) > max_digits:
             return True
-    return False
+    return any(_powered_group_has_power(text, match.start()) for match in _POWER_RE.finditer(text))
 
 
-def _symbolic_equal(gold: str, answer: str) -> bool | None:
-    """math-verify equivalence of two normalised LaTeX strings (``None`` when either fails to parse)."""
+def _powered_group_has_power(text: str, power_at: int) -> bool:
+    """Whether the base of the power at ``power_at`` is a bracketed group containing a power."""
+    end = power_at - 1
+    while end >= 0 and text[end] == " ":
+        end -= 1
+    if end < 0 or text[end] not in ")}]":
+        return False
+    depth = 0
+    for start in range(end, -1, -1):
+        depth += text[start] in ")}]"
+        depth -= text[start] in "({["
+        if depth == 0:
+            group = text[start:end + 1]
+            return "^" in group or "**" in group
+    return True
+
+
+def symbolic_equal(gold: str, answer: str) -> bool | None:
+    """math-verify equivalence of two normalised LaTeX strings (``None`` when either fails to parse).
+
+    In the main thread math-verify's signal-based timeouts bound the time; elsewhere call it
+    through :class:`verifiers._symbolic_worker.SymbolicWorker`.
+    """
     parsed_gold = _math_verify_parse(gold)
     parsed_answer = _math_verify_parse(answer)
     if not parsed_gold or not parsed_answer:
@@ -280,14 +324,36 @@ def _math_verify_parse(text: str) -> tuple[Any, ...]:
 
 
 def _timeout() -> int | None:
-    """math-verify's signal-based timeout only works in the main thread; elsewhere rely on the guard."""
+    """math-verify's signal-based timeout (it only works in the main thread)."""
     return SYMBOLIC_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+
+@functools.lru_cache(maxsize=1)
+def _symbolic_worker() -> SymbolicWorker:
+    """The shared child process for symbolic checks requested outside the main thread."""
+    return SymbolicWorker(timeout_s=3 * SYMBOLIC_TIMEOUT_S + 1)
 
 
 def _cut_sentence(span: str) -> str:
     """``span`` up to the first sentence or clause end (``.``/``!`` not inside a number, ``;``, ``, ``, ``and``, ``because`` ...)."""
     end = re.search(r"\.(?!\d)|;|!(?!\S)|,\s|\s(?:and|because|since|as|so)\s", span)
     return (span[:end.start()] if end else span).strip()
+
+
+def _after_last_equals(text: str) -> str:
+    """The right-hand side of the last top-level ``=`` (``x = 5`` -> ``5``), else ``text``."""
+    depth = 0
+    cut = -1
+    for index, char in enumerate(text):
+        if char in "{([":
+            depth += 1
+        elif char in "})]":
+            depth -= 1
+        elif char == "=" and depth == 0 and text[index - 1:index] not in ("<", ">", "!", "=") \
+                and text[index + 1:index + 2] != "=":
+            cut = index
+    rest = text[cut + 1:].strip()
+    return rest if cut >= 0 and rest else text
 
 
 def _balanced(text: str) -> bool:
@@ -307,4 +373,4 @@ def _unjudged(reason: str, answer: str | None, gold: _Answer, source: str | None
     return Verdict(score=0.0, correct=False, details=details)
 
 
-__all__ = ["canonical_number", "extract_answer", "normalize_answer", "verify_answer"]
+__all__ = ["canonical_number", "extract_answer", "normalize_answer", "symbolic_equal", "verify_answer"]
