@@ -17,6 +17,7 @@ _FINAL_STATEMENT_RE = re.compile(
     r"\s*(?:is\s*:?|:|=)\s*(?P<span>[^\n]{1,200})",
     re.IGNORECASE,
 )
+_SENTENCE_END_RE = re.compile(r"\.(?!\d)|[!?](?!\S)|;")
 
 
 def response_problem(response: object) -> str | None:
@@ -79,9 +80,14 @@ def _box_content(text: str, start: int) -> str | None:
 def final_statement_spans(text: str) -> list[str]:
     """Spans after "the answer is", "final answer:", "answer:", "label:" ..., last one first.
 
-    Each span runs to the end of its line; callers cut it further as their answer type needs.
+    Each span runs to the end of its sentence (``.`` not inside a number, ``!``, ``?``, ``;``)
+    or line, whichever comes first.
     """
-    spans = [match.group("span") for match in _FINAL_STATEMENT_RE.finditer(tail(text))]
+    spans = []
+    for match in _FINAL_STATEMENT_RE.finditer(tail(text)):
+        span = match.group("span")
+        end = _SENTENCE_END_RE.search(span)
+        spans.append((span[:end.start()] if end else span).strip())
     spans.reverse()
     return spans
 

@@ -74,6 +74,7 @@ _FAST_NUMBER_RE = re.compile(
     rf"(?:\s+[A-Za-z]{{2,}}\b[^0-9=^\\]*)?"
 )
 _LAST_NUMBER_RE = re.compile(rf"(?<![\w.])-?(?:\d+[ \t]+(?=\d+/\d))?(?:{_NUMBER})(?:\s*/\s*(?:{_NUMBER}))?(?![\d])")
+_CLAUSE_END_RE = re.compile(r",\s|\s(?:and|because|since|as|so)\s")
 _PLAIN_INTEGER_RE = re.compile(r"-?\d{1,30}")
 _GSM8K_MARK = "####"
 _GSM8K_ANSWER_RE = re.compile(r"####[ \t]*([-+$\\\d.(][^\n]*)")
@@ -128,7 +129,7 @@ def extract_answer(text: str) -> tuple[str, str] | None:
     if marked:
         return marked[-1][:200], "####"
     for span in final_statement_spans(text):
-        cut = _cut_sentence(span)
+        cut = _first_clause(span)
         if cut and (_LAST_NUMBER_RE.search(cut) or "\\" in cut):
             return cut, "statement"
     numbers = _LAST_NUMBER_RE.findall(tail(text))
@@ -334,9 +335,9 @@ def _symbolic_worker() -> SymbolicWorker:
     return SymbolicWorker(timeout_s=3 * SYMBOLIC_TIMEOUT_S + 1)
 
 
-def _cut_sentence(span: str) -> str:
-    """``span`` up to the first sentence or clause end (``.``/``!`` not inside a number, ``;``, ``, ``, ``and``, ``because`` ...)."""
-    end = re.search(r"\.(?!\d)|;|!(?!\S)|,\s|\s(?:and|because|since|as|so)\s", span)
+def _first_clause(span: str) -> str:
+    """``span`` up to the first ``, `` or joining word (``and``, ``because``, ``since``, ``as``, ``so``)."""
+    end = _CLAUSE_END_RE.search(span)
     return (span[:end.start()] if end else span).strip()
 
 

@@ -22,19 +22,24 @@ A label word directly negated (``not``, ``no``, ``n't``, ``never``, ``cannot``, 
 
 The committed label, first rule that applies:
 
-1. the last ``\\boxed{...}``: it must name exactly one label (a bare ``E``/``N``/``C`` is
-   accepted inside a box);
-2. the last explicit statement ("the answer is neutral", "Answer: contradiction",
-   "final label: E") whose span names a label: the first non-negated label in it;
-3. the last sentence (or line) that names any label, if it names exactly one; if it
+1. a response that is just ``E``, ``N`` or ``C`` (markup and punctuation aside);
+2. the last ``\\boxed{...}``: it must name exactly one label (a bare ``E``/``N``/``C`` is
+   accepted inside a box), else the response is ``ambiguous`` or names no label;
+3. the last explicit statement ("the answer is neutral", "Answer: contradiction",
+   "final label: E"), up to the end of its sentence, that names exactly one label
+   (negated labels aside: "the answer is not entailment but neutral" is neutral). A
+   statement naming several ("Answer: entailment, neutral or contradiction", an echo of
+   the instructions) is skipped;
+4. the last sentence (or line) that names any label, if it names exactly one; if it
    names several the response is ``ambiguous``.
 
 ``details``: ``answer`` (the committed label or ``None``), ``gold`` (canonical gold label),
-``source`` (``boxed``/``statement``/``last_sentence``) and, when no label was committed,
-``reason`` (``"ambiguous"`` when several labels are named without committing).
+``source`` (``whole_response``/``boxed``/``statement``/``last_sentence``) and, when no label
+was committed, ``reason`` (``"ambiguous"`` when several labels are named without committing).
 """
 from __future__ import annotations
 
+import numbers
 import re
 
 from verifiers import Verdict
@@ -49,6 +54,7 @@ _GOLD_ALIASES = {
     **{str(index): label for index, label in enumerate(LABELS)},
 }
 _LETTER_LABELS = {label[0]: label for label in LABELS}
+_MAX_LETTER_RESPONSE = 40
 
 _NEITHER_NOR = r"neither\s+(?:an?\s+)?(?:entail|contradict)\w*\s+nor\s+(?:an?\s+)?(?:entail|contradict)\w*"
 _CANNOT_BE_DETERMINED = r"\b(?:cannot|can't|can\s+not)\s+be\s+determined\b"
@@ -81,7 +87,7 @@ def verify_label(response: str, gold: str | int) -> Verdict:
 
 def canonical_gold_label(gold: str | int) -> str:
     """``entailment``/``neutral``/``contradiction`` from a name, a letter or a class id 0/1/2."""
-    if isinstance(gold, bool) or not isinstance(gold, (str, int)):
+    if isinstance(gold, bool) or not isinstance(gold, (str, numbers.Integral)):
         raise ValueError(f"gold label must be a label name or class id 0/1/2, got {gold!r}")
     label = _GOLD_ALIASES.get(str(gold).strip().lower())
     if label is None:
@@ -94,6 +100,9 @@ def canonical_gold_label(gold: str | int) -> str:
 
 def committed_label(text: str) -> tuple[str | None, str | None, str]:
     """``(label, source, reason)``: the label ``text`` commits to, where, or why there is none."""
+    whole = _LETTER_LABELS.get(_strip_markup(text).lower()) if len(text) <= _MAX_LETTER_RESPONSE else None
+    if whole is not None:
+        return whole, "whole_response", ""
     boxed = last_boxed(text)
     if boxed is not None:
         letter = _LETTER_LABELS.get(_strip_markup(boxed).lower())
@@ -103,8 +112,8 @@ def committed_label(text: str) -> tuple[str | None, str | None, str]:
         return None, "boxed", "ambiguous" if labels else f"boxed answer {boxed[:50]!r} names no label"
     for span in final_statement_spans(text):
         letter = _LETTER_LABELS.get(_strip_markup(span).lower())
-        labels = [letter] if letter else labels_named(span)
-        if labels:
+        labels = [letter] if letter else _distinct(labels_named(span))
+        if len(labels) == 1:
             return labels[0], "statement", ""
     for sentence in reversed(_SENTENCE_SPLIT_RE.split(tail(text))):
         labels = _distinct(labels_named(sentence))
