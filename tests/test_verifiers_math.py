@@ -36,6 +36,7 @@ CASES = [
     ("Answer: 42 apples and 3 pears", "42", True, "42"),
     ("The answer is 72 because she bought 3 more", "72", True, "72"),
     ("So she had 3 and then 5 more, 8 in total.", "8", True, "8"),
+    ("There are 8 boxes in room B2", "8", True, "8"),
     # normalisation
     ("\\boxed{12.0}", "12", True, "12"),
     ("The total is 1,234.", "1234", True, "1234"),
@@ -127,6 +128,7 @@ def test_consensus_strings_agree_across_notations() -> None:
         (None, "not a string"),
         (72, "not a string"),
         ("I do not know.", "no answer"),
+        ("see item x1", "no answer"),
         ("\\boxed{10^10^10}", "too complex"),
         ("\\boxed{2^{100000}}", "too complex"),
         ("\\boxed{1000000!}", "too complex"),

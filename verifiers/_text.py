@@ -12,9 +12,8 @@ MAX_BOX_CHARS = 1000
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _MAX_BOX_ATTEMPTS = 20
 
-_FINAL_STATEMENT_RE = re.compile(
-    r"(?:final\s+answer|the\s+answer|answer|final\s+label|the\s+label|label)"
-    r"\s*(?:is\s*:?|:|=)\s*(?P<span>[^\n]{1,200})",
+_FINAL_STATEMENT_RE = re.compile(  # "final answer:", "the answer is", "label:" all end this way
+    r"(?:answer|label)\s*(?:is\s*:?|:|=)\s*(?P<span>[^\n]{1,200})",
     re.IGNORECASE,
 )
 _SENTENCE_END_RE = re.compile(r"\.(?!\d)|[!?](?!\S)|;")

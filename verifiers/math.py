@@ -75,6 +75,7 @@ _FAST_NUMBER_RE = re.compile(
 )
 _LAST_NUMBER_RE = re.compile(rf"(?<![\w.])-?(?:\d+[ \t]+(?=\d+/\d))?(?:{_NUMBER})(?:\s*/\s*(?:{_NUMBER}))?(?![\d])")
 _CLAUSE_END_RE = re.compile(r",\s|\s(?:and|because|since|as|so)\s")
+_LAST_NUMBER_WINDOW = 2 * MAX_NUMBER_DIGITS
 _PLAIN_INTEGER_RE = re.compile(r"-?\d{1,30}")
 _GSM8K_MARK = "####"
 _GSM8K_ANSWER_RE = re.compile(r"####[ \t]*([-+$\\\d.(][^\n]*)")
@@ -132,10 +133,12 @@ def extract_answer(text: str) -> tuple[str, str] | None:
         cut = _first_clause(span)
         if cut and (_LAST_NUMBER_RE.search(cut) or "\\" in cut):
             return cut, "statement"
-    numbers = _LAST_NUMBER_RE.findall(tail(text))
-    if numbers:
-        return numbers[-1], "last_number"
-    return None
+    last_digit = max(text.rfind(digit) for digit in "0123456789")
+    if last_digit < 0:
+        return None
+    window = text[max(0, last_digit + 1 - _LAST_NUMBER_WINDOW):last_digit + 1]
+    numbers = _LAST_NUMBER_RE.findall(window)
+    return (numbers[-1], "last_number") if numbers else None
 
 
 def normalize_answer(raw: str) -> str:
