@@ -37,6 +37,10 @@ CASES = [
     ("The answer is 72 because she bought 3 more", "72", True, "72"),
     ("So she had 3 and then 5 more, 8 in total.", "8", True, "8"),
     ("There are 8 boxes in room B2", "8", True, "8"),
+    ("Final Answer: The final answer is 3. I hope it is correct.", "3", True, "3"),
+    ("so she eats $$\\frac{3}{4}$$", "0.75", True, "0.75"),
+    ("\\boxed{.5}", "1/2", True, "0.5"),
+    ("\\boxed{70{,}000}", "70000", True, "70000"),
     # normalisation
     ("\\boxed{12.0}", "12", True, "12"),
     ("The total is 1,234.", "1234", True, "1234"),

@@ -85,6 +85,8 @@ def final_statement_spans(text: str) -> list[str]:
     spans = []
     for match in _FINAL_STATEMENT_RE.finditer(tail(text)):
         span = match.group("span")
+        while inner := _FINAL_STATEMENT_RE.search(span):  # "Final Answer: The final answer is 3."
+            span = inner.group("span")
         end = _SENTENCE_END_RE.search(span)
         spans.append((span[:end.start()] if end else span).strip())
     spans.reverse()

@@ -6,7 +6,7 @@ gold answer. Extraction priority (first that applies wins):
 1. the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces; ``\\boxed 5`` too),
 2. the last ``#### x`` (GSM8K style),
 3. the last "final answer: x" / "the answer is x" / "answer: x" (case-insensitive),
-4. the last number in the text.
+4. the last number in the text (``\\frac{a}{b}`` with number arguments counts as one).
 
 Boxes are found anywhere (``str.rfind``); the other rules search only the last
 :data:`verifiers._text.TAIL_CHARS` characters, and a ``####`` line must start like a number
@@ -73,7 +73,10 @@ _FAST_NUMBER_RE = re.compile(
     rf"(?:\s*(?:{_UNITS})(?:\s*\^\s*\{{?[23]\}}?)?(?![A-Za-z])\.?)?"
     rf"(?:\s+[A-Za-z]{{2,}}\b[^0-9=^\\]*)?"
 )
-_LAST_NUMBER_RE = re.compile(rf"(?<![\w.])-?(?:\d+[ \t]+(?=\d+/\d))?(?:{_NUMBER})(?:\s*/\s*(?:{_NUMBER}))?(?![\d])")
+_LAST_NUMBER_RE = re.compile(
+    rf"(?<![\w.])-?\\[dt]?frac\s*\{{\s*-?(?:{_NUMBER})\s*\}}\s*\{{\s*(?:{_NUMBER})\s*\}}"
+    rf"|(?<![\w.])-?(?:\d+[ \t]+(?=\d+/\d))?(?:{_NUMBER})(?:\s*/\s*(?:{_NUMBER}))?(?![\d])"
+)
 _CLAUSE_END_RE = re.compile(r",\s|\s(?:and|because|since|as|so)\s")
 _LAST_NUMBER_WINDOW = 2 * MAX_NUMBER_DIGITS
 _PLAIN_INTEGER_RE = re.compile(r"-?\d{1,30}")
@@ -85,7 +88,7 @@ _TEXT_WRAPPER_RE = re.compile(
 )
 _CURRENCY_RE = re.compile(r"^(?:usd|us\$|rs\.?|inr|eur)\s*", re.IGNORECASE)
 _REPLACEMENTS = (
-    ("\u2212", "-"), ("\u2013", "-"), ("**", ""), ("\\$", ""), ("$", ""), ("\\(", ""),
+    ("{,}", ","), ("\u2212", "-"), ("\u2013", "-"), ("**", ""), ("\\$", ""), ("$", ""), ("\\(", ""),
     ("\\)", ""), ("\\[", ""), ("\\]", ""), ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"),
     ("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", " "), ("\\ ", " "),
     ("~", " "), ("^{\\circ}", ""), ("^\\circ", ""), ("\u00b0", ""), ("\\%", ""), ("%", ""),
@@ -136,7 +139,7 @@ def extract_answer(text: str) -> tuple[str, str] | None:
     last_digit = max(text.rfind(digit) for digit in "0123456789")
     if last_digit < 0:
         return None
-    window = text[max(0, last_digit + 1 - _LAST_NUMBER_WINDOW):last_digit + 1]
+    window = text[max(0, last_digit + 1 - _LAST_NUMBER_WINDOW):last_digit + 10]  # + a closing "}"
     numbers = _LAST_NUMBER_RE.findall(window)
     return (numbers[-1], "last_number") if numbers else None
 
@@ -149,7 +152,7 @@ def normalize_answer(raw: str) -> str:
     for old, new in _REPLACEMENTS:
         text = text.replace(old, new)
     text = _after_last_equals(text)
-    text = " ".join(text.split()).strip(" .,;:?")
+    text = " ".join(text.split()).rstrip(" .,;:?").lstrip(" ,;:?")
     while text.startswith("{") and text.endswith("}") and _balanced(text[1:-1]):
         text = text[1:-1].strip()
     return _CURRENCY_RE.sub("", text).strip()
