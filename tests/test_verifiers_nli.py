@@ -39,6 +39,9 @@ CASES = [
     ("The answer is entailment. One might argue for neutral, though.", "e", "entailment", None),
     ("I first thought entailment. Actually, no, it's neutral.", "n", "neutral", None),
     ("Not neutral, but entailment.", "e", "entailment", None),
+    ("Answer: Neither", "n", "neutral", None),
+    ("Entailment: No\nNeutral: Yes\nContradiction: No", "n", "neutral", None),
+    ("The hypothesis is false given the premise.", "c", None, "no label"),
 ]
 
 
