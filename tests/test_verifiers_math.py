@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -187,3 +189,16 @@ def test_canonical_number(numerator: int, denominator: int, text: str) -> None:
     from fractions import Fraction
 
     assert canonical_number(Fraction(numerator, denominator)) == text
+
+
+def test_numeric_answers_never_import_sympy() -> None:
+    script = (
+        "import sys\n"
+        "from verifiers.math import verify_answer\n"
+        "for response in ['\\\\boxed{72}', 'The answer is 1,234.', '#### 3/4', 'It costs $5.50.']:\n"
+        "    verify_answer(response, '72')\n"
+        "print(sorted(name for name in ('sympy', 'math_verify') if name in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, check=True)
+    assert result.stdout.strip() == "[]"
