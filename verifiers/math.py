@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any
@@ -158,18 +159,14 @@ def normalize_answer(raw: str) -> str:
     return _CURRENCY_RE.sub("", text).strip()
 
 
+@dataclass(frozen=True)
 class _Answer:
-    """A normalised answer: exact value when numeric, else text for the symbolic path."""
+    """A normalised answer: its canonical text, its exact value when numeric, or why it is unusable."""
 
-    __slots__ = ("canonical", "decimals", "problem", "symbolic", "value")
-
-    def __init__(self, canonical: str | None, value: Fraction | None = None, decimals: int | None = None,
-                 symbolic: str | None = None, problem: str | None = None) -> None:
-        self.canonical = canonical
-        self.value = value
-        self.decimals = decimals
-        self.symbolic = symbolic
-        self.problem = problem
+    canonical: str | None
+    value: Fraction | None = None
+    decimals: int | None = None  # digits shown after the decimal point (numeric answers)
+    problem: str | None = None
 
 
 def _parse_answer(raw: str) -> _Answer:
@@ -185,7 +182,7 @@ def _parse_answer(raw: str) -> _Answer:
         return _numeric_answer(match, text)
     if len(text) > MAX_SYMBOLIC_CHARS or _too_complex(text):
         return _Answer(text[:50], problem="answer too long or too complex to evaluate safely")
-    return _Answer(text, symbolic=text)
+    return _Answer(text)
 
 
 def _numeric_answer(match: re.Match[str], text: str) -> _Answer:
