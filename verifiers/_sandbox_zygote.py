@@ -88,7 +88,7 @@ def seal_filesystem():
     Nothing a check writes outlives it: its directory is removed before the next check starts."""
     _check(libc.unshare(CLONE_NEWNS), "unshare mount namespace")
     _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount private /")
-    _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0711,size=512m"), "tmpfs on /tmp")
+    _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0711,size=64m"), "tmpfs on /tmp")
     _mount_setattr("/", AT_RECURSIVE, MOUNT_ATTR_RDONLY, 0)
     _mount_setattr("/tmp", 0, 0, MOUNT_ATTR_RDONLY)
 
@@ -336,17 +336,21 @@ def sweep_uid(uid):
     os.waitpid(pid, 0)
 
 
-def read_message(fd):
-    head = _read_exact(fd, 4)
-    if head is None:
-        return None
-    body = _read_exact(fd, int.from_bytes(head, "little"))
+def read_message(fd, deadline=None):
+    """One framed message from ``fd``; ``None`` at end of file or past ``deadline`` (monotonic)."""
+    head = read_exact(fd, 4, deadline)
+    body = None if head is None else read_exact(fd, int.from_bytes(head, "little"), deadline)
     return None if body is None else marshal.loads(body)
 
 
-def _read_exact(fd, n):
+def read_exact(fd, n, deadline=None):
+    """``n`` bytes from ``fd``, or ``None`` at end of file or past ``deadline``."""
     parts, got = [], 0
     while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
         chunk = os.read(fd, n - got)
         if not chunk:
             return None
@@ -356,6 +360,7 @@ def _read_exact(fd, n):
 
 
 def write_message(fd, obj):
+    """Write ``obj`` as one framed message (length + marshal)."""
     body = marshal.dumps(obj)
     data = len(body).to_bytes(4, "little") + body
     while data:
@@ -372,7 +377,7 @@ def main():
         try:
             enter_user_namespace()
             caps["userns"] = True
-        except OSError:
+        except (OSError, AttributeError):
             pass
     if os.geteuid() == 0:  # really root, or root of our user namespace
         PREFIX, PREFIX_FD = open_private_prefix()
@@ -381,7 +386,7 @@ def main():
         try:
             seal_filesystem()
             caps["readonly_fs"] = True
-        except OSError:
+        except (OSError, AttributeError):
             pass
     caps = probe(caps)
     for name in PRELOAD:

@@ -9,7 +9,8 @@ else: record(i, ok)``, so each one is counted on its own: an assert inside a loo
 all its executions pass, an assert never reached counts as failed, and a program that exits early
 (``sys.exit(0)``, ``os._exit(0)``) before the asserts scores 0.
 
-Isolation. Generated code never runs in the caller's process. A small *zygote* interpreter
+Isolation (Linux; each layer is used where the kernel and user allow it). Generated code never
+runs in the caller's process. A small *zygote* interpreter
 (``python -I -S``: no site-packages, empty environment) is started per worker and forks, per
 check, a supervisor and then a runner (see ``_sandbox_zygote.py``). The runner is PID 1 of its
 own PID namespace and its own session, so neither ``os.kill(os.getppid(), 9)`` nor
@@ -26,7 +27,7 @@ Layers, each reported as active or not in ``Verdict.details["isolation"]``:
 - ``uid_dropped``: when started as root, the runner drops to an unprivileged uid (one per
   zygote), so the process-count limit is enforced and root-only files are unreadable.
 - ``rlimits``: CPU time, address space, file size (which also caps stdout/stderr: they go to a
-  file in the working directory, so a flood of output stops at ``output_bytes`` with SIGXFSZ),
+  file in the working directory, so a flood of output stops at ``output_bytes``: EFBIG/SIGXFSZ),
   process count, no core files, open files.
 - ``env``: the environment is scrubbed (``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` only).
 - ``no_new_privs`` and a parent-death signal; a wall-clock timeout kills the runner.
@@ -43,10 +44,8 @@ from __future__ import annotations
 
 import ast
 import atexit
-import marshal
 import math
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -59,6 +58,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import Verdict
+from ._sandbox_zygote import read_message, write_message
 
 DEFAULT_TIMEOUT_S = 10.0
 _ZYGOTE_SCRIPT = Path(__file__).with_name("_sandbox_zygote.py")
@@ -154,20 +154,6 @@ def instrument_test(test: str) -> InstrumentedTest:
 
 
 # ---------------------------------------------------------------- zygote processes
-def _read_exact(fd: int, n: int, deadline: float) -> bytes | None:
-    parts, got = [], 0
-    while got < n:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return None
-        chunk = os.read(fd, n - got)
-        if not chunk:
-            return None
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
 class _Zygote:
     """One zygote interpreter and its pipes; serves one check at a time."""
 
@@ -184,18 +170,13 @@ class _Zygote:
         self.caps: dict[str, Any] = hello["caps"]
 
     def _receive(self, deadline: float) -> Any:
-        fd = self.proc.stdout.fileno()
-        head = _read_exact(fd, 4, deadline)
-        body = None if head is None else _read_exact(fd, int.from_bytes(head, "little"), deadline)
-        return None if body is None else marshal.loads(body)
+        return read_message(self.proc.stdout.fileno(), deadline)
 
     def request(self, payload: dict[str, Any], wait_s: float) -> dict[str, Any] | None:
         """Send one check; the report, or ``None`` when the zygote died or stopped answering."""
-        body = marshal.dumps(payload)
         try:
-            self.proc.stdin.write(len(body).to_bytes(4, "little") + body)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+            write_message(self.proc.stdin.fileno(), payload)
+        except OSError:
             return None
         return self._receive(time.monotonic() + wait_s)
 
@@ -379,7 +360,8 @@ def _reason(report: Mapping[str, Any], events: dict[int, str], passed: int, tota
     if report["timed_out"]:
         return f"timed out after {timeout_s:g} s ({tally})"
     if -1 in events:
-        return f"program failed before the tests: {events[-1]}"
+        hint = f" (the output/file size limit is {limits.output_bytes} bytes)" if "[Errno 27]" in events[-1] else ""
+        return f"program failed before the tests: {events[-1]}{hint}"
     if sig is not None:
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
         why = {"SIGXFSZ": f"output/file size limit of {limits.output_bytes} bytes exceeded",
