@@ -123,10 +123,15 @@ def probe(caps):
     """Which per-check layers this kernel and user allow, strongest first: tried in a throwaway
     process tree exactly as a check would use them."""
     order = [("netns", "pidns", "drop_uid"), ("netns", "pidns"), ("netns",), ()]
+    if caps["userns"]:  # our user namespace maps one uid only: nothing to drop to
+        order = order[1:]
+    uid = UID_BASE + os.getpid()
     for layers in order:
         trial = dict(caps, **{k: True for k in layers})
-        uid = UID_BASE + os.getpid()
-        workdir = make_workdir(trial, "probe", uid)
+        try:
+            workdir = make_workdir(trial, "probe", uid)
+        except OSError:
+            continue
         try:
             pid = os.fork()
             if pid == 0:
@@ -300,7 +305,7 @@ def supervise(req, caps):
         sweep_uid(req["uid"])
     output = os.pread(out_fd, req["output_keep"], 0)
     os.close(out_fd)
-    remove_workdir(workdir)
+    remove_workdir(workdir, caps)
     records = []
     for line in bytes(buf).split(b"\n"):
         head, _, rest = line.partition(b" ")
@@ -314,13 +319,20 @@ def supervise(req, caps):
             "output": output, "elapsed_s": time.monotonic() - started}
 
 
-def remove_workdir(path):
-    """Remove the check's directory: two syscalls when the program left nothing behind."""
+def remove_workdir(path, caps):
+    """Remove the check's directory (two syscalls when the program left nothing behind); with the
+    private /tmp, also anything else a runner managed to put there (root of a user namespace)."""
     try:
         os.unlink(os.path.join(path, ".output"))
         os.rmdir(path)
     except OSError:
         shutil.rmtree(path, ignore_errors=True)
+    if caps["readonly_fs"]:
+        for entry in os.scandir("/tmp"):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
 
 
 def sweep_uid(uid):
