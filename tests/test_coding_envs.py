@@ -192,3 +192,15 @@ def test_reference_solutions_pass_as_the_entry_point(env_id):
         _, rewards, *_ = env.step({"agent_0": AUX_DISTANCE, "agent_1": f"```python\n{entry}\n```"})
         details = env.verdicts[-1]["agent_0"].details
         assert details["passed"] == details["total"] > 0, (task["task_id"], details.get("test_reason"))
+
+
+def test_decorators_and_extra_helpers_are_kept():
+    task = llm_marl_envs.make("humaneval_coding-v0").tasks[0]
+    aux = ("```python\nimport functools\n\ndef _gap(a, b):\n    return abs(a - b)\n\n@functools.lru_cache(maxsize=None)\n"
+           "def aux(a, b):\n    return _gap(a, b)\n\nprint('example run')\n```")
+    verdict = score_collaboration([extract_code(aux), extract_code(ENTRY_USES_AUX)], task)
+    program = verdict.details["program"]
+    assert "@functools.lru_cache(maxsize=None)\ndef aux" in program and "def _gap" in program
+    assert "print('example run')" not in program  # module-level calls are dropped
+    assert program.startswith("from typing import List")  # the prompt's imports come first
+    assert verdict.score == pytest.approx(4.0)

@@ -136,7 +136,17 @@ def code_context(prompt_code: str, entry_point: str) -> str:
         return "\n".join(line for line in prompt_code.splitlines() if line.startswith(("import ", "from ")))
     kept = [node for node in tree.body
             if isinstance(node, _KEPT_STATEMENTS) and getattr(node, "name", None) != entry_point]
-    return "\n\n".join(ast.get_source_segment(prompt_code, node) for node in kept)
+    return top_level_source(prompt_code, kept)
+
+
+def top_level_source(code: str, nodes: Sequence[ast.stmt]) -> str:
+    """The source lines of top-level statements ``nodes`` of ``code``, decorators included."""
+    lines = code.splitlines()
+    chunks = []
+    for node in nodes:
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        chunks.append("\n".join(lines[start - 1:node.end_lineno]))
+    return "\n\n".join(chunks)
 
 
 def function_signature(code: str, name: str) -> str:
@@ -183,7 +193,7 @@ def _analyse_part(code: str, own_name: str, foreign_names: set[str]) -> _Part:
         return _Part(code, False, f"{type(err).__name__}: {err}", None)
     kept = [n for n in tree.body if isinstance(n, _KEPT_STATEMENTS) and getattr(n, "name", None) not in foreign_names]
     own = [n for n in kept if isinstance(n, ast.FunctionDef) and n.name == own_name]
-    source = "\n\n".join(ast.get_source_segment(code, n) or ast.unparse(n) for n in kept)
+    source = top_level_source(code, kept)
     return _Part(source, True, None, own[-1] if own else None)
 
 
