@@ -204,3 +204,16 @@ def test_decorators_and_extra_helpers_are_kept():
     assert "print('example run')" not in program  # module-level calls are dropped
     assert program.startswith("from typing import List")  # the prompt's imports come first
     assert verdict.score == pytest.approx(4.0)
+
+
+def test_mbpp_rows_of_both_shapes_normalise_alike(data_dir):
+    from llm_marl_envs.data import read_jsonl
+    from llm_marl_envs.envs.mbpp_coding import mbpp_record
+
+    full = next(r for r in read_jsonl(data_dir / "mbpp" / "mbpp.jsonl") if r["task_id"] == 11)
+    sanitized = {"source_file": "x", "task_id": 11, "prompt": full["text"], "code": full["code"],
+                 "test_imports": ["import math"], "test_list": full["test_list"]}  # the hub's sanitized fields
+    a, b = mbpp_record(full, 0), mbpp_record(sanitized, 0)
+    assert a["entry_point"] == b["entry_point"] == "remove_Occ" and a["task_id"] == b["task_id"] == "mbpp/11"
+    assert b["test"].startswith("import math\n") and a["test"] == "\n".join(full["test_list"])
+    assert a["signature"] == "def remove_Occ(s,ch):" and "\r" not in a["canonical_solution"]
