@@ -168,3 +168,15 @@ def test_own_sandbox_instance_with_small_memory_limit():
     with Sandbox(SandboxLimits(memory_bytes=256 << 20)) as sandbox:
         verdict = sandbox.run("def add(a, b):\n    return len(bytearray(300 << 20))\n", ADD_TEST, "add")
     assert verdict.score == 0.0 and "MemoryError" in verdict.details["first_failure"]["error"]
+
+
+def test_a_dead_zygote_is_replaced():
+    import signal
+
+    with Sandbox() as sandbox:
+        assert sandbox.run("def add(a, b):\n    return a + b\n", ADD_TEST, "add").score == 1.0
+        for zygote in list(sandbox._idle):
+            os.killpg(zygote.proc.pid, signal.SIGKILL)
+            zygote.proc.wait()
+        verdict = sandbox.run("def add(a, b):\n    return a + b\n", ADD_TEST, "add")
+    assert verdict.score == 1.0
