@@ -103,7 +103,7 @@ class _AssertRecorder(ast.NodeTransformer):
     """Rewrite each ``assert`` into a try/except that records pass/fail under its index."""
 
     def __init__(self, source: str) -> None:
-        self.lines = [line.encode() for line in source.splitlines(keepends=True)]  # ast columns are utf-8 bytes
+        self.lines = source.encode().splitlines(keepends=True)  # ast's lines and utf-8 byte columns
         self.sources: list[str] = []
 
     def segment(self, node: ast.stmt) -> str:
