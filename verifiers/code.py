@@ -160,13 +160,14 @@ class _Zygote:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(_ZYGOTE_SCRIPT)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,  # silent unless it crashes
             env={}, cwd="/", start_new_session=True, close_fds=True,
         )
         hello = self._receive(time.monotonic() + 30.0)
         if hello is None:
             self.kill()
-            raise RuntimeError(f"sandbox zygote {_ZYGOTE_SCRIPT} did not start (exit code {self.proc.poll()})")
+            error = self.proc.stderr.read().decode("utf-8", "replace")[-2000:]
+            raise RuntimeError(f"sandbox zygote {_ZYGOTE_SCRIPT} did not start (exit code {self.proc.poll()}):\n{error}")
         self.caps: dict[str, Any] = hello["caps"]
 
     def _receive(self, deadline: float) -> Any:
