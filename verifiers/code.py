@@ -167,6 +167,7 @@ class _Zygote:
         if hello is None:
             self.kill()
             error = self.proc.stderr.read().decode("utf-8", "replace")[-2000:]
+            self._close_pipes()
             raise RuntimeError(f"sandbox zygote {_ZYGOTE_SCRIPT} did not start (exit code {self.proc.poll()}):\n{error}")
         self.caps: dict[str, Any] = hello["caps"]
 
@@ -185,18 +186,33 @@ class _Zygote:
         return self.proc.poll() is None
 
     def kill(self) -> None:
+        """Kill the zygote and everything in its session; wait for it."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
             pass
         self.proc.wait()
 
+    def discard(self) -> None:
+        """Kill the zygote and close its pipes."""
+        self.kill()
+        self._close_pipes()
+
     def close(self) -> None:
+        """Let the zygote exit (end of its input), killing it if it does not; close its pipes."""
         try:
             self.proc.stdin.close()
             self.proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             self.kill()
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
 
 
 def _isolation(caps: Mapping[str, Any]) -> dict[str, Any]:
@@ -246,7 +262,7 @@ class Sandbox:
             if os.getpid() == self._owner_pid and zygote.alive():
                 self._idle.append(zygote)
                 return
-        zygote.kill()
+        zygote.discard()
 
     def close(self) -> None:
         """Stop every idle zygote (a later check starts new ones)."""
@@ -280,7 +296,7 @@ class Sandbox:
         zygote = self._acquire()
         report = zygote.request(payload, timeout_s + _SUPERVISOR_SLACK_S)
         if report is None:
-            zygote.kill()
+            zygote.discard()
             report = {"error": "sandbox zygote stopped answering; it was killed and will be restarted"}
         self._release(zygote)
         return _verdict(report, instrumented, float(timeout_s), _isolation(zygote.caps), self.limits)
