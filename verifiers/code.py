@@ -255,6 +255,7 @@ class Sandbox:
                 zygote = self._idle.pop()
                 if zygote.alive():
                     return zygote
+                zygote.discard()  # died while idle (killed from outside)
         return _Zygote()
 
     def _release(self, zygote: _Zygote) -> None:
