@@ -4,18 +4,20 @@ Started by :mod:`verifiers.code` as ``python -I -S _sandbox_zygote.py`` with an 
 (no site-packages, no inherited variables). Once, at start, it enters a private mount namespace
 where the whole file system is read-only except a fresh tmpfs on ``/tmp`` (when not root, inside
 a user namespace first), imports the common standard-library modules and freezes its heap. Then
-it serves requests read from stdin, one at a time. Per request it forks a *supervisor* which
+it serves requests read from stdin, one at a time. Per request it
 
 1. makes a fresh working directory in that tmpfs, owned by the check's unprivileged uid,
-2. enters a new network namespace (no interface up: no network at all) and a new PID namespace,
-3. forks the *runner* — PID 1 of the new PID namespace, in its own session — which drops to the
+2. clones the *runner* straight into a new network namespace (no interface up: no network at
+   all) and a new PID namespace, where it is PID 1 in its own session; the runner drops to the
    unprivileged uid, sets rlimits (CPU, address space, file size = output cap, process count, no
-   core files, open files), ``no_new_privs`` and a parent-death signal, points stdout/stderr at a
-   capped file and executes the program, then the instrumented test,
-4. reads the runner's per-assert records from a pipe (each line must carry the per-check random
+   core files, open files), ``no_new_privs`` and a parent-death signal, points stdout/stderr at
+   a capped file and executes the program, then the instrumented test,
+3. reads the runner's per-assert records from a pipe (each line must carry the per-check random
    nonce), enforces the wall-clock timeout by killing the runner (as PID 1 of its namespace, its
    death takes every descendant with it), removes the working directory and writes one report
    to the caller.
+
+The runner cannot signal the zygote: it sees no process outside its PID namespace.
 
 Wire format both ways: 4-byte little-endian length + ``marshal`` payload (dicts of plain values
 and, from the caller, one code object compiled by the same interpreter).
@@ -24,6 +26,7 @@ import ctypes
 import gc
 import marshal
 import os
+import platform
 import resource
 import select
 import shutil
@@ -36,6 +39,8 @@ CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x20000000,
 MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 1 << 18
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 share this number
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(platform.machine())
+SIGCHLD = 17
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 UID_BASE = 1_000_000     # runner uid = UID_BASE + zygote pid: unique among live zygotes
 RECORD_NAME = "__sbx_record__"
@@ -45,6 +50,7 @@ PRELOAD = ("array", "bisect", "cmath", "collections", "copy", "dataclasses", "da
            "string", "typing")
 
 libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
 PREFIX, PREFIX_FD = None, None   # set by main(): see open_private_prefix
 
 
@@ -65,11 +71,22 @@ def _mount_setattr(path, flags, attr_set, attr_clr):
            f"mount_setattr({path})")
 
 
-def enter_namespaces(caps):
-    """Supervisor side, per check: new network and PID namespaces (those the probe found usable)."""
+def spawn_runner(caps):
+    """Fork the runner, directly into new network and PID namespaces when the probe found them
+    usable: a raw clone(2) with CLONE_NEWNET | CLONE_NEWPID, which (unlike unshare) leaves the
+    zygote's own namespaces alone and needs no intermediate process. The zygote is
+    single-threaded, so skipping Python's after-fork hooks is safe (the runner reseeds
+    ``random``, the one hook that matters)."""
     flags = (CLONE_NEWNET if caps["netns"] else 0) | (CLONE_NEWPID if caps["pidns"] else 0)
-    if flags:
-        _check(libc.unshare(flags), "unshare")
+    if not flags:
+        return os.fork()
+    if SYS_CLONE is None:
+        raise OSError(0, f"no clone(2) number known for {platform.machine()}")
+    pid = libc.syscall(SYS_CLONE, ctypes.c_ulong(flags | SIGCHLD), None, None, None, None)
+    if pid < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"clone: {os.strerror(err)}")
+    return pid
 
 
 def enter_user_namespace():
@@ -133,21 +150,19 @@ def probe(caps):
         except OSError:
             continue
         try:
-            pid = os.fork()
+            pid = spawn_runner(trial)
             if pid == 0:
                 try:
-                    enter_namespaces(trial)
-                    inner = os.fork()
-                    if inner == 0:
-                        if trial["drop_uid"]:
-                            drop_privileges(uid)
-                            import json  # noqa: F401  (not yet imported: proves the stdlib is reachable)
-                        os._exit(0)
-                    os._exit(0 if os.waitpid(inner, 0)[1] == 0 else 1)
+                    if trial["drop_uid"]:
+                        drop_privileges(uid)
+                        import json  # noqa: F401  (not yet imported: proves the stdlib is reachable)
+                    os._exit(0 if not trial["pidns"] or os.getpid() == 1 else 1)
                 except BaseException:
                     os._exit(1)
             if os.waitpid(pid, 0)[1] == 0:
                 return trial
+        except OSError:
+            continue
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
     return caps
@@ -249,6 +264,8 @@ def runner(req, caps, workdir, result_fd, out_fd, nonce):
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
+        if "random" in sys.modules:  # the one after-fork hook a raw clone skips
+            sys.modules["random"].seed()
         record_name = "__sbx_%s__" % os.urandom(8).hex()
         run_program(req, make_recorder(result_fd, nonce), record_name)
         sys.stdout.flush()
@@ -266,15 +283,14 @@ def supervise(req, caps):
     """Run one check in a fresh runner; return the report dict."""
     started = time.monotonic()
     nonce = os.urandom(16).hex().encode()
-    req["uid"] = UID_BASE + os.getppid()  # from the zygote's pid: one uid per zygote
+    req["uid"] = UID_BASE + os.getpid()  # from the zygote's pid: one uid per zygote
     workdir = make_workdir(caps, "run", req["uid"])
-    # S keeps this fd and reads the output through it, whatever the program does to the path
+    # the zygote keeps this fd and reads the output through it, whatever the program does to the path
     out_fd = os.open(os.path.join(workdir, ".output"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     if caps["drop_uid"]:
         os.fchown(out_fd, req["uid"], req["uid"])
     read_fd, write_fd = os.pipe()
-    enter_namespaces(caps)
-    pid = os.fork()
+    pid = spawn_runner(caps)
     if pid == 0:
         os.close(read_fd)
         runner(req, caps, workdir, write_fd, out_fd, nonce)
@@ -413,17 +429,11 @@ def main():
         req = read_message(0)
         if req is None:
             return
-        pid = os.fork()
-        if pid == 0:
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            try:
-                report = supervise(req, caps)
-            except BaseException as err:
-                report = {"error": f"supervisor failed: {type(err).__name__}: {err}"}
-            write_message(reply_fd, report)
-            os._exit(0)
-        if os.waitpid(pid, 0)[1] != 0:  # the supervisor died before answering
-            write_message(reply_fd, {"error": "sandbox supervisor died without a report"})
+        try:
+            report = supervise(req, caps)
+        except BaseException as err:  # a bug here must not take the zygote down
+            report = {"error": f"sandbox supervisor failed: {type(err).__name__}: {err}"}
+        write_message(reply_fd, report)
 
 if __name__ == "__main__":
     main()

@@ -11,8 +11,8 @@ all its executions pass, an assert never reached counts as failed, and a program
 
 Isolation (Linux; each layer is used where the kernel and user allow it). Generated code never
 runs in the caller's process. A small *zygote* interpreter
-(``python -I -S``: no site-packages, empty environment) is started per worker and forks, per
-check, a supervisor and then a runner (see ``_sandbox_zygote.py``). The runner is PID 1 of its
+(``python -I -S``: no site-packages, empty environment) is started per worker and clones, per
+check, a runner that executes the code (see ``_sandbox_zygote.py``). The runner is PID 1 of its
 own PID namespace and its own session, so neither ``os.kill(os.getppid(), 9)`` nor
 ``kill(-1, 9)`` reaches anything outside, and its death takes all its descendants with it.
 Layers, each reported as active or not in ``Verdict.details["isolation"]``:
@@ -33,7 +33,7 @@ Layers, each reported as active or not in ``Verdict.details["isolation"]``:
 - ``no_new_privs`` and a parent-death signal; a wall-clock timeout kills the runner.
 
 Results come back on a dedicated pipe, one line per assert execution, each carrying a per-check
-random nonce; the supervisor drops lines without it, so printing or writing fake results does
+random nonce; the zygote drops lines without it, so printing or writing fake results does
 not count. The recorder is bound under a per-check random global name and holds its own
 reference to ``os.write``. Limits of this design: the program shares the interpreter with the
 recorder, so code that inspects interpreter frames could still forge results, and an object whose
