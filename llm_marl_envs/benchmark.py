@@ -349,7 +349,8 @@ def render_report(summary: dict[str, Any], run: dict[str, Any]) -> str:
         f"top_p={run['config']['top_p']}",
         f"- started {run['started']}; python {run['python']}",
         "",
-        "All intervals are bootstrap 95% CIs over episodes.",
+        "All intervals are bootstrap 95% CIs over episodes. Episodes run in batches through the rollout "
+        "engine; an episode's wall time is its batch's time divided by the batch size.",
         "",
         "| metric | value [95% CI] |",
         "| --- | --- |",
@@ -404,7 +405,8 @@ def _plot_accuracy(summary: dict[str, Any], path: Path) -> None:
     ax.set_xticks(turns)
     ax.set_xlabel("turn")
     ax.set_ylabel("accuracy" if summary["metric"] == "accuracy" else "mean score")
-    ax.set_ylim(0, 1.05)
+    if summary["metric"] == "accuracy":
+        ax.set_ylim(-0.03, 1.03)
     ax.set_title(f"{summary['env_id']} — {summary['baseline']} (95% CI)")
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
