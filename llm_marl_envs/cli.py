@@ -200,7 +200,7 @@ def add_env_arguments(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``llm-marl`` and its subcommands."""
     parser = argparse.ArgumentParser(prog="llm-marl", description="Multi-agent LLM environments: list, benchmark, "
-                                     "train, report.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     "train, report.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{envs,bench,train,report}")
 
     envs = sub.add_parser("envs", help="list registered environments", description="List registered environments "
@@ -208,7 +208,6 @@ def build_parser() -> argparse.ArgumentParser:
     envs.set_defaults(func=cmd_envs)
 
     bench = sub.add_parser("bench", help="benchmark a model or team on an env",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                            description="Run baseline episodes (single agent, majority vote at a matched token budget, "
                                        "debate, mixed teams) and write episodes.jsonl, summary.json, report.md and "
                                        "plots to --out. Re-running with the same --out resumes.")
@@ -222,27 +221,27 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--base-url", default=None, help="OpenAI-compatible server URL for --backend openai, "
                        "e.g. http://127.0.0.1:8000/v1")
     bench.add_argument("--baseline", choices=["single", "majority", "debate"], default="debate",
-                       help="single: 1 agent 1 turn; majority: N*T independent samples voted; debate: N agents x T turns")
-    bench.add_argument("--episodes", type=int, default=20, help="number of episodes (tasks)")
+                       help="single: 1 agent 1 turn; majority: N*T independent samples voted; debate: N agents x T turns "
+                       "(default: debate)")
+    bench.add_argument("--episodes", type=int, default=20, help="number of episodes (tasks) (default: 20)")
     add_env_arguments(bench)
-    bench.add_argument("--seed", type=int, default=0, help="seed of task order, sampling and bootstrap CIs")
+    bench.add_argument("--seed", type=int, default=0, help="seed of task order, sampling and bootstrap CIs (default: 0)")
     bench.add_argument("--out", default=None, help="run directory (default: runs/bench/ENV-BASELINE-seedSEED)")
-    bench.add_argument("--max-new-tokens", type=int, default=256, help="tokens per answer")
-    bench.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (0 = greedy)")
-    bench.add_argument("--top-p", type=float, default=0.9, help="nucleus sampling mass")
-    bench.add_argument("--episodes-per-batch", type=int, default=4, help="episodes advanced together per batch")
+    bench.add_argument("--max-new-tokens", type=int, default=256, help="tokens per answer (default: 256)")
+    bench.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, 0 = greedy (default: 0.7)")
+    bench.add_argument("--top-p", type=float, default=0.9, help="nucleus sampling mass (default: 0.9)")
+    bench.add_argument("--episodes-per-batch", type=int, default=4, help="episodes advanced together per batch (default: 4)")
     bench.add_argument("--threads", type=int, default=None,
                        help="llamacpp threads (default: cores not busy with other processes)")
     bench.add_argument("--quiet", action="store_true", help="no progress bar")
     bench.set_defaults(func=cmd_bench)
 
     train = sub.add_parser("train", help="train a team with MAGRPO or MAPPO",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                            description="Train with a YAML config of the trainer's config fields; --set overrides "
                                        "single fields (values parsed as YAML).")
     train.add_argument("algorithm", choices=sorted(TRAINERS), help="training algorithm")
     train.add_argument("env", help="environment id (see `llm-marl envs`)")
-    train.add_argument("--model", default=DEFAULT_MODEL, help="base model: embedded name or local HF directory")
+    train.add_argument("--model", default=DEFAULT_MODEL, help=f"base model: embedded name or local HF directory (default: {DEFAULT_MODEL})")
     train.add_argument("--config", default=None, help="YAML file of config fields")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config field (repeatable)")
     train.add_argument("--out", default=None, help="output directory (overrides the config's output_dir)")
