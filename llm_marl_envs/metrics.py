@@ -82,7 +82,7 @@ def consensus(answers: Sequence[str | None]) -> bool:
 
 def bootstrap_ci(
     data: Sequence[Any] | np.ndarray,
-    statistic: Callable[[np.ndarray], Any] = lambda x: np.mean(x, axis=0),
+    statistic: Callable[[np.ndarray], Any] | None = None,
     *,
     num_resamples: int = 1000,
     confidence: float = 0.95,
@@ -90,8 +90,9 @@ def bootstrap_ci(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Percentile bootstrap over episodes (rows of ``data``): ``(estimate, low, high)`` of ``statistic``.
 
-    ``statistic`` maps an array of episode rows to a scalar or array (default: the column mean);
-    a ratio of sums such as a transition rate is resampled as a whole, not averaged per episode.
+    ``statistic`` maps an array of episode rows to a scalar or array (default: the column mean,
+    computed for all resamples at once); a ratio of sums such as a transition rate is resampled
+    as a whole, not averaged per episode.
     """
     rows = np.asarray(data, dtype=float)
     if rows.shape[0] == 0:
@@ -101,9 +102,12 @@ def bootstrap_ci(
     if num_resamples < 1:
         raise ValueError(f"num_resamples must be >= 1, got {num_resamples}")
     rng = np.random.default_rng(seed)
-    estimate = np.asarray(statistic(rows), dtype=float)
     draws = rng.integers(0, rows.shape[0], size=(num_resamples, rows.shape[0]))
-    samples = np.stack([np.asarray(statistic(rows[idx]), dtype=float) for idx in draws])
+    if statistic is None:
+        estimate, samples = rows.mean(axis=0), rows[draws].mean(axis=1)
+    else:
+        estimate = np.asarray(statistic(rows), dtype=float)
+        samples = np.stack([np.asarray(statistic(rows[idx]), dtype=float) for idx in draws])
     tail = (1 - confidence) / 2 * 100
     low, high = np.nanpercentile(samples, [tail, 100 - tail], axis=0)
     return estimate, low, high
@@ -120,7 +124,7 @@ def with_ci(data: Sequence[Any] | np.ndarray, statistic: Callable[[np.ndarray], 
             *, seed: int = 0, num_resamples: int = 1000) -> Any:
     """``{"mean", "ci95": [low, high]}`` for a scalar statistic, or a list of those for a vector one."""
     kwargs = {"seed": seed, "num_resamples": num_resamples}
-    estimate, low, high = bootstrap_ci(data, statistic, **kwargs) if statistic else bootstrap_ci(data, **kwargs)
+    estimate, low, high = bootstrap_ci(data, statistic, **kwargs)
 
     def entry(e: float, lo: float, hi: float) -> dict[str, Any]:
         return {"mean": _finite(e), "ci95": [_finite(lo), _finite(hi)]}

@@ -3,18 +3,16 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
+from llm_marl_envs import metrics
 
 
 def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, num_resamples: int = 10_000,
                  seed: int = 0) -> tuple[float, float, float]:
-    """``(mean, low, high)``: the mean of ``values`` and its percentile-bootstrap confidence interval."""
-    data = np.asarray(values, dtype=float)
-    if data.size == 0:
+    """``(mean, low, high)``: the mean of ``values`` and its percentile-bootstrap confidence interval.
+
+    A scalar front of :func:`llm_marl_envs.metrics.bootstrap_ci` (one resampling routine serves both).
+    """
+    if len(values) == 0:
         raise ValueError("bootstrap_ci needs at least one value")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    rng = np.random.default_rng(seed)
-    means = data[rng.integers(0, data.size, size=(num_resamples, data.size))].mean(axis=1)
-    tail = (1 - confidence) / 2
-    return float(data.mean()), float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+    mean, low, high = metrics.bootstrap_ci(values, confidence=confidence, num_resamples=num_resamples, seed=seed)
+    return float(mean), float(low), float(high)
