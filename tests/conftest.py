@@ -1,5 +1,13 @@
-"""Test set-up: point the data loader at the offline copies beside the checkout (../shared/data)."""
+"""Test set-up: offline data beside the checkout (../shared/data) and a passive OpenMP wait policy.
+
+OpenMP threads that spin-wait collapse when the cores are oversubscribed (another job on a
+2-core CI box): a small matmul then takes ~18 ms instead of ~20 us. A passive wait policy
+costs little on an idle machine and keeps the suite's time stable on a busy one. It must be
+set before torch is imported, hence here.
+"""
 import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from pathlib import Path
 
 import pytest

@@ -15,6 +15,7 @@ from llm_marl_envs.models import tiny_model
 from tests.toy_env import SayNumberEnv
 from trainers.common import RolloutEngine, Team
 from trainers.common.logging import read_metrics
+from trainers.common.policy import SamplingParams
 from trainers.common.rollout import Expansion, joint_actions
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer, group_advantages
 from trainers.magrpo.trainer import TreeNode, sample_values
@@ -76,7 +77,7 @@ def test_tree_return_is_reward_plus_discounted_mean_of_children(tmp_path, team):
 def test_joint_action_counts_aligned_vs_cross(team):
     assert joint_actions(3, 2, "aligned") == [(0, 0), (1, 1), (2, 2)]
     assert len(joint_actions(3, 2, "cross")) == 9
-    engine = RolloutEngine(SayNumberEnv(num_turns=2), team, progress=False)
+    engine = RolloutEngine(SayNumberEnv(num_turns=2), team, SamplingParams(max_new_tokens=6), progress=False)
     nodes = engine.reset_nodes([0, 1])
     for mode, count in (("aligned", 3), ("cross", 9)):
         expansions = engine.expand(nodes, 3, mode)
