@@ -16,8 +16,10 @@ import os
 import tempfile
 import time
 
-from llm_marl_envs.benchmark import BenchConfig, run_benchmark
-from trainers.common.inference import load_policy
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # both backends: no spinning OpenMP workers on a shared CPU
+
+from llm_marl_envs.benchmark import BenchConfig, run_benchmark  # noqa: E402
+from trainers.common.inference import free_cores, load_policy  # noqa: E402
 
 
 def episodes_per_second(config: BenchConfig, policy) -> tuple[float, dict]:
@@ -43,7 +45,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print(f"env={args.env} model={args.model} episodes={args.episodes} agents={args.num_agents} "
-          f"turns={args.num_turns} max_new_tokens={args.max_new_tokens} seed={args.seed} cores={os.cpu_count()}")
+          f"turns={args.num_turns} max_new_tokens={args.max_new_tokens} seed={args.seed} cores={os.cpu_count()} "
+          f"free_cores={free_cores()} load={os.getloadavg()[0]:.1f} OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
     results = {}
     for backend in ("llamacpp", "hf"):
         config = BenchConfig(env_id=args.env, models=[args.model], backend=backend, episodes=args.episodes,
@@ -56,6 +59,7 @@ def main() -> None:
         print(f"{backend:9s} {eps:.3f} episodes/s  {tokens_per_s:.0f} tokens/s  "
               f"tokens/episode={summary['tokens_per_episode']['mean']:.0f}  "
               f"accuracy(last turn)={summary['accuracy_per_turn'][-1]['mean']:.2f}")
+    print(f"load at end={os.getloadavg()[0]:.1f}")
     print(f"ratio={results['llamacpp'] / results['hf']:.2f}")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,6 +21,10 @@ from typing import Any, Sequence
 import yaml
 
 from .data import DataNotFoundError
+
+# OpenMP workers (torch, llama.cpp) spin-wait by default, which collapses throughput on a shared CPU;
+# the runtime reads this once at start, so it is set before torch or llama.cpp load.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 DEFAULT_MODEL = "smollm2-135m"
 TRAINERS = {"magrpo": ("trainers.magrpo", "MAGRPOConfig", "MAGRPOTrainer"),

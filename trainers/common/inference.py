@@ -104,8 +104,9 @@ def free_cores() -> int:
     """CPU cores not busy with other processes (cores minus the 1-minute load average), at least 1.
 
     llama.cpp's worker threads spin at barriers: with more threads than free cores, generation
-    slows down by an order of magnitude (measured here: 29 tok/s with 1 thread vs 3.7 tok/s with
-    2 threads on 2 cores at load 7), so the default uses the free cores, not all of them.
+    slows down by an order of magnitude (measured here on 2 cores at load ~6: 7.6 tok/s with 1
+    thread vs 1.5 tok/s with 2; with ``OMP_WAIT_POLICY=PASSIVE`` 19.9 vs 17.2), so the default
+    uses the free cores, not all of them.
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
@@ -136,6 +137,9 @@ class LlamaCppPolicy(_InferenceBackend):
         name: str | None = None,
     ) -> None:
         """Load ``model_path``; ``n_threads`` defaults to the free cores (:func:`free_cores`)."""
+        # ggml's OpenMP workers spin-wait by default: on a busy CPU that costs 10x (see free_cores).
+        # Effective only if no OpenMP runtime started yet in this process (the CLI sets it first).
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             from llama_cpp import Llama
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
