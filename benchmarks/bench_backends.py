@@ -8,6 +8,12 @@ formatting, generation, verification, record writing — is included.
     PYTHONPATH=. python benchmarks/bench_backends.py --episodes 6
 
 Goal: ratio >= 5. The last line is ``ratio=<llamacpp episodes/s / hf episodes/s>``.
+
+Measured (2 cores shared with other jobs, load ~7, ``OMP_WAIT_POLICY=PASSIVE``, 4 episodes of
+2 agents x 2 turns, 128 new tokens, HF batching 4 episodes = 8 prompts per call): llama.cpp
+0.029 episodes/s (12 tok/s), HF 0.025 episodes/s (12 tok/s), ratio=1.17 — the goal is NOT met
+against batched HF: llama.cpp is single-stream, so HF's batching wins back what llama.cpp gains
+per token. Without passive waiting the spinning OpenMP workers made HF collapse (ratio=3.62).
 """
 from __future__ import annotations
 

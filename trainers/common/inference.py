@@ -1,7 +1,8 @@
 """Inference-only backends of the :class:`~trainers.common.policy.Policy` protocol, and a factory.
 
 * :class:`LlamaCppPolicy` — llama-cpp-python on a GGUF file (the default for the embedded
-  SmolLM2-135M: ~5× faster than HF ``generate`` on a small CPU). Single stream: a batch is a loop.
+  SmolLM2-135M: ~6× HF's single-stream speed on a small CPU, but only about on par with HF
+  batched across episodes — see ``benchmarks/bench_backends.py``). Single stream: a batch is a loop.
 * :class:`OpenAIPolicy` — any OpenAI-compatible ``/v1/chat/completions`` server (vLLM, ollama,
   ``python -m llama_cpp.server``): bounded concurrency, timeouts, retries with exponential
   backoff, and an error naming the URL and the fix when the server cannot be reached.
