@@ -69,3 +69,257 @@ class Policy(Protocol):
         Returns one list of ``num_samples`` generations per conversation, in input order.
         """
         ...
+
+
+# ----------------------------------------------------------------------------- HF policy
+import contextlib  # noqa: E402  (kept beside the class that needs it)
+
+import torch  # noqa: E402
+
+BASE_ADAPTER = "__base__"   # PEFT's name for "no adapter" inside a mixed-adapter batch
+
+
+class HFPolicy:
+    """A transformers causal LM + tokenizer, optionally a PEFT model carrying several named LoRA adapters.
+
+    Sampling runs a lean decode loop (KV cache, one forward per new token, left padding) that
+    also returns per-token log-probs; a batch may mix adapters (PEFT ``adapter_names``), so all
+    agents sharing one frozen base are sampled in ONE call. :meth:`token_logprobs` recomputes
+    log-probs of given completions under one adapter (with gradients, for the losses) or under
+    the reference policy (the base with adapters disabled). The model stays in eval mode: PEFT
+    refuses mixed-adapter batches in training mode and the Llama family has no dropout.
+    """
+
+    def __init__(self, model, tokenizer, name: str | None = None, template_cache_size: int = 4096) -> None:
+        self.model = model
+        self.forward_module = model      # what token_logprobs calls; the trainer may swap in its accelerate wrapper
+        self.tokenizer = tokenizer
+        self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.pad_id = int(tokenizer.pad_token_id)
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos = eos if isinstance(eos, (list, tuple)) else [eos]
+        self.stop_ids = sorted({int(t) for t in [*eos, tokenizer.eos_token_id] if t is not None})
+        self._templates: dict[tuple, list[int]] = {}
+        self._template_cache_size = template_cache_size
+        self.generate_calls = 0          # batched generate calls made (the rollout engine batches across agents)
+        model.eval()
+
+    # ------------------------------------------------------------------ adapters
+    @property
+    def is_peft(self) -> bool:
+        """Whether the model is a PEFT model (carries named adapters)."""
+        return hasattr(self.model, "peft_config")
+
+    @property
+    def adapter_names(self) -> list[str]:
+        """Names of the LoRA adapters on this model (empty for a plain model)."""
+        return list(self.model.peft_config) if self.is_peft else []
+
+    def _check_adapter(self, adapter: str | None) -> None:
+        if adapter is not None and adapter not in self.adapter_names:
+            raise ValueError(f"unknown adapter {adapter!r} for policy {self.name!r}; adapters: {self.adapter_names} "
+                             f"(None = the base model)")
+
+    @contextlib.contextmanager
+    def using(self, adapter: str | None):
+        """Context in which forward passes use ``adapter`` only (``None``: the base, adapters disabled)."""
+        self._check_adapter(adapter)
+        if not self.is_peft:
+            yield
+        elif adapter is None:
+            with self.model.disable_adapter():
+                yield
+        else:
+            self.model.set_adapter(adapter)   # also makes exactly this adapter trainable
+            yield
+
+    def trainable_parameters(self, adapter: str | None) -> list[torch.nn.Parameter]:
+        """The parameters an update of ``adapter`` changes (its LoRA weights; all weights of a plain model)."""
+        self._check_adapter(adapter)
+        if adapter is None:
+            if self.is_peft:
+                raise ValueError(f"policy {self.name!r} is a LoRA model: name the adapter to train ({self.adapter_names})")
+            return [p for p in self.model.parameters()]
+        return [p for n, p in self.model.named_parameters() if f".{adapter}." in n]
+
+    def trainable_state_dict(self, adapter: str | None) -> dict[str, torch.Tensor]:
+        """Tensors a checkpoint must hold for ``adapter`` (or the whole plain model)."""
+        if adapter is None:
+            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self._check_adapter(adapter)
+        return {n: p.detach().clone() for n, p in self.model.named_parameters() if f".{adapter}." in n}
+
+    def load_trainable_state_dict(self, adapter: str | None, state: dict[str, torch.Tensor]) -> None:
+        """Inverse of :meth:`trainable_state_dict`."""
+        if adapter is None:
+            self.model.load_state_dict(state)
+            return
+        params = dict(self.model.named_parameters())
+        missing = sorted(set(n for n in params if f".{adapter}." in n) - set(state))
+        if missing:
+            raise ValueError(f"checkpoint for adapter {adapter!r} lacks {len(missing)} tensors, e.g. {missing[0]}")
+        with torch.no_grad():
+            for n, value in state.items():
+                params[n].copy_(value)
+
+    # ------------------------------------------------------------------ prompts
+    def encode(self, conversation: Conversation) -> list[int]:
+        """Token ids of ``conversation`` rendered by the chat template with the generation prompt (cached)."""
+        key = tuple((m["role"], m["content"]) for m in conversation)
+        ids = self._templates.get(key)
+        if ids is None:
+            ids = self.tokenizer.apply_chat_template(list(conversation), add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False)
+            ids = list(ids[0] if ids and isinstance(ids[0], list) else ids)   # some tokenizers return a batch
+            if len(self._templates) >= self._template_cache_size:
+                self._templates.pop(next(iter(self._templates)))
+            self._templates[key] = ids
+        return ids
+
+    def _left_pad(self, sequences: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(s) for s in sequences)
+        ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, seq in enumerate(sequences):
+            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[row, width - len(seq):] = 1
+        return ids, mask
+
+    # ------------------------------------------------------------------ sampling
+    @torch.no_grad()
+    def generate(
+        self,
+        conversations: Sequence[Conversation],
+        params: SamplingParams,
+        *,
+        adapters: Sequence[str | None] | None = None,
+        num_samples: int = 1,
+    ) -> list[list[Generation]]:
+        """Sample ``num_samples`` completions per conversation in ONE batched decode (adapters may differ per row)."""
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if adapters is not None and len(adapters) != len(conversations):
+            raise ValueError(f"got {len(adapters)} adapters for {len(conversations)} conversations; pass one per conversation")
+        if not conversations:
+            return []
+        adapters = list(adapters) if adapters is not None else [None] * len(conversations)
+        for adapter in set(adapters):
+            self._check_adapter(adapter)
+        prompts = [self.encode(c) for c in conversations for _ in range(num_samples)]
+        row_adapters = [a for a in adapters for _ in range(num_samples)]
+        completions, logprobs, finished = self._decode(prompts, row_adapters, params)
+        self.generate_calls += 1
+        out: list[list[Generation]] = []
+        for i in range(len(conversations)):
+            group = []
+            for row in range(i * num_samples, (i + 1) * num_samples):
+                text = self.tokenizer.decode(completions[row], skip_special_tokens=True)
+                group.append(Generation(text=text, prompt_ids=prompts[row], completion_ids=completions[row],
+                                        logprobs=logprobs[row], finish_reason="stop" if finished[row] else "length"))
+            out.append(group)
+        return out
+
+    def _decode(self, prompts: list[list[int]], adapters: list[str | None], params: SamplingParams):
+        """The decode loop: prefill, then one cached forward per token; returns ids, log-probs, EOS flags."""
+        from transformers import DynamicCache
+        from transformers.generation.logits_process import TopPLogitsWarper
+
+        ids, mask = self._left_pad(prompts)
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if limit is not None and ids.shape[1] + params.max_new_tokens > limit:
+            raise ValueError(f"prompt of {ids.shape[1]} tokens + max_new_tokens={params.max_new_tokens} exceeds the "
+                             f"model's {limit} positions; shorten the prompt or lower max_new_tokens")
+        kwargs = {}
+        if self.is_peft:
+            kwargs["adapter_names"] = [BASE_ADAPTER if a is None else a for a in adapters]
+        top_p = TopPLogitsWarper(params.top_p) if params.top_p < 1.0 else None
+        greedy = params.temperature == 0
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator().manual_seed(params.seed)
+        batch = ids.shape[0]
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        stop = torch.tensor(self.stop_ids, dtype=torch.long)
+        done = torch.zeros(batch, dtype=torch.bool)
+        tokens, token_logprobs = [], []
+        step_ids = ids
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for _ in range(params.max_new_tokens):
+                out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
+                                 past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
+                logits = out.logits[:, -1, :].float()
+                if greedy:
+                    logprob_all = torch.log_softmax(logits, dim=-1)
+                    next_ids = logits.argmax(-1)
+                else:
+                    logits = logits / params.temperature
+                    logprob_all = torch.log_softmax(logits, dim=-1)
+                    sample_logits = top_p(step_ids, logits) if top_p is not None else logits
+                    probs = torch.softmax(sample_logits, dim=-1)
+                    next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+                next_ids = torch.where(done, torch.full_like(next_ids, self.pad_id), next_ids)
+                tokens.append(next_ids)
+                token_logprobs.append(logprob_all.gather(-1, next_ids[:, None]).squeeze(-1))
+                was_done = done
+                done = done | torch.isin(next_ids, stop)
+                tokens[-1] = torch.where(was_done, torch.full_like(next_ids, -1), next_ids)  # -1 marks "after EOS"
+                if bool(done.all()):
+                    break
+                step_ids = next_ids[:, None]
+                mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1)
+                positions = positions[:, -1:] + 1
+        finally:
+            self.model.train(was_training)
+        token_matrix = torch.stack(tokens, dim=1).tolist()
+        logprob_matrix = torch.stack(token_logprobs, dim=1).tolist()
+        completions, logprobs, finished = [], [], []
+        for row in range(batch):
+            n = next((j for j, t in enumerate(token_matrix[row]) if t == -1), len(token_matrix[row]))
+            completions.append(token_matrix[row][:n])
+            logprobs.append(logprob_matrix[row][:n])
+            finished.append(n > 0 and token_matrix[row][n - 1] in self.stop_ids)
+        return completions, logprobs, finished
+
+    # ------------------------------------------------------------------ scoring
+    def token_logprobs(
+        self,
+        prompt_ids: Sequence[list[int]],
+        completion_ids: Sequence[list[int]],
+        *,
+        adapter: str | None = None,
+        temperature: float = 1.0,
+        reference: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs ``[B, L]`` of the completions given the prompts, and their mask ``[B, L]``.
+
+        Uses ``adapter`` (with gradients) or, when ``reference`` is true, the reference policy —
+        the base with adapters disabled — without gradients. ``temperature`` scales logits as
+        during sampling (0 means unscaled).
+        """
+        if len(prompt_ids) != len(completion_ids) or not prompt_ids:
+            raise ValueError(f"need one completion per prompt (got {len(prompt_ids)} prompts, {len(completion_ids)} "
+                             f"completions), at least one")
+        width = max(1, max(len(c) for c in completion_ids))
+        # layout per row: [left pad][prompt][completion][right pad] -> completions fill the last `width` columns
+        rows = [list(p) + list(c) + [self.pad_id] * (width - len(c)) for p, c in zip(prompt_ids, completion_ids)]
+        ids, mask = self._left_pad(rows)
+        for row, c in enumerate(completion_ids):
+            if width - len(c):
+                mask[row, -(width - len(c)):] = 0
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        targets = ids[:, -width:]
+        completion_mask = mask[:, -width:].bool()
+        context = torch.no_grad() if reference else contextlib.nullcontext()
+        with context, self.using(None if reference else adapter):
+            logits = self.forward_module(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                         use_cache=False, logits_to_keep=width + 1).logits[:, :-1, :].float()
+        if temperature > 0:
+            logits = logits / temperature
+        # log pi(y_t) = z_t[y_t] - logsumexp(z_t): avoids materialising a second [B, L, V] tensor
+        logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        return logprobs * completion_mask, completion_mask

