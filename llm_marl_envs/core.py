@@ -147,13 +147,17 @@ class TextEnv(ParallelEnv):
         return self._action_space
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start an episode; ``options`` may pin the task with ``task_index`` or ``task``."""
+        """Start an episode; ``options`` may pin the task with ``task_index`` or ``task``.
+
+        The seed fixes the task choice and everything random; other option keys are ignored
+        with a warning.
+        """
         if seed is not None or self.task is None:
             self.np_random, self.np_random_seed = seeding.np_random(seed)
         options = dict(options or {})
         unknown = set(options) - {"task_index", "task"}
-        if unknown:
-            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; valid: ['task', 'task_index']")
+        if unknown:  # PettingZoo's API test passes arbitrary options: warn, do not fail
+            gymnasium.logger.warn(f"ignoring unknown reset option(s) {sorted(unknown)}; valid: ['task', 'task_index']")
         if "task" in options:
             task = options["task"]
             if not isinstance(task, dict):

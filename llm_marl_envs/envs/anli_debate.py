@@ -1,0 +1,74 @@
+"""ANLI (round 3) debate: natural language inference.
+
+| | |
+|---|---|
+| id | ``anli_debate-v0`` |
+| create | ``llm_marl_envs.make("anli_debate-v0", num_agents=2, num_turns=3)`` |
+| agents | ``agent_0 .. agent_{N-1}`` (default N = 2) |
+| turns | default 3 (MAPoRL protocol, see :mod:`llm_marl_envs.envs.debate`) |
+| action space | :class:`~llm_marl_envs.core.TextSpace`, up to ``max_action_chars`` (8192) characters |
+| observation space | :class:`~llm_marl_envs.core.TextSpace`: the agent's rendered chat history |
+| data | ANLI R3, hub ``facebook/anli`` (``train_r3``/``dev_r3``/``test_r3``) or local ``anli_r3/{dev,test}.jsonl`` |
+| gold | ``entailment`` / ``neutral`` / ``contradiction`` |
+| verifier | :func:`verifiers.nli.verify_label` (the label the answer commits to) |
+| reward | per agent per turn: 1.0 if its label is correct, else 0.0 |
+
+Arguments: see :mod:`llm_marl_envs.envs.debate`; ``split`` is ``"train"`` (hub only),
+``"dev"`` or ``"test"`` (1200 each). The local files call the premise ``context`` and use the
+labels ``e``/``n``/``c``; the hub uses ``premise`` and 0/1/2. Both map to the same record.
+"""
+from __future__ import annotations
+
+from verifiers import Verdict
+from verifiers.nli import verify_label
+
+from ..data import DatasetSpec, Record
+from .debate import DebateEnv
+
+LABELS = {"e": "entailment", "n": "neutral", "c": "contradiction",
+          0: "entailment", 1: "neutral", 2: "contradiction"}
+
+
+def anli_record(row: Record, index: int) -> Record:
+    """An ANLI row (local or hub shape) -> ``{task_id, premise, hypothesis, answer}``."""
+    label = row["label"]
+    if label not in LABELS:
+        raise ValueError(f"ANLI row {index}: unknown label {label!r}; expected one of {sorted(map(str, LABELS))}")
+    return {
+        "task_id": f"anli_r3/{row.get('uid', index)}",
+        "premise": row.get("premise", row.get("context")),
+        "hypothesis": row["hypothesis"],
+        "answer": LABELS[label],
+    }
+
+
+ANLI_R3 = DatasetSpec(
+    name="anli_r3",
+    local_dir="anli_r3",
+    local_files={"dev": "dev.jsonl", "test": "test.jsonl"},
+    normalize=anli_record,
+    hub_id="facebook/anli",
+    hub_splits={"train": "train_r3", "dev": "dev_r3", "test": "test_r3"},
+)
+
+
+class ANLIDebateEnv(DebateEnv):
+    """Debate on adversarial NLI: does the premise entail, contradict, or neither?"""
+
+    metadata = {"name": "anli_debate-v0", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    dataset = ANLI_R3
+    data_source = "ANLI R3 (facebook/anli, or anli_r3/*.jsonl)"
+    verifier_name = "verifiers.nli.verify_label"
+    answer_instruction = ("Reason step by step, then give your final label in \\boxed{} as exactly one of: "
+                          "entailment, neutral, contradiction.")
+
+    def question(self, task: Record) -> str:
+        return (f"Premise: {task['premise']}\nHypothesis: {task['hypothesis']}\n\n"
+                "Does the premise entail the hypothesis (entailment), contradict it (contradiction), "
+                "or neither (neutral)?")
+
+    def verify(self, response: str, task: Record) -> Verdict:
+        return verify_label(response, task["answer"])
+
+
+parallel_env = ANLIDebateEnv

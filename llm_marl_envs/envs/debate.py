@@ -1,0 +1,107 @@
+"""Multi-agent debate (the MAPoRL protocol): the shared machinery of every ``*_debate`` env.
+
+N agents answer the same question over T turns. At turn 0 each agent sees the question and an
+answer-format instruction. At turn t >= 1 each agent sees its own history (its earlier answers
+are already there as assistant messages) plus the other agents' answers from turn t-1, labelled
+``Agent k``, and is asked to weigh them, fix errors and answer again. Every answer is scored
+by the task's verifier; an agent's reward at a turn is its own verdict score.
+
+Arguments shared by every debate env:
+
+| argument | default | meaning |
+|---|---|---|
+| ``num_agents`` | 2 | agents ``agent_0 .. agent_{N-1}``; any N >= 1 (N = 1 is self-refinement) |
+| ``num_turns`` | 3 | answering rounds T |
+| ``split`` | ``"test"`` | dataset split |
+| ``data_dir`` | ``None`` | local data folder (else ``$LLM_MARL_DATA_DIR``, else the hub) |
+| ``show_scores`` | ``False`` | show each other agent's verifier score next to its answer |
+| ``stop_on_consensus`` | ``False`` | end the episode early once all agents give the same answer |
+| ``max_action_chars`` | 8192 | longer answers are truncated (``infos[a]["action_truncated"]``) |
+| ``render_mode`` | ``None`` | ``"human"`` prints the transcript on ``render()``, ``"ansi"`` returns it |
+
+Per-turn correctness of every agent is in ``infos[a]["correct"]`` (a list per completed turn of
+one bool per agent), so transitions (correct -> incorrect, ...) can be computed from any step.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from verifiers import Verdict
+
+from ..core import DEFAULT_MAX_ACTION_CHARS, TextEnv
+from ..data import Record
+
+
+class DebateEnv(TextEnv):
+    """Base class of the debate envs; subclasses define the question text and the verifier."""
+
+    metadata = {"name": "debate", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    answer_instruction = "Think step by step, then give your final answer in \\boxed{}."
+
+    def __init__(
+        self,
+        num_agents: int = 2,
+        num_turns: int = 3,
+        split: str = "test",
+        data_dir: str | os.PathLike | None = None,
+        show_scores: bool = False,
+        stop_on_consensus: bool = False,
+        max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, data_dir=data_dir,
+                         max_action_chars=max_action_chars, render_mode=render_mode)
+        self.show_scores = show_scores
+        self.stop_on_consensus = stop_on_consensus
+
+    # -- what a task module defines
+    def question(self, task: Record) -> str:
+        """The problem statement shown at turn 0."""
+        raise NotImplementedError
+
+    def verify(self, response: str, task: Record) -> Verdict:
+        """Judge one answer against the task's gold answer."""
+        raise NotImplementedError
+
+    # -- TextEnv hooks
+    def first_prompt(self, agent_index: int, task: Record) -> list[dict[str, str]]:
+        n = len(self.possible_agents)
+        team = (f"You are Agent {agent_index}, one of {n} agents solving the same problem together."
+                if n > 1 else "You are solving a problem carefully.")
+        return [
+            {"role": "system", "content": f"{team} Be concise and precise."},
+            {"role": "user", "content": f"{self.question(task)}\n\n{self.answer_instruction}"},
+        ]
+
+    def verify_turn(self, answers: dict[str, str]) -> dict[str, Verdict]:
+        return {agent: self.verify(text, self.task) for agent, text in answers.items()}
+
+    def next_prompt(self, agent_index: int) -> str:
+        me = self.possible_agents[agent_index]
+        last_answers, last_verdicts = self.answers[-1], self.verdicts[-1]
+        others = [a for a in self.possible_agents if a != me]
+        if not others:
+            return ("Review your previous answer step by step, fix any errors, and answer again. "
+                    + self.answer_instruction)
+        parts = ["These are the answers of the other agents from the previous turn:"]
+        for agent in others:
+            label = f"Agent {self.agent_index(agent)}"
+            if self.show_scores:
+                label += f" (verifier score {last_verdicts[agent].score:g})"
+            parts.append(f"{label}:\n{last_answers[agent]}")
+        parts.append("Using their answers as additional information, examine your previous answer and theirs "
+                     "step by step, fix any errors, and give your updated answer. " + self.answer_instruction)
+        return "\n\n".join(parts)
+
+    def should_stop_early(self) -> bool:
+        if not self.stop_on_consensus:
+            return False
+        extracted = {v.details.get("answer") for v in self.verdicts[-1].values()}
+        return len(extracted) == 1 and None not in extracted
+
+    def _infos(self) -> dict[str, dict[str, Any]]:
+        infos = super()._infos()
+        for info in infos.values():
+            info["answers"] = [[v[a].details.get("answer") for a in self.possible_agents] for v in self.verdicts]
+        return infos

@@ -1,0 +1,310 @@
+"""Numeric / symbolic answer verification for math word problems (GSM8K, MATH-style).
+
+``verify_answer(response, gold)`` extracts the model's final answer and judges it against the
+gold answer. Extraction priority (first that applies wins):
+
+1. the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces; ``\\boxed 5`` too),
+2. the last ``#### x`` (GSM8K style),
+3. the last "final answer: x" / "the answer is x" / "answer: x" (case-insensitive),
+4. the last number in the text.
+
+Only the last :data:`verifiers._text.TAIL_CHARS` characters are searched by regexes (boxes and
+``####`` are found anywhere with ``str.rfind``). The extracted text is normalised: LaTeX
+wrappers (``$``, ``\\(``, ``\\text{}``, ``\\left``), ``\\dfrac``/``\\tfrac``, thousands commas,
+currency signs, ``%``, degree signs, a leading ``x =``, trailing punctuation, and unit or
+explanation words after a number (``5 dollars``, ``12 cm``, ``72 because ...``) are removed.
+
+Equivalence: plain numbers and simple fractions (``12``, ``-3``, ``1,234``, ``0.75``,
+``3/4``, ``\\frac{3}{4}``) are compared exactly as :class:`fractions.Fraction` without
+touching sympy (microseconds). A decimal also matches a non-terminating fraction when it is
+that fraction correctly rounded to its shown digits (at least two: ``0.33`` = ``1/3``).
+Anything else goes to math-verify (``parse``/``verify``, sympy underneath) after a complexity
+guard (length, huge or nested exponents, big factorials) so that inputs like ``10^10^10``
+return score 0 instead of hanging.
+
+``details``: ``answer`` (canonical string of the extracted answer: ``"72"``, ``"0.75"``,
+``"1/3"``, or the normalised LaTeX; ``None`` if nothing was found), ``gold`` (same for the
+gold), ``source`` (which rule extracted it) and, when the answer could not be judged,
+``reason``.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from decimal import Decimal, localcontext
+from fractions import Fraction
+from typing import Any
+
+from verifiers import Verdict
+from verifiers._text import final_statement_spans, last_boxed, response_problem, tail
+
+MAX_SYMBOLIC_CHARS = 300
+"""Answers longer than this (after normalisation) are not handed to sympy."""
+
+MAX_NUMBER_DIGITS = 400
+"""Number literals with more digits than this are treated as unparseable."""
+
+SYMBOLIC_TIMEOUT_S = 3
+"""math-verify's own parse/verify timeout (signal based: main thread only)."""
+
+_NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
+_UNITS = (
+    r"dollars?|cents?|usd|euros?|pounds?|percent|cm|mm|km|m|kg|g|mg|lbs?|oz|ft|feet|foot|"
+    r"inch(?:es)?|in|miles?|mi|mph|hours?|hrs?|h|minutes?|mins?|seconds?|secs?|s|ml|l|liters?|"
+    r"litres?|meters?|metres?|days?|weeks?|years?|units?|degrees?"
+)
+_SIGNED_NUMBER = rf"[-+]?\s*(?:{_NUMBER})"
+_FAST_NUMBER_RE = re.compile(
+    rf"(?P<sign>[-+]?)\s*"
+    rf"(?:(?P<num>{_NUMBER})(?:\s*/\s*(?P<den>{_NUMBER}))?"
+    rf"|\\frac\s*\{{\s*(?P<fnum>{_SIGNED_NUMBER})\s*\}}\s*\{{\s*(?P<fden>{_SIGNED_NUMBER})\s*\}})"
+    rf"(?:\s*(?:{_UNITS})(?:\s*\^\s*\{{?[23]\}}?)?(?![A-Za-z])\.?)?"
+    rf"(?:\s+[A-Za-z]{{2,}}\b[^0-9=^\\]*)?"
+)
+_LAST_NUMBER_RE = re.compile(rf"(?<![\w.])-?(?:{_NUMBER})(?:\s*/\s*(?:{_NUMBER}))?(?![\d])")
+_GSM8K_MARK = "####"
+_GSM8K_ANSWER_RE = re.compile(r"####[ \t]*([-+$\\\d.(][^\n]*)")
+
+_TEXT_WRAPPER_RE = re.compile(
+    r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}"
+)
+_ASSIGNMENT_RE = re.compile(r"^[^=<>]*[^=<>!]=(?!=)")
+_CURRENCY_RE = re.compile(r"^(?:usd|us\$|rs\.?|inr|eur)\s*", re.IGNORECASE)
+_REPLACEMENTS = (
+    ("\u2212", "-"), ("\u2013", "-"), ("**", ""), ("\\$", ""), ("$", ""), ("\\(", ""),
+    ("\\)", ""), ("\\[", ""), ("\\]", ""), ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"),
+    ("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", " "), ("\\ ", " "),
+    ("~", " "), ("^{\\circ}", ""), ("^\\circ", ""), ("\u00b0", ""), ("\\%", ""), ("%", ""),
+    ("\u20ac", ""), ("\u00a3", ""), ("\u00a5", ""), ("\u20b9", ""), ("\\displaystyle", ""),
+)
+
+# Complexity guard for the symbolic path: nested exponents, long exponents, big factorials.
+_EXPONENT_OPERAND_RE = re.compile(r"(?:\^|\*\*)\s*(\{[^{}]*\{|\{[^{}]*\}|\(?[\w.]*)")
+_NESTED_EXPONENT_RE = re.compile(r"(?:\^|\*\*)[^+\-*/=,\s}]*(?:\^|\*\*)")
+_BIG_FACTORIAL_RE = re.compile(r"\d{4,}\s*!|\}\s*!")
+
+
+def verify_answer(response: str, gold: str) -> Verdict:
+    """Score 1.0 if the final answer in ``response`` equals ``gold`` numerically/symbolically, else 0.0."""
+    gold_answer = _parse_gold(gold)
+    problem = response_problem(response)
+    if problem is not None:
+        return _unjudged(problem, None, gold_answer, source=None)
+    extracted = extract_answer(response)
+    if extracted is None:
+        return _unjudged("no answer found in response", None, gold_answer, source=None)
+    raw, source = extracted
+    answer = _parse_answer(raw)
+    if answer.problem is not None:
+        return _unjudged(answer.problem, answer.canonical, gold_answer, source=source)
+    correct = _equivalent(answer, gold_answer)
+    if correct is None:
+        return _unjudged("could not compare answer with gold symbolically", answer.canonical,
+                         gold_answer, source=source)
+    details = {"answer": answer.canonical, "gold": gold_answer.canonical, "source": source}
+    return Verdict(score=1.0 if correct else 0.0, correct=correct, details=details)
+
+
+def extract_answer(text: str) -> tuple[str, str] | None:
+    """The raw final-answer text and the rule that found it (``boxed``, ``####``, ``statement``, ``last_number``)."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed, "boxed"
+    marked = _GSM8K_ANSWER_RE.findall(tail(text))
+    if marked:
+        return marked[-1][:200], "####"
+    for span in final_statement_spans(text):
+        cut = _cut_sentence(span)
+        if cut and (_LAST_NUMBER_RE.search(cut) or "\\" in cut):
+            return cut, "statement"
+    numbers = _LAST_NUMBER_RE.findall(tail(text))
+    if numbers:
+        return numbers[-1], "last_number"
+    return None
+
+
+def normalize_answer(raw: str) -> str:
+    """Strip LaTeX wrappers, currency, percent/degree signs, ``x =`` and trailing punctuation."""
+    text = raw.strip()
+    for _ in range(3):
+        text = _TEXT_WRAPPER_RE.sub(r" \1 ", text)
+    for old, new in _REPLACEMENTS:
+        text = text.replace(old, new)
+    while (assignment := _ASSIGNMENT_RE.match(text)) and text[assignment.end():].strip():
+        text = text[assignment.end():]
+    text = " ".join(text.split()).strip(" .,;:?")
+    while text.startswith("{") and text.endswith("}") and _balanced(text[1:-1]):
+        text = text[1:-1].strip()
+    return _CURRENCY_RE.sub("", text).strip()
+
+
+class _Answer:
+    """A normalised answer: exact value when numeric, else text for the symbolic path."""
+
+    __slots__ = ("canonical", "decimals", "problem", "symbolic", "value")
+
+    def __init__(self, canonical: str | None, value: Fraction | None = None, decimals: int | None = None,
+                 symbolic: str | None = None, problem: str | None = None) -> None:
+        self.canonical = canonical
+        self.value = value
+        self.decimals = decimals
+        self.symbolic = symbolic
+        self.problem = problem
+
+
+def _parse_answer(raw: str) -> _Answer:
+    """Normalise ``raw``; numeric fast path first, else a guarded symbolic form."""
+    text = normalize_answer(raw)
+    if not text:
+        return _Answer(None, problem=f"extracted answer {raw[:50]!r} is empty after normalisation")
+    match = _FAST_NUMBER_RE.fullmatch(text)
+    if match:
+        return _numeric_answer(match, text)
+    if len(text) > MAX_SYMBOLIC_CHARS or _too_complex(text):
+        return _Answer(text[:50], problem="answer too long or too complex to evaluate safely")
+    return _Answer(text, symbolic=text)
+
+
+def _numeric_answer(match: re.Match[str], text: str) -> _Answer:
+    """Exact value of a fast-path number / fraction match."""
+    numerator = match.group("num") or match.group("fnum")
+    denominator = match.group("den") or match.group("fden")
+    if len(text) > MAX_NUMBER_DIGITS:
+        return _Answer(text[:50], problem=f"number longer than {MAX_NUMBER_DIGITS} digits")
+    value = _to_fraction(numerator)
+    decimals = _decimal_places(numerator) if denominator is None else None
+    if denominator is not None:
+        divisor = _to_fraction(denominator)
+        if divisor == 0:
+            return _Answer(text[:50], problem="division by zero in answer")
+        value /= divisor
+    if match.group("sign") == "-":
+        value = -value
+    return _Answer(canonical_number(value), value=value, decimals=decimals)
+
+
+def _to_fraction(literal: str) -> Fraction:
+    """Exact value of a number literal with optional sign, spaces and thousands commas."""
+    return Fraction(literal.replace(",", "").replace(" ", ""))
+
+
+def _decimal_places(literal: str) -> int:
+    """How many digits follow the decimal point in ``literal``."""
+    return len(literal.split(".", 1)[1]) if "." in literal else 0
+
+
+def canonical_number(value: Fraction) -> str:
+    """``72``, ``0.75``, ``-2.5`` for terminating values, ``p/q`` otherwise."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    denominator = value.denominator
+    for prime in (2, 5):
+        while denominator % prime == 0:
+            denominator //= prime
+    if denominator != 1:
+        return f"{value.numerator}/{value.denominator}"
+    with localcontext() as context:
+        context.prec = 4 * len(str(value.denominator)) + len(str(abs(value.numerator))) + 5
+        exact = Decimal(value.numerator) / Decimal(value.denominator)
+    return format(exact.normalize(), "f")
+
+
+def _parse_gold(gold: str) -> _Answer:
+    """The gold answer (a bare answer or a full GSM8K solution with ``#### x``), validated."""
+    if not isinstance(gold, str) or not gold.strip():
+        raise ValueError(f"gold must be a non-empty string such as '72' or '\\frac{{3}}{{4}}', got {gold!r}")
+    return _parse_gold_text(gold)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_gold_text(gold: str) -> _Answer:
+    """Cached parse of a validated gold string."""
+    raw = gold
+    if _GSM8K_MARK in gold or "\\boxed" in gold or "\\fbox" in gold:
+        extracted = extract_answer(gold)
+        raw = extracted[0] if extracted else gold
+    answer = _parse_answer(raw)
+    if answer.problem is not None:
+        raise ValueError(f"gold answer {gold[:80]!r} cannot be used: {answer.problem}")
+    return answer
+
+
+def _equivalent(answer: _Answer, gold: _Answer) -> bool | None:
+    """Whether two parsed answers are equal; ``None`` if the symbolic check failed."""
+    if answer.value is not None and gold.value is not None:
+        return _numbers_match(answer, gold) or _numbers_match(gold, answer)
+    if answer.canonical == gold.canonical:
+        return True
+    return _symbolic_equal(gold.canonical, answer.canonical)
+
+
+def _numbers_match(shown: _Answer, exact: _Answer) -> bool:
+    """Exact equality, or ``shown`` is a decimal correctly rounding a non-terminating ``exact``."""
+    if shown.value == exact.value:
+        return True
+    if not shown.decimals or shown.decimals < 2 or "/" not in (exact.canonical or ""):
+        return False
+    return abs(shown.value - exact.value) <= Fraction(1, 2 * 10 ** shown.decimals)
+
+
+def _too_complex(text: str) -> bool:
+    """Whether evaluating ``text`` could blow up (nested/huge exponents, big factorials)."""
+    if _NESTED_EXPONENT_RE.search(text) or _BIG_FACTORIAL_RE.search(text):
+        return True
+    for operand in _EXPONENT_OPERAND_RE.findall(text):
+        if operand.count("{") > 1 or len(re.sub(r"\D", "", operand)) > 4:
+            return True
+    return False
+
+
+def _symbolic_equal(gold: str, answer: str) -> bool | None:
+    """math-verify equivalence of two normalised LaTeX strings (``None`` when either fails to parse)."""
+    parsed_gold = _math_verify_parse(gold)
+    parsed_answer = _math_verify_parse(answer)
+    if not parsed_gold or not parsed_answer:
+        return None
+    from math_verify import verify
+
+    return bool(verify(list(parsed_gold), list(parsed_answer), timeout_seconds=_timeout()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _math_verify_parse(text: str) -> tuple[Any, ...]:
+    """math-verify's parse of ``$text$`` (cached: golds repeat across agents and turns)."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    parsed = parse(f"${text}$", extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
+                   parsing_timeout=_timeout())
+    return tuple(parsed)
+
+
+def _timeout() -> int | None:
+    """math-verify's signal-based timeout only works in the main thread; elsewhere rely on the guard."""
+    return SYMBOLIC_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+
+def _cut_sentence(span: str) -> str:
+    """``span`` up to the first sentence or clause end (``.``/``!`` not inside a number, ``;``, ``, ``, ``and``, ``because`` ...)."""
+    end = re.search(r"\.(?!\d)|;|!(?!\S)|,\s|\s(?:and|because|since|as|so)\s", span)
+    return (span[:end.start()] if end else span).strip()
+
+
+def _balanced(text: str) -> bool:
+    """Whether braces in ``text`` are balanced (so outer braces can be dropped)."""
+    depth = 0
+    for char in text:
+        depth += char == "{"
+        depth -= char == "}"
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _unjudged(reason: str, answer: str | None, gold: _Answer, source: str | None) -> Verdict:
+    """Score-0 verdict for an answer that could not be extracted or compared."""
+    details = {"answer": answer, "gold": gold.canonical, "source": source, "reason": reason}
+    return Verdict(score=0.0, correct=False, details=details)
+
+
+__all__ = ["canonical_number", "extract_answer", "normalize_answer", "verify_answer"]
