@@ -17,7 +17,9 @@ The critic is centralized only during training; the actors still see only their 
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
+
+import torch
 
 
 def critic_context(task_text: str, answers: Sequence[Mapping[str, str]], agent: str, turn: int) -> str:
@@ -37,4 +39,78 @@ def critic_context(task_text: str, answers: Sequence[Mapping[str, str]], agent: 
     return "\n\n".join(parts)
 
 
-__all__ = ["critic_context"]
+
+
+class CentralizedCritic(torch.nn.Module):
+    """Value model: the policies' shared base with the critic's own LoRA adapter and a scalar head.
+
+    It shares the frozen base of a LoRA :class:`~trainers.common.policy.HFPolicy` (one more
+    adapter, named ``adapter``, costs a few MB instead of a second model) and reads, for every
+    completion token ``k``, the hidden state of the position before it — the state in which the
+    token was chosen — so ``V_k`` pairs with the log-prob of token ``k`` as GAE needs.
+    """
+
+    def __init__(self, policy: Any, adapter: str = "critic", lora_r: int = 8, max_context_tokens: int = 768,
+                 seed: int = 0) -> None:
+        super().__init__()
+        if not getattr(policy, "is_peft", False):
+            raise ValueError(f"the centralized critic shares a LoRA base; policy {policy.name!r} is a plain model. "
+                             "Build the team with Team.shared_lora(...) or Team.separate(..., lora_config=...)")
+        if max_context_tokens < 1:
+            raise ValueError(f"max_context_tokens must be >= 1, got {max_context_tokens}")
+        from trainers.common.team import default_lora_config
+
+        self.policy, self.adapter, self.max_context_tokens = policy, adapter, max_context_tokens
+        if adapter not in policy.adapter_names:
+            with torch.random.fork_rng():
+                torch.manual_seed(seed)
+                policy.model.add_adapter(adapter, default_lora_config(r=lora_r))
+            policy.model.eval()
+        self.head = torch.nn.Linear(policy.model.config.hidden_size, 1)
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            torch.nn.init.normal_(self.head.weight, std=0.01)
+            torch.nn.init.zeros_(self.head.bias)
+
+    def context_ids(self, text: str) -> list[int]:
+        """Token ids of a critic context, keeping its last ``max_context_tokens`` tokens."""
+        ids = self.policy.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return list(ids[-self.max_context_tokens:])
+
+    def values(self, context_ids: Sequence[list[int]], completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``V_k`` for every completion token ``[B, L]`` (right-padded) and its mask; differentiable."""
+        if len(context_ids) != len(completion_ids) or not context_ids:
+            raise ValueError(f"need one completion per context, at least one (got {len(context_ids)} and {len(completion_ids)})")
+        policy = self.policy
+        width = max(1, max(len(c) for c in completion_ids))
+        rows = [list(p) + list(c) + [policy.pad_id] * (width - len(c)) for p, c in zip(context_ids, completion_ids)]
+        ids, mask = policy._left_pad(rows)
+        for row, completion in enumerate(completion_ids):
+            if width - len(completion):
+                mask[row, -(width - len(completion)):] = 0
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with policy.using(self.adapter):
+            out = policy.forward_module(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                                        logits_to_keep=1, output_hidden_states=True)
+        hidden = out.hidden_states[-1][:, -(width + 1):-1, :].float()     # state before each completion token
+        completion_mask = mask[:, -width:]
+        return self.head(hidden).squeeze(-1) * completion_mask, completion_mask
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """The critic adapter's LoRA weights and the value head."""
+        return self.policy.trainable_parameters(self.adapter) + list(self.head.parameters())
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint holds for the critic."""
+        state = {f"adapter.{k}": v for k, v in self.policy.trainable_state_dict(self.adapter).items()}
+        state.update({f"head.{k}": v.detach().clone() for k, v in self.head.state_dict().items()})
+        return state
+
+    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Inverse of :meth:`trainable_state_dict`."""
+        self.policy.load_trainable_state_dict(
+            self.adapter, {k[len("adapter."):]: v for k, v in state.items() if k.startswith("adapter.")})
+        self.head.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})
+
+
+__all__ = ["critic_context", "CentralizedCritic"]
