@@ -21,6 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from .forward import completion_forward
+
 
 def critic_context(task_text: str, answers: Sequence[Mapping[str, str]], agent: str, turn: int) -> str:
     """Text the critic reads before agent ``agent``'s turn-``turn`` answer (see the module docstring)."""
@@ -79,21 +81,9 @@ class CentralizedCritic(torch.nn.Module):
 
     def values(self, context_ids: Sequence[list[int]], completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """``V_k`` for every completion token ``[B, L]`` (right-padded) and its mask; differentiable."""
-        if len(context_ids) != len(completion_ids) or not context_ids:
-            raise ValueError(f"need one completion per context, at least one (got {len(context_ids)} and {len(completion_ids)})")
-        policy = self.policy
-        width = max(1, max(len(c) for c in completion_ids))
-        rows = [list(p) + list(c) + [policy.pad_id] * (width - len(c)) for p, c in zip(context_ids, completion_ids)]
-        ids, mask = policy._left_pad(rows)
-        for row, completion in enumerate(completion_ids):
-            if width - len(completion):
-                mask[row, -(width - len(completion)):] = 0
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        with policy.using(self.adapter):
-            out = policy.forward_module(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
-                                        logits_to_keep=1, output_hidden_states=True)
+        with self.policy.using(self.adapter):
+            out, width, completion_mask = completion_forward(self.policy, context_ids, completion_ids, output_hidden_states=True)
         hidden = out.hidden_states[-1][:, -(width + 1):-1, :].float()     # state before each completion token
-        completion_mask = mask[:, -width:]
         return self.head(hidden).squeeze(-1) * completion_mask, completion_mask
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:

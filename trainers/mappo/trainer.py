@@ -1,0 +1,327 @@
+"""`MAPPOTrainer`: multi-agent PPO for debating LLM teams (MAPoRL).
+
+One training step, top to bottom:
+
+1. **collect** — play ``episodes_per_step`` debate episodes through the shared
+   :class:`~trainers.common.rollout.RolloutEngine` (every agent's prompt of a turn in one batched
+   generate call).
+2. **score** — verifier scores ``s_i^t`` and correctness ``c_i^t`` of every answer: the env's
+   answer-label verdicts, or a learned verifier (:mod:`verifiers.reward_model`).
+3. **compute_rewards** — ``R_i^t`` = influence-aware return + incentives
+   (:mod:`trainers.mappo.rewards`).
+4. **compute_advantages** — per response: ``log π_old``, ``log π_ref`` (base, adapter off) and
+   the centralized critic's ``V_k``; ``r_k = -β·kl_k``, ``r_K += R``; token-level GAE; whitening
+   (:mod:`trainers.mappo.ppo_math`).
+5. **update** — ``ppo_epochs`` passes over shuffled minibatches of responses:
+   ``L = L_clip(π) + vf_coef · L_V - entropy_coef · H``, each agent's loss on its own adapter.
+6. **log / checkpoint**.
+
+Everything random in a step is derived from ``(seed, step)``: task choice, sampling noise. So a
+run resumed from the checkpoint of step ``k`` replays step ``k + 1`` exactly.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from llm_marl_envs.core import render_messages
+from trainers.common.policy import SamplingParams
+
+from .config import MAPPOConfig
+from .critic import CentralizedCritic, critic_context
+from .forward import completion_logprobs
+from .ppo_math import (
+    clipped_policy_loss,
+    clipped_value_loss,
+    generalized_advantages,
+    kl_per_token,
+    masked_mean,
+    token_rewards,
+    whiten,
+)
+from .rewards import turn_rewards
+
+CRITIC_ADAPTER = "critic"
+
+
+@dataclass
+class Response:
+    """One agent's answer at one turn of one episode: the unit PPO trains on."""
+
+    agent: str
+    turn: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    critic_ids: list[int]
+    reward: float = 0.0
+    # filled by compute_advantages (1-D, one entry per completion token)
+    old_logprobs: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    value_targets: torch.Tensor | None = None
+    kl: torch.Tensor | None = None
+
+
+@dataclass
+class EpisodeScores:
+    """Verifier outcome of one episode: ``scores[t][i]``, ``correct[t][i]`` over the turns reached."""
+
+    scores: list[list[float]]
+    correct: list[list[bool | None]]
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Right-pad 1-D tensors into ``[B, L]`` with zeros."""
+    return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True)
+
+
+def _mask(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    return _pad([torch.ones(len(r)) for r in rows])
+
+
+def _step_seed(seed: int, step: int, salt: int = 0) -> int:
+    """A deterministic 31-bit seed for ``(seed, step, salt)``."""
+    return int(np.random.SeedSequence([seed, step, salt]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+class MAPPOTrainer:
+    """Multi-agent PPO with a centralized critic (see the module docstring)."""
+
+    def __init__(self, env: Any, team: Any, config: MAPPOConfig | None = None, *, eval_env: Any = None,
+                 verifier: Any = None) -> None:
+        self.config = config = config or MAPPOConfig()
+        self.env, self.eval_env, self.team = env, eval_env or env, team
+        self.agents = list(env.possible_agents)
+        team.check_covers(self.agents)
+        for agent in self.agents:
+            policy = team.policy(agent)
+            if not hasattr(policy, "trainable_parameters"):
+                raise ValueError(f"{agent}'s policy {policy.name!r} cannot be trained (inference-only backend); "
+                                 "MAPPO needs HF policies (Team.shared_lora or Team.separate)")
+        if config.future_mean == "others" and len(self.agents) < 2:
+            raise ValueError("future_mean='others' needs at least 2 agents; use future_mean='all'")
+        self.verifier = verifier if verifier is not None else self._load_verifier()
+
+        torch.manual_seed(config.seed)
+        self.critic = CentralizedCritic(team.policy(self.agents[0]), adapter=CRITIC_ADAPTER, lora_r=config.critic_lora_r,
+                                        max_context_tokens=config.critic_max_context_tokens, seed=config.seed)
+        self.actor_params = {a: team.policy(a).trainable_parameters(team.adapter(a)) for a in self.agents}
+        self.optimizer = torch.optim.AdamW(
+            [{"params": params, "lr": config.learning_rate} for params in self.actor_params.values()]
+            + [{"params": self.critic.trainable_parameters(), "lr": config.critic_learning_rate}]
+        )
+        self.step = 0
+        self.history: list[dict[str, float]] = []
+
+    def _load_verifier(self) -> Any:
+        if self.config.verifier == "label":
+            return None
+        if self.config.reward_server_url is not None:
+            from verifiers.reward_server import RewardClient
+
+            return RewardClient(self.config.reward_server_url)
+        from verifiers.reward_model import RewardModel
+
+        return RewardModel.from_pretrained(self.config.reward_model_path)
+
+    # ------------------------------------------------------------------ 1. collect
+    def sampling_params(self, step: int, temperature: float | None = None) -> SamplingParams:
+        """Sampling settings of ``step`` (seeded by step, so a resumed run replays it)."""
+        c = self.config
+        return SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature if temperature is None else temperature,
+                              top_p=c.top_p, seed=_step_seed(c.seed, step, 1))
+
+    def collect(self, step: int) -> list[Any]:
+        """Play this step's episodes (tasks drawn from ``(seed, step)``) through the rollout engine."""
+        from trainers.common.rollout import RolloutEngine
+
+        rng = np.random.default_rng(_step_seed(self.config.seed, step, 2))
+        tasks = rng.integers(len(self.env.tasks), size=self.config.episodes_per_step).tolist()
+        envs = [self.env.clone() if i else self.env for i in range(len(tasks))]
+        engine = RolloutEngine(self.team, self.sampling_params(step))
+        return engine.collect(envs, seeds=[_step_seed(self.config.seed, step, 3 + i) for i in range(len(tasks))],
+                              options=[{"task_index": t} for t in tasks])
+
+    # ------------------------------------------------------------------ 2. score
+    def score(self, episode: Any) -> EpisodeScores:
+        """Verifier scores and correctness of every answer of ``episode`` (label or learned verifier)."""
+        env = episode.env
+        if self.verifier is None:
+            return EpisodeScores([[float(v[a].score) for a in self.agents] for v in env.verdicts],
+                                 [[v[a].correct for a in self.agents] for v in env.verdicts])
+        question = env.task.get("question") or render_messages(env.first_prompt(0, env.task))
+        pairs = [(question, answers[a]) for answers in env.answers for a in self.agents]
+        verdicts = self.verifier.score_batch(pairs)
+        n = len(self.agents)
+        return EpisodeScores([[v.score for v in verdicts[t * n:(t + 1) * n]] for t in range(len(env.answers))],
+                             [[v.correct for v in verdicts[t * n:(t + 1) * n]] for t in range(len(env.answers))])
+
+    # ------------------------------------------------------------------ 3. rewards
+    def compute_rewards(self, episodes: Sequence[Any]) -> list[Response]:
+        """One :class:`Response` per (episode, turn, agent) carrying ``R_i^t`` (returns + incentives)."""
+        c = self.config
+        responses = []
+        for episode in episodes:
+            outcome = self.score(episode)
+            rewards = turn_rewards(outcome.scores, outcome.correct, gamma=c.reward_gamma, rule=c.reward_rule,
+                                   future_mean=c.future_mean, incentives=c.incentives)
+            env = episode.env
+            for t, generations in enumerate(episode.turn_generations()):
+                for i, agent in enumerate(self.agents):
+                    generation = generations[agent]
+                    if not generation.completion_ids:
+                        continue            # nothing was generated: no token to credit
+                    task_text = render_messages(env.first_prompt(i, env.task))
+                    context = critic_context(task_text, env.answers, agent, t)
+                    responses.append(Response(agent, t, list(generation.prompt_ids), list(generation.completion_ids),
+                                              self.critic.context_ids(context), float(rewards[t, i])))
+        return responses
+
+    # ------------------------------------------------------------------ 4. advantages
+    def _minibatches(self, responses: Sequence[Response], shuffle_seed: int | None = None) -> list[list[Response]]:
+        """Chunks of ``minibatch_size`` responses (shuffled when a seed is given)."""
+        order = list(range(len(responses)))
+        if shuffle_seed is not None:
+            random.Random(shuffle_seed).shuffle(order)
+        size = self.config.minibatch_size
+        return [[responses[i] for i in order[k:k + size]] for k in range(0, len(order), size)]
+
+    def _by_agent(self, batch: Sequence[Response]) -> dict[str, list[Response]]:
+        groups: dict[str, list[Response]] = {}
+        for response in batch:
+            groups.setdefault(response.agent, []).append(response)
+        return groups
+
+    @torch.no_grad()
+    def compute_advantages(self, responses: Sequence[Response]) -> dict[str, float]:
+        """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response."""
+        c = self.config
+        for batch in self._minibatches(responses):
+            for agent, group in self._by_agent(batch).items():
+                policy, adapter = self.team.policy(agent), self.team.adapter(agent)
+                prompts, completions = [r.prompt_ids for r in group], [r.completion_ids for r in group]
+                logp, mask, _ = completion_logprobs(policy, adapter, prompts, completions, temperature=c.temperature)
+                ref_logp, _, _ = completion_logprobs(policy, adapter, prompts, completions, temperature=c.temperature,
+                                                     reference=True)
+                values, _ = self.critic.values([r.critic_ids for r in group], completions)
+                kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
+                # r_k = -β·kl_k on every token, plus R_i^t on the last one
+                rewards = token_rewards(torch.tensor([r.reward for r in group]), mask, kl=kl, kl_coef=c.kl_coef)
+                # δ_k = r_k + γV_{k+1} - V_k ;  A_k = δ_k + γλA_{k+1} ;  G_k = A_k + V_k
+                advantages, targets = generalized_advantages(rewards, values, mask, c.gae_gamma, c.gae_lambda)
+                for row, response in enumerate(group):
+                    n = len(response.completion_ids)
+                    response.old_logprobs, response.old_values = logp[row, :n].clone(), values[row, :n].clone()
+                    response.advantages, response.value_targets = advantages[row, :n].clone(), targets[row, :n].clone()
+                    response.kl = kl[row, :n].clone()
+        all_adv = _pad([r.advantages for r in responses])
+        all_mask = _mask([r.advantages for r in responses])
+        if c.whiten_advantages and all_mask.sum() > 1:
+            all_adv = whiten(all_adv, all_mask)
+            for row, response in enumerate(responses):
+                response.advantages = all_adv[row, :len(response.completion_ids)].clone()
+        kl_all = _pad([r.kl for r in responses])
+        return {"reward_mean": float(np.mean([r.reward for r in responses])),
+                "kl_ref": float(masked_mean(kl_all, all_mask)),
+                "value_mean": float(masked_mean(_pad([r.old_values for r in responses]), all_mask)),
+                "response_tokens": float(all_mask.sum() / len(responses))}
+
+    # ------------------------------------------------------------------ 5. loss and update
+    def loss(self, agent: str, group: Sequence[Response]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """``(policy_loss - entropy_coef·H, vf_coef·value_loss, stats)`` of one agent's responses."""
+        c = self.config
+        policy, adapter = self.team.policy(agent), self.team.adapter(agent)
+        completions = [r.completion_ids for r in group]
+        logp, mask, entropy = completion_logprobs(policy, adapter, [r.prompt_ids for r in group], completions,
+                                                  temperature=c.temperature, with_entropy=c.entropy_coef > 0)
+        pg_loss, pg_stats = clipped_policy_loss(logp, _pad([r.old_logprobs for r in group]),
+                                                _pad([r.advantages for r in group]), mask, c.clip_eps)
+        actor_loss = pg_loss
+        if entropy is not None:
+            actor_loss = actor_loss - c.entropy_coef * masked_mean(entropy, mask)
+        values, _ = self.critic.values([r.critic_ids for r in group], completions)
+        vf_loss, vf_stats = clipped_value_loss(values, _pad([r.old_values for r in group]),
+                                               _pad([r.value_targets for r in group]), mask, c.value_clip)
+        stats = {"policy_loss": float(pg_loss.detach()), "value_loss": float(vf_loss.detach()), **pg_stats, **vf_stats}
+        if entropy is not None:
+            stats["entropy"] = float(masked_mean(entropy.detach(), mask))
+        return actor_loss, c.vf_coef * vf_loss, stats
+
+    def update(self, responses: Sequence[Response], step: int) -> dict[str, float]:
+        """``ppo_epochs`` passes of clipped-PPO minibatch updates; returns averaged stats."""
+        c = self.config
+        totals: dict[str, list[float]] = {}
+        for epoch in range(c.ppo_epochs):
+            for batch in self._minibatches(responses, shuffle_seed=_step_seed(c.seed, step, 1000 + epoch)):
+                self.optimizer.zero_grad(set_to_none=True)
+                for agent, group in self._by_agent(batch).items():
+                    weight = len(group) / len(batch)          # the minibatch loss is a mean over responses
+                    actor_loss, critic_loss, stats = self.loss(agent, group)
+                    # backward per agent: PEFT marks only the active adapter trainable
+                    (weight * (actor_loss + critic_loss)).backward()
+                    stats["loss"] = stats["policy_loss"] + c.vf_coef * stats["value_loss"]
+                    for key, value in stats.items():
+                        totals.setdefault(key, []).append(value)
+                for params in [*self.actor_params.values(), self.critic.trainable_parameters()]:
+                    torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
+                self.optimizer.step()
+        return {key: float(np.mean(values)) for key, values in totals.items()}
+
+    # ------------------------------------------------------------------ 6. the loop
+    def train_step(self) -> dict[str, float]:
+        """Collect, reward, advantage, update once; returns the step's metrics."""
+        step = self.step + 1
+        episodes = self.collect(step)
+        responses = self.compute_rewards(episodes)
+        if not responses:
+            raise RuntimeError(f"step {step}: every response was empty; raise max_new_tokens or check the policy")
+        metrics = {"step": float(step)}
+        metrics.update(self.compute_advantages(responses))
+        metrics.update(self.update(responses, step))
+        metrics["train_accuracy"] = float(np.mean([a for e in episodes for a in episode_record(e.env)["accuracy_per_turn"]]))
+        self.step = step
+        self.history.append(metrics)
+        return metrics
+
+    def train(self) -> list[dict[str, float]]:
+        """Run ``num_train_steps`` steps; returns the per-step metrics."""
+        while self.step < self.config.num_train_steps:
+            self.train_step()
+        return self.history
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self, num_episodes: int | None = None) -> dict[str, Any]:
+        """Play tasks ``0..n-1`` of the eval env (``eval_temperature``, label verdicts); per-episode records."""
+        from trainers.common.rollout import RolloutEngine
+
+        n = num_episodes or self.config.eval_episodes
+        if n > len(self.eval_env.tasks):
+            raise ValueError(f"eval asks for {n} episodes but the eval env has {len(self.eval_env.tasks)} tasks")
+        envs = [self.eval_env.clone() for _ in range(n)]
+        params = self.sampling_params(0, temperature=self.config.eval_temperature)
+        RolloutEngine(self.team, params).collect(envs, seeds=[self.config.seed + i for i in range(n)],
+                                                 options=[{"task_index": i} for i in range(n)])
+        records = [episode_record(env) for env in envs]
+        turns = self.eval_env.num_turns
+        per_turn = np.array([r["accuracy_per_turn"] + [r["accuracy_per_turn"][-1]] * (turns - len(r["accuracy_per_turn"]))
+                             for r in records])
+        return {"episodes": records, "accuracy_per_turn": per_turn.mean(axis=0).tolist()}
+
+
+def episode_record(env: Any) -> dict[str, Any]:
+    """What evaluation keeps of a finished episode: per-turn correctness, scores, answers."""
+    correct = [[v[a].correct for a in env.possible_agents] for v in env.verdicts]
+    scores = [[float(v[a].score) for a in env.possible_agents] for v in env.verdicts]
+    accuracy = [float(np.mean([bool(c) for c in turn])) for turn in correct]
+    return {"task_id": env.task.get("task_id"), "correct": correct, "scores": scores,
+            "answers": [[v[a].details.get("answer") for a in env.possible_agents] for v in env.verdicts],
+            "accuracy_per_turn": accuracy}
+
+
+__all__ = ["MAPPOTrainer", "Response", "EpisodeScores", "episode_record"]
