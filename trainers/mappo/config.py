@@ -32,8 +32,8 @@ class MAPPOConfig:
         critic_lora_r, critic_max_context_tokens.
 
     Parameters that control the run:
-        num_train_steps, seed, output_dir, save_steps, resume, logging_steps, eval_episodes,
-        eval_temperature.
+        max_steps, seed, output_dir, save_every, resume_from_checkpoint, report_to, logging_every,
+        progress, eval_tasks, eval_temperature.
     """
 
     # ---------------------------------------------------------------- rewards
@@ -81,15 +81,19 @@ class MAPPOConfig:
     critic_max_context_tokens: int = field(default=768, metadata={
         "help": "The critic keeps the last this-many tokens of its context (task + debate so far)."})
 
-    # ---------------------------------------------------------------- run
-    num_train_steps: int = field(default=10, metadata={"help": "Training steps (collect + update) to run."})
+    # ---------------------------------------------------------------- run (names as in MAGRPOConfig)
+    max_steps: int = field(default=10, metadata={"help": "Training steps (each: collect episodes_per_step episodes, then update)."})
     seed: int = field(default=0, metadata={"help": "Seed of task sampling, generation and initialisation."})
-    output_dir: str = field(default="runs/mappo", metadata={"help": "Checkpoints and logs go here."})
-    save_steps: int = field(default=1, metadata={"help": "Save a checkpoint every this many steps (0 = only at the end)."})
-    resume: bool = field(default=True, metadata={"help": "Resume from the last checkpoint in output_dir if there is one."})
-    logging_steps: int = field(default=1, metadata={"help": "Log metrics every this many steps."})
-    eval_episodes: int = field(default=16, metadata={"help": "Episodes (task indices 0..n-1) for evaluate()."})
-    eval_temperature: float = field(default=0.0, metadata={"help": "Sampling temperature of evaluate() (0 = greedy)."})
+    output_dir: str = field(default="outputs/mappo", metadata={"help": "Checkpoints, metrics.jsonl and TensorBoard logs."})
+    save_every: int = field(default=0, metadata={"help": "Write a checkpoint every N steps (0: only at the end)."})
+    resume_from_checkpoint: str | None = field(default=None, metadata={
+        "help": "A checkpoint dir (output_dir/checkpoints/step-*) or 'latest' to continue a run."})
+    report_to: tuple[str, ...] = field(default=("jsonl", "tensorboard"), metadata={
+        "help": "Metric sinks: any of 'jsonl', 'tensorboard', 'wandb'."})
+    logging_every: int = field(default=1, metadata={"help": "Log metrics every N steps."})
+    progress: bool = field(default=True, metadata={"help": "Show a tqdm progress bar over steps."})
+    eval_tasks: int = field(default=16, metadata={"help": "evaluate() plays the eval env's tasks 0..n-1."})
+    eval_temperature: float = field(default=0.0, metadata={"help": "Sampling temperature of evaluate() (0: greedy)."})
 
     def __post_init__(self) -> None:
         def need(condition: bool, message: str) -> None:
@@ -110,10 +114,12 @@ class MAPPOConfig:
         need(self.temperature > 0, f"temperature must be > 0 for PPO rollouts (log-probs of a greedy policy are "
                                    f"degenerate), got {self.temperature}")
         need(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
-        for name in ("episodes_per_step", "ppo_epochs", "minibatch_size", "num_train_steps", "critic_lora_r",
-                     "critic_max_context_tokens", "logging_steps", "eval_episodes"):
+        for name in ("episodes_per_step", "ppo_epochs", "minibatch_size", "max_steps", "critic_lora_r",
+                     "critic_max_context_tokens", "logging_every", "eval_tasks"):
             need(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
-        need(self.save_steps >= 0, f"save_steps must be >= 0 (0 = only at the end), got {self.save_steps}")
+        need(self.save_every >= 0, f"save_every must be >= 0 (0 = only at the end), got {self.save_every}")
+        unknown = sorted(set(self.report_to) - {"jsonl", "tensorboard", "wandb"})
+        need(not unknown, f"report_to entries must be 'jsonl', 'tensorboard' or 'wandb', got {unknown}")
         for name in ("learning_rate", "critic_learning_rate", "clip_eps", "value_clip", "max_grad_norm"):
             need(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("vf_coef", "entropy_coef", "kl_coef"):

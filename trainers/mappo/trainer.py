@@ -13,7 +13,8 @@ One training step, top to bottom:
    the centralized critic's ``V_k``; ``r_k = -β·kl_k``, ``r_K += R``; token-level GAE; whitening
    (:mod:`trainers.mappo.ppo_math`).
 5. **update** — ``ppo_epochs`` passes over shuffled minibatches of responses:
-   ``L = L_clip(π) + vf_coef · L_V - entropy_coef · H``, each agent's loss on its own adapter.
+   ``L = L_clip(π) - entropy_coef · H + vf_coef · L_V``, each agent's policy loss on its own
+   adapter, the value loss on the critic's adapter and head.
 6. **log / checkpoint**.
 
 Everything random in a step is derived from ``(seed, step)``: task choice, sampling noise. So a
@@ -23,13 +24,19 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from llm_marl_envs.core import render_messages
+from trainers.common.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from trainers.common.episode import Episode
+from trainers.common.logging import MetricsLogger
 from trainers.common.policy import SamplingParams
+from trainers.common.rollout import RolloutEngine
 
 from .config import MAPPOConfig
 from .critic import CentralizedCritic, critic_context
@@ -111,12 +118,31 @@ class MAPPOTrainer:
         self.critic = CentralizedCritic(team.policy(self.agents[0]), adapter=CRITIC_ADAPTER, lora_r=config.critic_lora_r,
                                         max_context_tokens=config.critic_max_context_tokens, seed=config.seed)
         self.actor_params = {a: team.policy(a).trainable_parameters(team.adapter(a)) for a in self.agents}
-        self.optimizer = torch.optim.AdamW(
-            [{"params": params, "lr": config.learning_rate} for params in self.actor_params.values()]
-            + [{"params": self.critic.trainable_parameters(), "lr": config.critic_learning_rate}]
-        )
+        self.optimizers = {a: torch.optim.AdamW(params, lr=config.learning_rate) for a, params in self.actor_params.items()}
+        self.critic_optimizer = torch.optim.AdamW(self.critic.trainable_parameters(), lr=config.critic_learning_rate)
         self.step = 0
         self.history: list[dict[str, float]] = []
+        if config.resume_from_checkpoint is not None:
+            self.load(resolve_checkpoint(config.resume_from_checkpoint, config.output_dir))
+        self.logger = MetricsLogger(config.output_dir, report_to=config.report_to, run_config=config.to_dict())
+
+    # ------------------------------------------------------------------ checkpoints (trainers.common.checkpoint)
+    def save(self) -> Path:
+        """Write the checkpoint of the current step atomically (agents' adapters, critic, optimizers, RNG)."""
+        extra = {"critic": self.critic.trainable_state_dict(), "critic_optimizer": self.critic_optimizer.state_dict(),
+                 "history": self.history}
+        return save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, {},
+                               self.config.to_dict(), extra)
+
+    def load(self, path: str | Path) -> None:
+        """Restore a checkpoint written by :meth:`save`; training continues after its step."""
+        state = load_checkpoint(path, self.team, self.optimizers, {})
+        if "critic" not in state["extra"]:
+            raise ValueError(f"{path} is not a MAPPO checkpoint (no critic state); resume it with the trainer that wrote it")
+        self.critic.load_trainable_state_dict(state["extra"]["critic"])
+        self.critic_optimizer.load_state_dict(state["extra"]["critic_optimizer"])
+        self.history = list(state["extra"].get("history", []))
+        self.step = int(state["step"])
 
     def _load_verifier(self) -> Any:
         if self.config.verifier == "label":
@@ -136,30 +162,32 @@ class MAPPOTrainer:
         return SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature if temperature is None else temperature,
                               top_p=c.top_p, seed=_step_seed(c.seed, step, 1))
 
-    def collect(self, step: int) -> list[Any]:
+    def collect(self, step: int) -> list[Episode]:
         """Play this step's episodes (tasks drawn from ``(seed, step)``) through the rollout engine."""
-        from trainers.common.rollout import RolloutEngine
-
         rng = np.random.default_rng(_step_seed(self.config.seed, step, 2))
         tasks = rng.integers(len(self.env.tasks), size=self.config.episodes_per_step).tolist()
-        envs = [self.env.clone() if i else self.env for i in range(len(tasks))]
-        engine = RolloutEngine(self.team, self.sampling_params(step))
-        return engine.collect(envs, seeds=[_step_seed(self.config.seed, step, 3 + i) for i in range(len(tasks))],
-                              options=[{"task_index": t} for t in tasks])
+        seeds = [_step_seed(self.config.seed, step, 3 + i) for i in range(len(tasks))]
+        engine = RolloutEngine(self.env, self.team, self.sampling_params(step), progress=False)
+        return engine.collect(seeds=seeds, task_indices=tasks, desc=f"mappo step {step}")
 
     # ------------------------------------------------------------------ 2. score
-    def score(self, episode: Any) -> EpisodeScores:
+    def score(self, episode: Episode) -> EpisodeScores:
         """Verifier scores and correctness of every answer of ``episode`` (label or learned verifier)."""
-        env = episode.env
         if self.verifier is None:
-            return EpisodeScores([[float(v[a].score) for a in self.agents] for v in env.verdicts],
-                                 [[v[a].correct for a in self.agents] for v in env.verdicts])
-        question = env.task.get("question") or render_messages(env.first_prompt(0, env.task))
-        pairs = [(question, answers[a]) for answers in env.answers for a in self.agents]
+            return EpisodeScores([[float(turn[a].verdict["score"]) for a in self.agents] for turn in episode.turns],
+                                 [[turn[a].correct for a in self.agents] for turn in episode.turns])
+        pairs = [(self.question(episode), turn[a].text) for turn in episode.turns for a in self.agents]
         verdicts = self.verifier.score_batch(pairs)
-        n = len(self.agents)
-        return EpisodeScores([[v.score for v in verdicts[t * n:(t + 1) * n]] for t in range(len(env.answers))],
-                             [[v.correct for v in verdicts[t * n:(t + 1) * n]] for t in range(len(env.answers))])
+        rows = [verdicts[t * len(self.agents):(t + 1) * len(self.agents)] for t in range(len(episode.turns))]
+        return EpisodeScores([[v.score for v in row] for row in rows], [[v.correct for v in row] for row in rows])
+
+    def question(self, episode: Episode) -> str:
+        """The task text a learned verifier judges answers against (the record's question, else the first prompt)."""
+        if episode.task_index is not None:
+            question = self.env.tasks[episode.task_index].get("question")
+            if isinstance(question, str):
+                return question
+        return render_messages(episode.turns[0][self.agents[0]].messages)
 
     # ------------------------------------------------------------------ 3. rewards
     def compute_rewards(self, episodes: Sequence[Any]) -> list[Response]:
@@ -170,15 +198,15 @@ class MAPPOTrainer:
             outcome = self.score(episode)
             rewards = turn_rewards(outcome.scores, outcome.correct, gamma=c.reward_gamma, rule=c.reward_rule,
                                    future_mean=c.future_mean, incentives=c.incentives)
-            env = episode.env
-            for t, generations in enumerate(episode.turn_generations()):
+            answers = [{a: turn[a].text for a in self.agents} for turn in episode.turns]
+            for t, turn in enumerate(episode.turns):
                 for i, agent in enumerate(self.agents):
-                    generation = generations[agent]
-                    if not generation.completion_ids:
+                    act = turn[agent]
+                    if not act.completion_ids:
                         continue            # nothing was generated: no token to credit
-                    task_text = render_messages(env.first_prompt(i, env.task))
-                    context = critic_context(task_text, env.answers, agent, t)
-                    responses.append(Response(agent, t, list(generation.prompt_ids), list(generation.completion_ids),
+                    task_text = render_messages(episode.turns[0][agent].messages)   # the agent's opening prompt
+                    context = critic_context(task_text, answers, agent, t)
+                    responses.append(Response(agent, t, list(act.prompt_ids), list(act.completion_ids),
                                               self.critic.context_ids(context), float(rewards[t, i])))
         return responses
 
@@ -232,44 +260,55 @@ class MAPPOTrainer:
                 "response_tokens": float(all_mask.sum() / len(responses))}
 
     # ------------------------------------------------------------------ 5. loss and update
-    def loss(self, agent: str, group: Sequence[Response]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-        """``(policy_loss - entropy_coef·H, vf_coef·value_loss, stats)`` of one agent's responses."""
+    def policy_loss(self, agent: str, group: Sequence[Response]) -> tuple[torch.Tensor, dict[str, float]]:
+        """``L_clip - entropy_coef·H`` of one agent's responses under its adapter."""
         c = self.config
         policy, adapter = self.team.policy(agent), self.team.adapter(agent)
-        completions = [r.completion_ids for r in group]
-        logp, mask, entropy = completion_logprobs(policy, adapter, [r.prompt_ids for r in group], completions,
-                                                  temperature=c.temperature, with_entropy=c.entropy_coef > 0)
-        pg_loss, pg_stats = clipped_policy_loss(logp, _pad([r.old_logprobs for r in group]),
-                                                _pad([r.advantages for r in group]), mask, c.clip_eps)
-        actor_loss = pg_loss
+        logp, mask, entropy = completion_logprobs(policy, adapter, [r.prompt_ids for r in group],
+                                                  [r.completion_ids for r in group], temperature=c.temperature,
+                                                  with_entropy=c.entropy_coef > 0)
+        # L_clip = E[max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))],  ρ = π_θ / π_old
+        loss, stats = clipped_policy_loss(logp, _pad([r.old_logprobs for r in group]),
+                                          _pad([r.advantages for r in group]), mask, c.clip_eps)
+        stats["policy_loss"] = float(loss.detach())
         if entropy is not None:
-            actor_loss = actor_loss - c.entropy_coef * masked_mean(entropy, mask)
-        values, _ = self.critic.values([r.critic_ids for r in group], completions)
-        vf_loss, vf_stats = clipped_value_loss(values, _pad([r.old_values for r in group]),
-                                               _pad([r.value_targets for r in group]), mask, c.value_clip)
-        stats = {"policy_loss": float(pg_loss.detach()), "value_loss": float(vf_loss.detach()), **pg_stats, **vf_stats}
-        if entropy is not None:
-            stats["entropy"] = float(masked_mean(entropy.detach(), mask))
-        return actor_loss, c.vf_coef * vf_loss, stats
+            mean_entropy = masked_mean(entropy, mask)
+            loss = loss - c.entropy_coef * mean_entropy
+            stats["entropy"] = float(mean_entropy.detach())
+        return loss, stats
+
+    def value_loss(self, group: Sequence[Response]) -> tuple[torch.Tensor, dict[str, float]]:
+        """Clipped value loss ``½·E[max((V-G)², (V_clip-G)²)]`` of the centralized critic on these responses."""
+        values, mask = self.critic.values([r.critic_ids for r in group], [r.completion_ids for r in group])
+        loss, stats = clipped_value_loss(values, _pad([r.old_values for r in group]),
+                                         _pad([r.value_targets for r in group]), mask, self.config.value_clip)
+        stats["value_loss"] = float(loss.detach())
+        return loss, stats
 
     def update(self, responses: Sequence[Response], step: int) -> dict[str, float]:
         """``ppo_epochs`` passes of clipped-PPO minibatch updates; returns averaged stats."""
         c = self.config
         totals: dict[str, list[float]] = {}
+        optimizers = [*self.optimizers.values(), self.critic_optimizer]
         for epoch in range(c.ppo_epochs):
             for batch in self._minibatches(responses, shuffle_seed=_step_seed(c.seed, step, 1000 + epoch)):
-                self.optimizer.zero_grad(set_to_none=True)
+                for optimizer in optimizers:
+                    optimizer.zero_grad(set_to_none=True)
                 for agent, group in self._by_agent(batch).items():
                     weight = len(group) / len(batch)          # the minibatch loss is a mean over responses
-                    actor_loss, critic_loss, stats = self.loss(agent, group)
-                    # backward per agent: PEFT marks only the active adapter trainable
-                    (weight * (actor_loss + critic_loss)).backward()
+                    # backward right after each forward: PEFT marks only the active adapter trainable
+                    actor_loss, actor_stats = self.policy_loss(agent, group)
+                    (weight * actor_loss).backward()
+                    critic_loss, critic_stats = self.value_loss(group)
+                    (weight * c.vf_coef * critic_loss).backward()
+                    stats = {**actor_stats, **critic_stats}
                     stats["loss"] = stats["policy_loss"] + c.vf_coef * stats["value_loss"]
                     for key, value in stats.items():
                         totals.setdefault(key, []).append(value)
                 for params in [*self.actor_params.values(), self.critic.trainable_parameters()]:
                     torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
-                self.optimizer.step()
+                for optimizer in optimizers:
+                    optimizer.step()
         return {key: float(np.mean(values)) for key, values in totals.items()}
 
     # ------------------------------------------------------------------ 6. the loop
@@ -283,45 +322,50 @@ class MAPPOTrainer:
         metrics = {"step": float(step)}
         metrics.update(self.compute_advantages(responses))
         metrics.update(self.update(responses, step))
-        metrics["train_accuracy"] = float(np.mean([a for e in episodes for a in episode_record(e.env)["accuracy_per_turn"]]))
+        metrics["train_accuracy"] = float(np.mean([bool(c) for e in episodes for turn in e.correct for c in turn.values()]))
         self.step = step
         self.history.append(metrics)
         return metrics
 
     def train(self) -> list[dict[str, float]]:
-        """Run ``num_train_steps`` steps; returns the per-step metrics."""
-        while self.step < self.config.num_train_steps:
-            self.train_step()
+        """Run steps until ``max_steps`` (continuing a resumed run); log and checkpoint; returns per-step metrics."""
+        c = self.config
+        with tqdm(total=c.max_steps, initial=self.step, desc="mappo", disable=not c.progress) as bar:
+            while self.step < c.max_steps:
+                metrics = self.train_step()
+                if self.step % c.logging_every == 0:
+                    self.logger.log(metrics, self.step)
+                if (c.save_every and self.step % c.save_every == 0) or self.step == c.max_steps:
+                    self.save()
+                bar.update(1)
         return self.history
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self, num_episodes: int | None = None) -> dict[str, Any]:
         """Play tasks ``0..n-1`` of the eval env (``eval_temperature``, label verdicts); per-episode records."""
-        from trainers.common.rollout import RolloutEngine
-
-        n = num_episodes or self.config.eval_episodes
+        n = num_episodes or self.config.eval_tasks
         if n > len(self.eval_env.tasks):
             raise ValueError(f"eval asks for {n} episodes but the eval env has {len(self.eval_env.tasks)} tasks")
-        envs = [self.eval_env.clone() for _ in range(n)]
         params = self.sampling_params(0, temperature=self.config.eval_temperature)
-        RolloutEngine(self.team, params).collect(envs, seeds=[self.config.seed + i for i in range(n)],
-                                                 options=[{"task_index": i} for i in range(n)])
-        records = [episode_record(env) for env in envs]
+        engine = RolloutEngine(self.eval_env, self.team, params, progress=False)
+        episodes = engine.collect(seeds=[self.config.seed + i for i in range(n)], task_indices=list(range(n)), desc="eval")
+        records = [episode_record(e) for e in episodes]
         turns = self.eval_env.num_turns
         per_turn = np.array([r["accuracy_per_turn"] + [r["accuracy_per_turn"][-1]] * (turns - len(r["accuracy_per_turn"]))
                              for r in records])
         return {"episodes": records, "accuracy_per_turn": per_turn.mean(axis=0).tolist()}
 
 
-def episode_record(env: Any) -> dict[str, Any]:
-    """What evaluation keeps of a finished episode: per-turn correctness, scores, answers."""
-    correct = [[v[a].correct for a in env.possible_agents] for v in env.verdicts]
-    scores = [[float(v[a].score) for a in env.possible_agents] for v in env.verdicts]
-    accuracy = [float(np.mean([bool(c) for c in turn])) for turn in correct]
-    return {"task_id": env.task.get("task_id"), "correct": correct, "scores": scores,
-            "answers": [[v[a].details.get("answer") for a in env.possible_agents] for v in env.verdicts],
-            "accuracy_per_turn": accuracy}
+def episode_record(episode: Episode) -> dict[str, Any]:
+    """What evaluation keeps of a finished episode: per-turn correctness, scores, extracted answers."""
+    agents = episode.agents
+    correct = [[turn[a].correct for a in agents] for turn in episode.turns]
+    return {"task_id": episode.task_id, "correct": correct,
+            "scores": [[float(turn[a].verdict["score"]) for a in agents] for turn in episode.turns],
+            "answers": [[turn[a].verdict["details"].get("answer") for a in agents] for turn in episode.turns],
+            "tokens": episode.num_tokens, "wall_time_s": episode.wall_time,
+            "accuracy_per_turn": [float(np.mean([bool(c) for c in turn])) for turn in correct]}
 
 
 __all__ = ["MAPPOTrainer", "Response", "EpisodeScores", "episode_record"]
