@@ -6,6 +6,8 @@ from llm_marl_envs.models import tiny_model
 from trainers.common.team import Team
 from trainers.mappo.critic import CentralizedCritic, critic_context
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 @pytest.fixture(scope="module")
 def team_and_critic():

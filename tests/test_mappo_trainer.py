@@ -20,6 +20,8 @@ from verifiers.reward_model import RewardModel
 
 REPO = Path(__file__).resolve().parents[1]
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def build_trainer(output_dir, **overrides):
     """2 agents x 2 turns of arithmetic debate, scored by a tiny (random) learned verifier: nonzero, varied rewards."""
@@ -106,7 +108,7 @@ def test_resume_after_sigkill_reproduces_the_next_step_loss(tmp_path):
     killed = tmp_path / "killed"
     child = subprocess.Popen(
         [sys.executable, "-c", f"from tests.test_mappo_trainer import run_child; run_child({str(killed)!r})"],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 600
     while latest_checkpoint(killed) is None:
         if child.poll() is not None:

@@ -23,6 +23,8 @@ from verifiers.reward_model import (
 )
 from verifiers.reward_server import RewardClient, RewardServer, RewardServerError
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 @pytest.fixture(scope="module")
 def reward_model():
