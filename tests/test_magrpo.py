@@ -1,0 +1,192 @@
+"""MAGRPO: advantages, returns, joint actions, per-agent updates, KL, checkpoint resume after SIGKILL."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from llm_marl_envs.models import tiny_model
+from tests.toy_env import SayNumberEnv
+from trainers.common import RolloutEngine, Team
+from trainers.common.logging import read_metrics
+from trainers.common.rollout import Expansion, joint_actions
+from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer, group_advantages
+from trainers.magrpo.trainer import TreeNode, sample_values
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def team():
+    torch.manual_seed(0)
+    model, tokenizer = tiny_model(seed=0)
+    return Team.shared_lora(model, tokenizer, 2)
+
+
+def small_config(tmp_path, **overrides) -> MAGRPOConfig:
+    values = dict(num_generations=3, max_new_tokens=6, max_steps=1, eval_tasks=2, learning_rate=1e-2,
+                  output_dir=str(tmp_path), report_to=("jsonl",), progress=False)
+    return MAGRPOConfig(**{**values, **overrides})
+
+
+# ----------------------------------------------------------------------------- advantages and returns
+@pytest.mark.parametrize("mode, expected", [
+    ("mean", [-2.0, -1.0, 0.0, 3.0]),                 # R - mean(R), mean = 3
+    ("rloo", [-8 / 3, -4 / 3, 0.0, 4.0]),             # R - mean of the other three
+    ("max", [-5.0, -4.0, -3.0, 0.0]),                 # R - max(R)
+    ("raw", [1.0, 2.0, 3.0, 6.0]),
+])
+def test_group_advantages_by_mode(mode, expected):
+    values = torch.tensor([1.0, 2.0, 3.0, 6.0], dtype=torch.float64)
+    assert torch.allclose(group_advantages(values, mode), torch.tensor(expected, dtype=torch.float64))
+
+
+def test_std_normalisation_and_floor():
+    values = torch.tensor([1.0, 2.0, 3.0, 6.0], dtype=torch.float64)
+    std = math.sqrt(14 / 3)                            # unbiased: squared deviations 4+1+0+9 over G-1
+    expected = torch.tensor([-2.0, -1.0, 0.0, 3.0], dtype=torch.float64) / std
+    assert torch.allclose(group_advantages(values, "mean", normalize=True), expected)
+    flat = torch.tensor([0.0, 0.0, 0.0, 1e-6], dtype=torch.float64)
+    floored = group_advantages(flat, "mean", normalize=True, std_floor=1e-4)
+    assert floored[3].item() == pytest.approx(0.75e-6 / 1e-4)
+
+
+def test_cross_mode_sample_values_average_over_partners():
+    node = TreeNode(0, Expansion(None, {}, {"agent_0": [], "agent_1": []}, joint_actions(2, 2, "cross"), [], [], [], []),
+                    joint_rewards=[1, 2, 3, 4], returns=[1.0, 2.0, 3.0, 4.0])
+    # joint actions (0,0) (0,1) (1,0) (1,1) with returns 1 2 3 4
+    assert sample_values(node, 0, 2).tolist() == [1.5, 3.5]
+    assert sample_values(node, 1, 2).tolist() == [2.0, 3.0]
+
+
+def test_tree_return_is_reward_plus_discounted_mean_of_children(tmp_path, team):
+    trainer = MAGRPOTrainer(SayNumberEnv(), team, small_config(tmp_path, discount=0.5))
+    leaf = TreeNode(1, None, joint_rewards=[0.5, 1.5], children=[None, None])
+    root = TreeNode(0, None, joint_rewards=[1.0, 0.0], children=[leaf, None])
+    assert trainer.compute_returns(root) == [1.0 + 0.5 * 1.0, 0.0]
+    assert leaf.returns == [0.5, 1.5]
+
+
+def test_joint_action_counts_aligned_vs_cross(team):
+    assert joint_actions(3, 2, "aligned") == [(0, 0), (1, 1), (2, 2)]
+    assert len(joint_actions(3, 2, "cross")) == 9
+    engine = RolloutEngine(SayNumberEnv(num_turns=2), team, progress=False)
+    nodes = engine.reset_nodes([0, 1])
+    for mode, count in (("aligned", 3), ("cross", 9)):
+        expansions = engine.expand(nodes, 3, mode)
+        for node, expansion in zip(nodes, expansions):
+            assert len(expansion.children) == count and node.turn == 0          # the node itself is untouched
+            for combo, child in zip(expansion.joint, expansion.children):
+                assert child.turn == 1
+                for agent, g in zip(("agent_0", "agent_1"), combo):
+                    assert child.answers[0][agent] == expansion.samples[agent][g].text
+
+
+# ----------------------------------------------------------------------------- updates
+def snapshot(team):
+    model = team.policy("agent_0").model
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def changed(before, after, marker):
+    return any(not torch.equal(before[n], after[n]) for n in before if marker(n))
+
+
+def test_update_changes_only_the_agents_own_adapter(tmp_path, team):
+    trainer = MAGRPOTrainer(SayNumberEnv(), team, small_config(tmp_path))
+    prompt = team.policy("agent_0").encode([{"role": "user", "content": "say 3"}])
+    rows = [(prompt, [18, 19, 20], 1.0), (prompt, [21, 22], -1.0)]
+    before = snapshot(team)
+    trainer._update_agent("agent_0", 0, rows)
+    after = snapshot(team)
+    assert changed(before, after, lambda n: ".agent_0." in n)
+    assert not changed(before, after, lambda n: ".agent_1." in n)
+    assert not changed(before, after, lambda n: "lora_" not in n)           # the shared base stays frozen
+    trainer._update_agent("agent_1", 0, rows)
+    final = snapshot(team)
+    assert changed(after, final, lambda n: ".agent_1." in n)
+    assert not changed(after, final, lambda n: ".agent_0." in n)
+
+
+def test_kl_is_zero_at_step_zero_and_positive_after_an_update(tmp_path, team):
+    trainer = MAGRPOTrainer(SayNumberEnv(), team, small_config(tmp_path, kl_coef=0.1, learning_rate=5e-2))
+    prompt = team.policy("agent_0").encode([{"role": "user", "content": "say 3"}])
+    args = ("agent_0", [prompt, prompt], [[18, 19, 20], [21, 22]], torch.tensor([1.0, -1.0]), 2)
+    _, kl = trainer.loss(*args)
+    assert kl.item() == 0.0
+    trainer._update_agent("agent_0", 0, [(prompt, [18, 19, 20], 1.0), (prompt, [21, 22], -1.0)])
+    _, kl = trainer.loss(*args)
+    assert kl.item() > 0
+
+
+def test_train_step_logs_per_agent_per_turn_metrics_and_checkpoints(tmp_path, team):
+    trainer = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, small_config(tmp_path, max_steps=1, joint_mode="cross",
+                                                                          num_generations=2))
+    before = snapshot(team)
+    trainer.train()
+    record = read_metrics(tmp_path)[-1]
+    for key in ("turn0/agent_0/loss", "turn1/agent_1/advantage_std", "turn0/agent_1/grad_norm", "tokens_per_s",
+                "turn1/return_mean"):
+        assert key in record
+    assert (tmp_path / "checkpoints" / "step-000001" / "agents" / "agent_1.safetensors").is_file()
+    assert changed(before, snapshot(team), lambda n: "lora_" in n)
+    result = trainer.evaluate()
+    assert result["num_episodes"] == 2 and result["ci_low"] <= result["team_reward"] <= result["ci_high"]
+
+
+def test_config_errors_say_what_to_change():
+    with pytest.raises(ValueError, match="num_generations must be >= 2"):
+        MAGRPOConfig(num_generations=1)
+    with pytest.raises(ValueError, match="joint_mode must be one of"):
+        MAGRPOConfig(joint_mode="diagonal")
+    with pytest.raises(ValueError, match="advantage_mode"):
+        MAGRPOConfig(advantage_mode="median")
+    with pytest.raises(ValueError, match="report_to"):
+        MAGRPOConfig(report_to=("mlflow",))
+
+
+def test_too_many_eval_tasks_is_a_clear_error(tmp_path, team):
+    with pytest.raises(ValueError, match="lower eval_tasks"):
+        MAGRPOTrainer(SayNumberEnv(num_tasks=3), team, small_config(tmp_path, eval_tasks=3))
+
+
+# ----------------------------------------------------------------------------- resume after SIGKILL
+def run_worker(output_dir: Path, max_steps: int, resume: bool = False) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    args = [sys.executable, str(ROOT / "tests" / "magrpo_worker.py"), str(output_dir), str(max_steps)]
+    return subprocess.Popen(args + (["--resume"] if resume else []), env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def loss_at(output_dir: Path, step: int) -> float:
+    records = [r for r in read_metrics(output_dir) if r["step"] == step]
+    return sum(v for k, v in records[-1].items() if k.endswith("/loss"))   # the latest run's record
+
+
+def test_resume_after_sigkill_reproduces_the_uninterrupted_loss(tmp_path):
+    steps = 4
+    straight = run_worker(tmp_path / "straight", steps)
+    killed = run_worker(tmp_path / "killed", steps)
+    first = tmp_path / "killed" / "checkpoints" / "step-000001"
+    deadline = time.time() + 300
+    while not first.exists() and killed.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert first.exists(), killed.stderr.read().decode()[-2000:]
+    checkpoints = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
+    assert not any(name.startswith(".tmp") for name in checkpoints) or checkpoints[-1].startswith("step-")
+    resumed_from = int(sorted(n for n in checkpoints if n.startswith("step-"))[-1].split("-")[1])
+    assert resumed_from < steps, "the run finished before it could be killed; raise `steps`"
+    resumed = run_worker(tmp_path / "killed", steps, resume=True)
+    for process in (straight, resumed):
+        assert process.wait(timeout=600) == 0, process.stderr.read().decode()[-2000:]
+    for step in range(resumed_from + 1, steps + 1):
+        assert loss_at(tmp_path / "killed", step) == pytest.approx(loss_at(tmp_path / "straight", step), rel=1e-6, abs=1e-9)
+    assert loss_at(tmp_path / "straight", steps) != 0.0

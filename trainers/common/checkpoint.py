@@ -1,0 +1,110 @@
+"""Atomic training checkpoints: weights (adapter or full model) per agent, optimizers, schedulers, RNG states, step.
+
+Layout of ``<output_dir>/checkpoints/step-000012/``::
+
+    agents/<agent>.safetensors   trainable tensors of the agent (its LoRA adapter, or the whole model)
+    optimizers.pt  schedulers.pt one state dict per agent
+    trainer_state.pt             step, RNG states (python, numpy, torch) and trainer extras
+    config.json                  the trainer config
+
+A checkpoint is written to a hidden temp dir and renamed into place, so a crash at any
+moment leaves the previous checkpoint intact and never a half-written one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from .team import Team
+
+PREFIX = "step-"
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, numpy and torch RNG states."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Inverse of :func:`rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def checkpoint_dir(output_dir: str | os.PathLike, step: int) -> Path:
+    """``<output_dir>/checkpoints/step-<step>``."""
+    return Path(output_dir) / "checkpoints" / f"{PREFIX}{step:06d}"
+
+
+def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint under ``output_dir/checkpoints`` (``None`` if there is none)."""
+    root = Path(output_dir) / "checkpoints"
+    found = sorted(p for p in root.glob(f"{PREFIX}*") if p.is_dir()) if root.is_dir() else []
+    return found[-1] if found else None
+
+
+def resolve_checkpoint(resume: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
+    """Turn ``resume_from_checkpoint`` (a path or ``"latest"``) into a checkpoint dir, or raise ``ValueError``."""
+    path = latest_checkpoint(output_dir) if str(resume) == "latest" else Path(resume)
+    if path is None:
+        raise ValueError(f"resume_from_checkpoint='latest' but {Path(output_dir) / 'checkpoints'} holds no checkpoint; "
+                         f"start without resume_from_checkpoint")
+    if not (path / "trainer_state.pt").is_file():
+        raise ValueError(f"{path} is not a checkpoint (no trainer_state.pt); pass a step-* dir or 'latest'")
+    return path
+
+
+def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimizers: Mapping[str, Any],
+                    schedulers: Mapping[str, Any], config: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> Path:
+    """Write checkpoint ``step`` atomically (temp dir + rename) and return its path."""
+    target = checkpoint_dir(output_dir, step)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}.", dir=target.parent))
+    try:
+        (tmp / "agents").mkdir()
+        for agent in optimizers:
+            state = team.policy(agent).trainable_state_dict(team.adapter(agent))
+            save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "agents" / f"{agent}.safetensors"))
+        torch.save({a: o.state_dict() for a, o in optimizers.items()}, tmp / "optimizers.pt")
+        torch.save({a: s.state_dict() for a, s in schedulers.items()}, tmp / "schedulers.pt")
+        torch.save({"step": step, "rng": rng_state(), "extra": dict(extra or {})}, tmp / "trainer_state.pt")
+        (tmp / "config.json").write_text(json.dumps(dict(config), indent=2, default=str))
+        with open(tmp / "trainer_state.pt", "rb") as handle:   # flush to disk before the rename publishes it
+            os.fsync(handle.fileno())
+        if target.exists():                                   # re-saving a step: swap the old one out first
+            stale = target.with_name(f".stale-{target.name}")
+            os.rename(target, stale)
+            shutil.rmtree(stale, ignore_errors=True)
+        os.rename(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def load_checkpoint(path: str | os.PathLike, team: Team, optimizers: Mapping[str, Any],
+                    schedulers: Mapping[str, Any]) -> dict[str, Any]:
+    """Restore weights, optimizer/scheduler states and RNG states; returns ``{"step", "extra"}``."""
+    path = Path(path)
+    for agent in optimizers:
+        file = path / "agents" / f"{agent}.safetensors"
+        if not file.is_file():
+            raise ValueError(f"checkpoint {path} has no weights for agent {agent!r}; was it written by another team?")
+        team.policy(agent).load_trainable_state_dict(team.adapter(agent), load_file(str(file)))
+    for name, objects in (("optimizers.pt", optimizers), ("schedulers.pt", schedulers)):
+        states = torch.load(path / name, weights_only=False)
+        for agent, obj in objects.items():
+            obj.load_state_dict(states[agent])
+    state = torch.load(path / "trainer_state.pt", weights_only=False)
+    set_rng_state(state["rng"])
+    return {"step": state["step"], "extra": state["extra"]}

@@ -1,0 +1,75 @@
+"""Metric sinks of the trainers: a JSONL file, TensorBoard, and W&B when installed and asked for."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+
+class MetricsLogger:
+    """Write ``{"step": s, **metrics}`` to ``metrics.jsonl`` and scalars to TensorBoard (and W&B)."""
+
+    def __init__(self, output_dir: str | os.PathLike, report_to: Sequence[str] = ("jsonl", "tensorboard"),
+                 enabled: bool = True, run_config: Mapping[str, Any] | None = None) -> None:
+        self.output_dir = Path(output_dir)
+        self.enabled = enabled
+        self._jsonl = self._tensorboard = self._wandb = None
+        if not enabled:
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        if "jsonl" in report_to:
+            self._jsonl = open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8")
+        if "tensorboard" in report_to:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tensorboard = SummaryWriter(str(self.output_dir / "tensorboard"))
+        if "wandb" in report_to:
+            try:
+                import wandb
+            except ImportError:
+                warnings.warn("report_to includes 'wandb' but wandb is not installed; `pip install wandb` to use it")
+            else:
+                self._wandb = wandb.init(dir=str(self.output_dir), config=dict(run_config or {}))
+
+    @property
+    def path(self) -> Path:
+        """The JSONL metrics file."""
+        return self.output_dir / "metrics.jsonl"
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Record ``metrics`` at ``step`` in every sink (numbers go to TensorBoard/W&B)."""
+        if not self.enabled:
+            return
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps({"step": step, **metrics}, default=float) + "\n")
+            self._jsonl.flush()
+        scalars = {k: float(v) for k, v in metrics.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+        if self._tensorboard is not None:
+            for key, value in scalars.items():
+                self._tensorboard.add_scalar(key, value, step)
+            self._tensorboard.flush()
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        """Flush and close every sink."""
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def read_metrics(output_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """All records of ``output_dir/metrics.jsonl``."""
+    path = Path(output_dir) / "metrics.jsonl"
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]

@@ -1,0 +1,311 @@
+"""MAGRPO: multi-agent group-relative policy optimisation (CoMLRL), readable top to bottom.
+
+One training step:
+
+1. **collect** — pick ``prompts_per_step`` tasks; each is the root of a tree. At every turn all
+   live nodes are expanded together (:meth:`RolloutEngine.expand`: G samples per agent per
+   node, one generate call per policy): ``aligned`` joint actions pair the g-th samples
+   (G children), ``cross`` takes the Cartesian product (G^N children). Each joint action
+   steps its own clone of the env, which supplies the next prompts (feedback).
+2. **compute_returns** — joint reward r = mean over agents of the env rewards; bottom-up
+   ``R = r + γ · mean(R of the child's joint actions)`` (leaves: R = r).
+3. **compute_advantages** — per node and agent, the value of sample k is the mean return of
+   the joint actions containing it (aligned: R_k itself); then the group baseline:
+   mean ``A = R - mean(R)``, rloo ``A = R - mean of the other G-1``, max ``A = R - max(R)``,
+   raw ``A = R``; optionally divided by ``max(std(R), floor)``.
+4. **loss / update** — per turn, per agent (its own adapter or model):
+   ``L = -(1/M) Σ_m A_m Σ_t log π(y_m,t | x_m, y_m,<t) + β · (1/M) Σ_m mean_t k3_m,t``,
+   with the k3 KL estimator ``k3 = exp(ref - logp) - (ref - logp) - 1`` against the
+   reference (base with adapters disabled) — zero at step 0, where adapters are zero.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from tqdm.auto import tqdm
+from transformers import get_scheduler
+
+from llm_marl_envs.core import TextEnv
+
+from ..common.checkpoint import latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
+from ..common.logging import MetricsLogger
+from ..common.policy import HFPolicy, SamplingParams
+from ..common.rollout import Expansion, RolloutEngine
+from ..common.stats import bootstrap_ci
+from ..common.team import Team
+from .config import MAGRPOConfig
+
+
+@dataclass
+class TreeNode:
+    """One expanded node of the MAGRPO tree at ``turn``."""
+
+    turn: int
+    expansion: Expansion
+    joint_rewards: list[float]                                  # r per joint action
+    children: list["TreeNode | None"] = field(default_factory=list)  # expansion of each joint action's child
+    returns: list[float] = field(default_factory=list)          # R per joint action
+
+
+def group_advantages(values: torch.Tensor, mode: str, normalize: bool = False, std_floor: float = 1e-4) -> torch.Tensor:
+    """Group-relative advantages of G values (see the module docstring for the modes)."""
+    g = values.numel()
+    if mode == "mean":
+        advantages = values - values.mean()
+    elif mode == "rloo":
+        advantages = values - (values.sum() - values) / (g - 1)
+    elif mode == "max":
+        advantages = values - values.max()
+    elif mode == "raw":
+        advantages = values.clone()
+    else:
+        raise ValueError(f"advantage_mode must be mean|rloo|max|raw, got {mode!r}")
+    if normalize:
+        advantages = advantages / values.std().clamp(min=std_floor)   # unbiased std of the group
+    return advantages
+
+
+def sample_values(node: TreeNode, agent_position: int, num_generations: int) -> torch.Tensor:
+    """Value of each of an agent's G samples: mean return of the joint actions that contain it."""
+    totals = torch.zeros(num_generations, dtype=torch.float64)
+    counts = torch.zeros(num_generations, dtype=torch.float64)
+    for combo, ret in zip(node.expansion.joint, node.returns):
+        totals[combo[agent_position]] += ret
+        counts[combo[agent_position]] += 1
+    return totals / counts.clamp(min=1)
+
+
+class MAGRPOTrainer:
+    """Trains a :class:`Team` on a :class:`TextEnv` with MAGRPO (see the module docstring)."""
+
+    def __init__(self, env: TextEnv, team: Team, config: MAGRPOConfig | None = None, *,
+                 eval_env: TextEnv | None = None, accelerator: Accelerator | None = None) -> None:
+        self.config = config = config or MAGRPOConfig()
+        team.check_covers(env.possible_agents)
+        self.env, self.team, self.agents = env, team, list(env.possible_agents)
+        self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        set_seed(config.seed)
+        self.sampling = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                                       top_p=config.top_p)
+        self.engine = RolloutEngine(env, team, self.sampling, progress=False)
+        self.eval_engine = RolloutEngine(eval_env or env, team, progress=config.progress)
+        self.train_tasks, self.eval_tasks = self._split_tasks(env, eval_env)
+        self.task_rng = np.random.default_rng(config.seed)
+        self.optimizers, self.schedulers, self.parameters = {}, {}, {}
+        for agent in self.agents:
+            policy, adapter = team.policy(agent), team.adapter(agent)
+            if not isinstance(policy, HFPolicy):
+                raise ValueError(f"{agent}'s policy {policy.name!r} cannot be trained (inference-only backend); "
+                                 f"train HFPolicy members (Team.shared_lora / Team.separate)")
+            if config.kl_coef > 0 and not policy.is_peft:
+                raise ValueError(f"kl_coef={config.kl_coef} needs a LoRA policy (the reference is the base with the "
+                                 f"adapter disabled); {agent} is fully fine-tuned: set kl_coef=0 or use LoRA")
+            params = policy.trainable_parameters(adapter)
+            lr = (config.agent_learning_rates or {}).get(agent, config.learning_rate)
+            optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
+            scheduler = get_scheduler(config.lr_scheduler, optimizer, num_warmup_steps=config.warmup_steps,
+                                      num_training_steps=config.max_steps * env.num_turns)
+            self.optimizers[agent], self.schedulers[agent] = self.accelerator.prepare(optimizer, scheduler)
+            self.parameters[agent] = params
+        for policy in team.policies():
+            policy.forward_module = self.accelerator.prepare_model(policy.model)
+        self.step = 0
+        self.logger = MetricsLogger(config.output_dir, config.report_to, enabled=self.accelerator.is_main_process,
+                                    run_config=config.to_dict())
+
+    def _split_tasks(self, env: TextEnv, eval_env: TextEnv | None) -> tuple[list[int], list[int]]:
+        n = len(env.tasks)
+        if eval_env is not None:
+            return list(range(n)), list(range(min(self.config.eval_tasks, len(eval_env.tasks))))
+        if n - self.config.eval_tasks < 1:
+            raise ValueError(f"the env has {n} tasks and eval_tasks={self.config.eval_tasks} would hold out all of them; "
+                             f"lower eval_tasks or pass eval_env")
+        return list(range(n - self.config.eval_tasks)), list(range(n - self.config.eval_tasks, n))
+
+    # ------------------------------------------------------------------ 1. collect
+    def collect(self) -> list[TreeNode]:
+        """Expand ``prompts_per_step`` task trees level by level; returns the root nodes."""
+        cfg = self.config
+        tasks = self.task_rng.choice(self.train_tasks, size=cfg.prompts_per_step).tolist()
+        seeds = self.task_rng.integers(0, 2**31 - 1, size=cfg.prompts_per_step).tolist()
+        frontier, parents = self.engine.reset_nodes(tasks, seeds), [None] * len(tasks)
+        roots: list[TreeNode] = []
+        turn = 0
+        while frontier:
+            expansions = self.engine.expand(frontier, cfg.num_generations, cfg.joint_mode)
+            next_frontier, next_parents = [], []
+            for expansion, parent in zip(expansions, parents):
+                joint_rewards = [float(np.mean(list(r.values()))) for r in expansion.rewards]   # shared joint reward
+                node = TreeNode(turn, expansion, joint_rewards, children=[None] * len(joint_rewards))
+                if parent is None:
+                    roots.append(node)
+                else:
+                    parent[0].children[parent[1]] = node
+                for j, (child, done, reward) in enumerate(zip(expansion.children, expansion.done, joint_rewards)):
+                    stop = cfg.early_termination_threshold is not None and reward >= cfg.early_termination_threshold
+                    if not done and not stop:
+                        next_frontier.append(child)
+                        next_parents.append((node, j))
+            frontier, parents, turn = next_frontier, next_parents, turn + 1
+        return roots
+
+    # ------------------------------------------------------------------ 2. returns
+    def compute_returns(self, node: TreeNode) -> list[float]:
+        """R_j = r_j + γ · mean(child returns) for every joint action j of ``node`` (recursively)."""
+        node.returns = []
+        for reward, child in zip(node.joint_rewards, node.children):
+            future = float(np.mean(self.compute_returns(child))) if child is not None else 0.0
+            node.returns.append(reward + self.config.discount * future)
+        return node.returns
+
+    # ------------------------------------------------------------------ 3. advantages
+    def compute_advantages(self, node: TreeNode) -> dict[str, torch.Tensor]:
+        """Per agent: the G advantages of its samples at ``node``."""
+        cfg = self.config
+        agents = list(node.expansion.samples)
+        return {agent: group_advantages(sample_values(node, i, cfg.num_generations), cfg.advantage_mode,
+                                        cfg.normalize_advantages, cfg.advantage_std_floor)
+                for i, agent in enumerate(agents)}
+
+    # ------------------------------------------------------------------ 4. loss and update
+    def loss(self, agent: str, prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]],
+             advantages: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """REINFORCE on summed token log-probs (+ β·k3 KL to the reference) of one micro-batch; ``(loss, kl)``."""
+        policy, adapter = self.team.policy(agent), self.team.adapter(agent)
+        logp, mask = policy.token_logprobs(prompt_ids, completion_ids, adapter=adapter,
+                                           temperature=self.config.temperature)
+        # L_pg = -(1/M) Σ_m A_m · Σ_t log π(y_m,t)
+        loss = -(advantages.to(logp.dtype) * (logp * mask).sum(-1)).sum() / total
+        kl = torch.zeros(())
+        if self.config.kl_coef > 0:
+            ref, _ = policy.token_logprobs(prompt_ids, completion_ids, temperature=self.config.temperature,
+                                           reference=True)
+            delta = (ref - logp) * mask
+            k3 = (torch.exp(delta) - delta - 1) * mask                    # k3 = e^{ref-logp} - (ref-logp) - 1 >= 0
+            kl = (k3.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / total  # (1/M) Σ_m mean_t k3
+            loss = loss + self.config.kl_coef * kl
+        return loss, kl.detach()
+
+    def update(self, roots: list[TreeNode]) -> dict[str, float]:
+        """One optimiser step per turn per agent on that turn's samples; returns metrics."""
+        metrics: dict[str, float] = {}
+        by_turn: dict[int, list[TreeNode]] = {}
+        for node in _walk(roots):
+            by_turn.setdefault(node.turn, []).append(node)
+        for turn in sorted(by_turn):
+            nodes = by_turn[turn]
+            advantages = [self.compute_advantages(node) for node in nodes]
+            for agent in self.agents:
+                rows = [(g.prompt_ids, g.completion_ids, float(a))
+                        for node, adv in zip(nodes, advantages)
+                        for g, a in zip(node.expansion.samples[agent], adv[agent])]
+                metrics.update(self._update_agent(agent, turn, rows))
+                rewards = [r[agent] for node in nodes for r in node.expansion.rewards]
+                values = torch.cat([adv[agent] for adv in advantages])
+                prefix = f"turn{turn}/{agent}"
+                metrics.update({f"{prefix}/reward_mean": float(np.mean(rewards)), f"{prefix}/reward_std": float(np.std(rewards)),
+                                f"{prefix}/advantage_mean": float(values.mean()), f"{prefix}/advantage_std": float(values.std())})
+            returns = [r for node in nodes for r in node.returns]
+            metrics[f"turn{turn}/return_mean"] = float(np.mean(returns))
+            metrics[f"turn{turn}/joint_reward_mean"] = float(np.mean([r for n in nodes for r in n.joint_rewards]))
+        return metrics
+
+    def _update_agent(self, agent: str, turn: int, rows: list[tuple[list[int], list[int], float]]) -> dict[str, float]:
+        cfg, optimizer = self.config, self.optimizers[agent]
+        optimizer.zero_grad(set_to_none=True)
+        total, loss_sum, kl_sum = len(rows), 0.0, 0.0
+        if cfg.kl_coef == 0:      # zero-advantage samples add nothing to the gradient: skip their forward pass
+            rows = [row for row in rows if row[2] != 0.0]
+        for start in range(0, len(rows), cfg.micro_batch_size):
+            chunk = rows[start:start + cfg.micro_batch_size]
+            loss, kl = self.loss(agent, [r[0] for r in chunk], [r[1] for r in chunk],
+                                 torch.tensor([r[2] for r in chunk]), total)
+            self.accelerator.backward(loss)
+            loss_sum, kl_sum = loss_sum + float(loss.detach()), kl_sum + float(kl)
+        grads = [p.grad for p in self.parameters[agent] if p.grad is not None]
+        grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
+        if cfg.max_grad_norm is not None and grads:
+            self.accelerator.clip_grad_norm_(self.parameters[agent], cfg.max_grad_norm)
+        optimizer.step()
+        self.schedulers[agent].step()
+        prefix = f"turn{turn}/{agent}"
+        return {f"{prefix}/loss": loss_sum, f"{prefix}/kl": kl_sum, f"{prefix}/grad_norm": grad_norm}
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> list[dict[str, Any]]:
+        """Run (or resume) training up to ``max_steps``; returns the logged metrics of this call."""
+        cfg = self.config
+        if cfg.resume_from_checkpoint is not None:
+            self.load(resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir))
+        history = []
+        bar = tqdm(range(self.step, cfg.max_steps), desc="magrpo", disable=not cfg.progress)
+        for _ in bar:
+            self.step += 1
+            started = time.perf_counter()
+            roots = self.collect()
+            rollout_time = time.perf_counter() - started
+            for root in roots:
+                self.compute_returns(root)
+            metrics = self.update(roots)
+            tokens = sum(g.num_tokens for node in _walk(roots) for s in node.expansion.samples.values() for g in s)
+            metrics.update({"tokens_per_s": tokens / max(rollout_time, 1e-9), "rollout_s": rollout_time,
+                            "step_s": time.perf_counter() - started,
+                            "joint_reward_mean": float(np.mean([r for n in roots for r in n.joint_rewards]))})
+            if cfg.eval_every and self.step % cfg.eval_every == 0:
+                result = self.evaluate()
+                metrics.update({f"eval/{k}": v for k, v in result.items() if isinstance(v, float)})
+            if self.step % cfg.logging_every == 0:
+                self.logger.log(metrics, self.step)
+            history.append({"step": self.step, **metrics})
+            bar.set_postfix(joint_reward=f"{metrics['joint_reward_mean']:.3f}")
+            if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == cfg.max_steps:
+                self.save()
+        return history
+
+    def evaluate(self, num_tasks: int | None = None) -> dict[str, Any]:
+        """Held-out team reward (mean over agents and turns per episode) with a bootstrap 95% CI."""
+        tasks = self.eval_tasks[: num_tasks or len(self.eval_tasks)]
+        if not tasks:
+            raise ValueError("no held-out tasks: set eval_tasks >= 1 or pass eval_env")
+        params = SamplingParams(max_new_tokens=self.config.max_new_tokens, temperature=self.config.eval_temperature,
+                                top_p=self.config.top_p)
+        with torch.random.fork_rng():
+            episodes = self.eval_engine.collect(task_indices=tasks, seeds=[self.config.seed + i for i in range(len(tasks))],
+                                                params=params, desc="evaluate")
+        rewards = [e.team_reward for e in episodes]
+        mean, low, high = bootstrap_ci(rewards)
+        return {"team_reward": mean, "ci_low": low, "ci_high": high, "num_episodes": len(episodes),
+                "rewards": rewards, "episodes": episodes}
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self) -> None:
+        """Write a checkpoint of the current step (main process only)."""
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, self.schedulers,
+                            self.config.to_dict(), extra={"task_rng": self.task_rng.bit_generator.state})
+
+    def load(self, path) -> None:
+        """Restore the trainer from a checkpoint directory."""
+        state = load_checkpoint(path, self.team, self.optimizers, self.schedulers)
+        self.step = state["step"]
+        self.task_rng.bit_generator.state = state["extra"]["task_rng"]
+
+    def latest_checkpoint(self):
+        """The newest checkpoint under ``output_dir`` (``None`` if none)."""
+        return latest_checkpoint(self.config.output_dir)
+
+
+def _walk(roots: list[TreeNode]):
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        yield node
+        stack += [c for c in node.children if c is not None]
