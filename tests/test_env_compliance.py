@@ -15,5 +15,6 @@ def test_registered_env_is_compliant(env_id):
 
 
 def test_at_least_the_documented_envs_are_registered():
-    documented = {"gsm8k_debate-v0", "anli_debate-v0", "gsm_symbolic_debate-v0"}
+    documented = {"gsm8k_debate-v0", "anli_debate-v0", "gsm_symbolic_debate-v0", "tldr_writing-v0",
+                  "arxiv_writing-v0", "humaneval_coding-v0", "mbpp_coding-v0", "coophumaneval_coding-v0"}
     assert documented <= set(llm_marl_envs.list_envs())

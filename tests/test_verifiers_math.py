@@ -1,9 +1,18 @@
 """Tests for verifiers.math.verify_answer: extraction priority, normalisation, equivalence, guards."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
 import pytest
 
 from verifiers import Verdict
+from verifiers._symbolic_worker import SymbolicWorker
 from verifiers.math import canonical_number, verify_answer
 
 GSM8K_SOLUTION = (
@@ -29,6 +38,11 @@ CASES = [
     ("Answer: 42 apples and 3 pears", "42", True, "42"),
     ("The answer is 72 because she bought 3 more", "72", True, "72"),
     ("So she had 3 and then 5 more, 8 in total.", "8", True, "8"),
+    ("There are 8 boxes in room B2", "8", True, "8"),
+    ("Final Answer: The final answer is 3. I hope it is correct.", "3", True, "3"),
+    ("so she eats $$\\frac{3}{4}$$", "0.75", True, "0.75"),
+    ("\\boxed{.5}", "1/2", True, "0.5"),
+    ("\\boxed{70{,}000}", "70000", True, "70000"),
     # normalisation
     ("\\boxed{12.0}", "12", True, "12"),
     ("The total is 1,234.", "1234", True, "1234"),
@@ -56,6 +70,10 @@ CASES = [
     ("\\boxed{\\sqrt{2}/2}", "\\frac{\\sqrt{2}}{2}", True, "\\sqrt{2}/2"),
     ("\\boxed{\\pi}", "3", False, "\\pi"),
     ("\\boxed{5!}", "120", True, "5!"),
+    ("\\boxed{\\sum_{i=1}^{3} i}", "6", True, "\\sum_{i=1}^{3} i"),
+    # mixed numbers
+    ("She used 1 1/2 cups.", "1.5", True, "1.5"),
+    ("\\boxed{2\\frac{1}{2}}", "5/2", True, "2.5"),
 ]
 
 
@@ -67,6 +85,36 @@ def test_verify_answer_cases(response: str, gold: str, correct: bool, answer: st
     assert verdict.score == (1.0 if correct else 0.0)
     assert verdict.details["answer"] == answer
     assert "reason" not in verdict.details
+
+
+def test_every_offline_gsm8k_solution_verifies_against_itself() -> None:
+    path = Path(os.environ.get("LLM_MARL_DATA_DIR", "/nonexistent")) / "gsm8k" / "test.jsonl"
+    if not path.exists():
+        pytest.skip(f"offline GSM8K copy not found at {path}")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    failures = [row["answer"][-40:] for row in rows if not verify_answer(row["answer"], row["answer"]).correct]
+    assert failures == []
+
+
+def test_symbolic_check_from_worker_thread_uses_child_process() -> None:
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        right = pool.submit(verify_answer, "\\boxed{2^3}", "8").result()
+        wrong = pool.submit(verify_answer, "\\boxed{2^4}", "8").result()
+    assert (right.correct, wrong.correct) == (True, False)
+
+
+@pytest.mark.timeout(60)
+def test_symbolic_worker_is_killed_after_timeout_and_restarts() -> None:
+    worker = SymbolicWorker(timeout_s=0.3)
+    try:
+        assert worker.compare("8", "2^3") is True
+        slow = "(a+b+c+d)^{9}(e+f+g+h)^{9}(i+j+k+l)^{9}(m+n+o+p)^{9}-(q+r)^{9}"
+        started = time.monotonic()
+        assert worker.compare("1", slow) is None
+        assert time.monotonic() - started < 5
+        assert worker.compare("8", "2^3") is True
+    finally:
+        worker.close()
 
 
 def test_gold_from_gsm8k_solution_is_canonical() -> None:
@@ -86,6 +134,7 @@ def test_consensus_strings_agree_across_notations() -> None:
         (None, "not a string"),
         (72, "not a string"),
         ("I do not know.", "no answer"),
+        ("see item x1", "no answer"),
         ("\\boxed{10^10^10}", "too complex"),
         ("\\boxed{2^{100000}}", "too complex"),
         ("\\boxed{1000000!}", "too complex"),
@@ -140,3 +189,16 @@ def test_canonical_number(numerator: int, denominator: int, text: str) -> None:
     from fractions import Fraction
 
     assert canonical_number(Fraction(numerator, denominator)) == text
+
+
+def test_numeric_answers_never_import_sympy() -> None:
+    script = (
+        "import sys\n"
+        "from verifiers.math import verify_answer\n"
+        "for response in ['\\\\boxed{72}', 'The answer is 1,234.', '#### 3/4', 'It costs $5.50.']:\n"
+        "    verify_answer(response, '72')\n"
+        "print(sorted(name for name in ('sympy', 'math_verify') if name in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, check=True)
+    assert result.stdout.strip() == "[]"

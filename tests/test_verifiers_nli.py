@@ -1,6 +1,7 @@
 """Tests for verifiers.nli.verify_label: committed label, synonyms, negation, ambiguity, gold forms."""
 from __future__ import annotations
 
+import numpy
 import pytest
 
 from verifiers import Verdict
@@ -33,6 +34,14 @@ CASES = [
     ("The hypothesis is neutral.\nThanks for asking!", "n", "neutral", None),
     ("The answer is neutral.", "entailment", "neutral", None),
     ("I like cheese.", "n", None, "no label"),
+    ("**C**", "c", "contradiction", None),
+    ("Choose the answer: entailment, neutral or contradiction.\nI'd say contradiction.", "c", "contradiction", None),
+    ("The answer is entailment. One might argue for neutral, though.", "e", "entailment", None),
+    ("I first thought entailment. Actually, no, it's neutral.", "n", "neutral", None),
+    ("Not neutral, but entailment.", "e", "entailment", None),
+    ("Answer: Neither", "n", "neutral", None),
+    ("Entailment: No\nNeutral: Yes\nContradiction: No", "n", "neutral", None),
+    ("The hypothesis is false given the premise.", "c", None, "no label"),
 ]
 
 
@@ -53,7 +62,7 @@ def test_verify_label_cases(response: str, gold: str, label: str | None, reason:
 @pytest.mark.parametrize(
     ("gold", "label"),
     [
-        (0, "entailment"), (1, "neutral"), (2, "contradiction"), ("2", "contradiction"),
+        (0, "entailment"), (1, "neutral"), (2, "contradiction"), ("2", "contradiction"), (numpy.int64(1), "neutral"),
         ("E", "entailment"), ("n", "neutral"), (" Contradiction ", "contradiction"),
     ],
 )

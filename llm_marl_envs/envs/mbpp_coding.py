@@ -1,0 +1,99 @@
+"""MBPP coding collaboration: helper writer(s) and an entry-point writer solve a basic Python task.
+
+=====================  =====================================================================
+Create                 ``llm_marl_envs.make("mbpp_coding-v0")``
+Agents                 N >= 2 (default 2): ``agent_0`` writes ``aux`` (N > 2: ``agent_k``
+                       writes ``aux_k``), the last agent writes the entry point
+Turns                  2 by default: feedback on the joint program between turns
+Actions / observations text (``TextSpace``) / the agent's chat history rendered as text
+Data                   hub ``google-research-datasets/mbpp`` config ``sanitized`` (427 rows), or
+                       local ``mbpp/mbpp.jsonl`` (the full 974-row set, standard split by id)
+Verifier               joint reward of :mod:`llm_marl_envs.envs.coding`; the three asserts of
+                       ``test_list`` run in the sandbox :func:`verifiers.code.run_tests`
+Reward components      structure (<= 1.0), syntax (0.5), tests (<= 1.0), cooperation (<= 1.5);
+                       max 4.0 (CoMLRL's weights, ``reward_config``)
+Arguments              ``num_agents=2``, ``num_turns=2``, ``split="test"``, ``data_dir=None``,
+                       ``reward_config=None``, ``test_timeout_s=10.0``,
+                       ``max_action_chars=8192``, ``render_mode=None``
+=====================  =====================================================================
+
+Splits. Hub (sanitized): ``train`` 120, ``validation`` 43, ``test`` 257 rows. Local full set,
+split by ``task_id`` as in the MBPP paper: ``test`` 11-510 (500), ``validation`` 511-600 (90),
+``train`` 601-974 (374); ids 1-10 are few-shot prompts and belong to no split.
+
+The entry point is the function of the reference solution that the first assert calls; agents
+see the problem text, that function's signature and the first assert as a format example. Test
+imports / setup code run before the asserts. See :mod:`llm_marl_envs.envs.coding` for roles,
+reward rules and feedback.
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+from ..data import DatasetSpec, Record
+from .coding import CodingCollabEnv, function_signature, parse
+
+MBPP_ID_RANGES = {"test": range(11, 511), "validation": range(511, 601), "train": range(601, 975)}
+
+
+def mbpp_entry_point(code: str, tests: list[str]) -> str:
+    """The reference solution's function that the first assert calls (else its last function)."""
+    try:
+        names = [n.name for n in parse(code).body if isinstance(n, ast.FunctionDef)]
+    except SyntaxError:
+        names = re.findall(r"^def\s+(\w+)\s*\(", code, re.MULTILINE)
+    for name in names:
+        if re.search(rf"\b{re.escape(name)}\s*\(", tests[0]):
+            return name
+    if not names:
+        raise ValueError(f"MBPP reference solution defines no function: {code[:80]!r}")
+    return names[-1]
+
+
+def mbpp_record(row: Record, index: int) -> Record:
+    """A full-set (``text``) or sanitized (``prompt``) MBPP row -> our record."""
+    code = row["code"].replace("\r\n", "\n")
+    tests = list(row["test_list"])
+    setup = "\n".join(row.get("test_imports") or []) or (row.get("test_setup_code") or "")
+    entry = mbpp_entry_point(code, tests)
+    signature = function_signature(code, entry)
+    text = (row.get("prompt") or row["text"]).strip()
+    return {
+        "task_id": f"mbpp/{row['task_id']}",
+        "mbpp_id": int(row["task_id"]),
+        "problem": f"{text}\n\nFunction: `{signature}`\nExample test: {tests[0]}",
+        "context": "",
+        "test": "\n".join([setup, *tests]) if setup.strip() else "\n".join(tests),
+        "entry_point": entry,
+        "signature": signature,
+        "canonical_solution": code,
+    }
+
+
+def in_standard_split(record: Record, split: str) -> bool:
+    """Whether a full-set row belongs to ``split`` under the standard split by task id."""
+    return record["mbpp_id"] in MBPP_ID_RANGES[split]
+
+
+MBPP = DatasetSpec(
+    name="mbpp",
+    local_dir="mbpp",
+    local_files={split: "mbpp.jsonl" for split in MBPP_ID_RANGES},
+    normalize=mbpp_record,
+    hub_id="google-research-datasets/mbpp",
+    hub_config="sanitized",
+    hub_splits={split: split for split in MBPP_ID_RANGES},
+    local_filter=in_standard_split,
+)
+
+
+class MBPPCodingEnv(CodingCollabEnv):
+    """Coding collaboration on MBPP (see the module docstring)."""
+
+    metadata = {**CodingCollabEnv.metadata, "name": "mbpp_coding-v0"}
+    dataset = MBPP
+    data_source = "MBPP (google-research-datasets/mbpp sanitized, or mbpp/mbpp.jsonl full set)"
+
+
+parallel_env = MBPPCodingEnv

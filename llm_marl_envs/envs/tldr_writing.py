@@ -1,0 +1,130 @@
+"""TL;DR writing collaboration: a concise and a detailed summary of one Reddit post.
+
+=====================  =====================================================================
+Create                 ``llm_marl_envs.make("tldr_writing-v0")``
+Agents                 exactly 2: ``agent_0`` writes a concise one-to-few-sentence summary,
+                       ``agent_1`` a more detailed summary with more distinct vocabulary and
+                       explicit transitions
+Turns                  1 by default; ``num_turns > 1`` adds feedback + revision turns
+Actions / observations text (``TextSpace``) / the agent's chat history rendered as text
+Data                   hub ``trl-lib/tldr`` (``prompt``/``completion``) or local JSONL (below)
+Verifier               ``verifiers.writing.score_writing`` with ``TLDR_BANDS`` (joint reward)
+Reward components      structure (<= 2.0), style_consistency (<= 0.6), coherence (<= 0.4);
+                       max 3.0; optional semantic_coverage / semantic_consistency
+Arguments              ``num_agents=2``, ``num_turns=1``, ``split="test"``, ``data_dir=None``,
+                       ``max_action_chars=8192``, ``render_mode=None``,
+                       ``reward_config=TLDR_BANDS``, ``semantic_judge=False``
+=====================  =====================================================================
+
+Reward (CoMLRL's TLDR bands; every band is a field of ``reward_config``):
+
+==================================  =============  ==============  ===========  =====
+term                                full credit    linear ramps    stop if      max
+==================================  =============  ==============  ===========  =====
+words per summary (both)            8 – 256        —               outside      0.5
+char-length ratio agent1/agent0     [1.6, 3.2]     [1.1, 1.6),     < 1.1 or     1.0
+                                                   (3.2, 5.0]      > 5.0
+distinct-word ratio agent1/agent0   >= 2.0         [1.3, 2.0)      < 1.3        0.5
+Jaccard of content words            >= 0.03        [0, 0.03)       —            0.6
+transition categories in agent 1    0.4 + 0.05 per extra category  —            0.4
+==================================  =============  ==============  ===========  =====
+
+"Stop" means every later term is 0. Both agents receive the same reward.
+
+Splits. Hub ``trl-lib/tldr``: ``train``/``validation``/``test`` map to the hub's splits of the
+same names. Local JSONL (``data_dir`` or ``$LLM_MARL_DATA_DIR``):
+
+* ``test`` -> ``tldr_openai_dove_test500/test.jsonl``: 500 posts of the OpenAI TL;DR test split
+  (fields ``instruction_id``, ``subreddit``, ``title``, ``instruction`` = post, ``gold_response``).
+* ``train`` -> ``reddit_tifu_superni511/train.jsonl`` (1000 posts) and ``validation`` ->
+  ``reddit_tifu_superni511/test.jsonl`` (100 posts): Reddit TIFU posts with TL;DRs (fields ``id``,
+  ``input`` = ``"Text: " + post``, ``output`` = [TL;DR]). No offline copy of the TL;DR train split
+  exists; TIFU posts are the same genre (Reddit posts with author TL;DRs, median ~300 words), so
+  they serve for training and model selection. They are lowercased and from r/tifu only. The
+  reward never reads the reference summary, so the shift affects only the input distribution.
+
+Every post is rendered in ``trl-lib/tldr``'s prompt form ``SUBREDDIT: r/...\\n\\nTITLE: ...\\n\\n
+POST: ...`` (without the trailing ``TL;DR:``); records carry ``task_id``, ``source`` (that text)
+and ``reference`` (the human TL;DR).
+"""
+from __future__ import annotations
+
+from verifiers.writing import TLDR_BANDS
+
+from ..data import DatasetSpec, Record
+from .writing import WritingCollabEnv
+
+TLDR_SUFFIX = "TL;DR:"
+
+
+def tldr_post_text(subreddit: str | None, title: str | None, post: str) -> str:
+    """A post in ``trl-lib/tldr``'s prompt layout, without the trailing ``TL;DR:``."""
+    header = [f"SUBREDDIT: r/{subreddit}"] if subreddit else []
+    header += [f"TITLE: {title}"] if title else []
+    return "\n\n".join(header + [f"POST: {post.strip()}"])
+
+
+def normalize_tldr_row(row: Record, index: int) -> Record:
+    """Map a hub (``prompt``), DOVE (``instruction``) or TIFU (``input``) row to our record."""
+    if "prompt" in row:  # trl-lib/tldr: the prompt already has the layout, ending in "TL;DR:"
+        source = row["prompt"].strip()
+        if source.endswith(TLDR_SUFFIX):
+            source = source[: -len(TLDR_SUFFIX)].rstrip()
+        return {"task_id": f"tldr-{index}", "source": source, "reference": row.get("completion", "").strip()}
+    if "instruction" in row:  # OpenAI TL;DR filtered test sample (DOVE field names)
+        return {"task_id": row["instruction_id"], "source": tldr_post_text(row["subreddit"], row["title"], row["instruction"]),
+                "reference": row["gold_response"].strip()}
+    if "input" in row:  # Reddit TIFU via Super-NaturalInstructions task511
+        post = row["input"].strip()
+        post = post[len("Text:"):].strip() if post.startswith("Text:") else post
+        reference = row["output"][0] if isinstance(row.get("output"), list) and row["output"] else ""
+        return {"task_id": row["id"], "source": tldr_post_text("tifu", None, post), "reference": reference.strip()}
+    raise ValueError(f"TL;DR row {index} has none of the fields prompt / instruction / input: {sorted(row)}")
+
+
+TLDR_DATASET = DatasetSpec(
+    name="tldr",
+    local_dir=".",
+    local_files={
+        "train": "reddit_tifu_superni511/train.jsonl",
+        "validation": "reddit_tifu_superni511/test.jsonl",
+        "test": "tldr_openai_dove_test500/test.jsonl",
+    },
+    normalize=normalize_tldr_row,
+    hub_id="trl-lib/tldr",
+    hub_splits={"train": "train", "validation": "validation", "test": "test"},
+)
+
+
+class TLDRWritingEnv(WritingCollabEnv):
+    """Agent 0: concise summary; agent 1: detailed summary (see the module docstring)."""
+
+    metadata = {**WritingCollabEnv.metadata, "name": "tldr_writing_v0"}
+    dataset = TLDR_DATASET
+    data_source = "trl-lib/tldr (hub) or local OpenAI TL;DR test sample / Reddit TIFU"
+    reward_config = TLDR_BANDS
+    system_prompt = "You are a careful writer. You and another writer each summarize the same Reddit post."
+    roles = ("the concise summary", "the detailed summary")
+
+    def task_prompt(self, agent_index: int, task: Record) -> str:
+        """Concise-summary instructions for agent 0, detailed-summary instructions for agent 1."""
+        words = f"{self.reward_config.min_words}-{self.reward_config.max_words} words"
+        if agent_index == 0:
+            return (
+                f"Write a concise summary of this post.\n\n{task['source']}\n\n"
+                "Instructions:\n"
+                f"- One sentence or a few sentences ({words}).\n"
+                "- Be factual and informative: state only what the post says.\n"
+                "- Another writer adds a longer, detailed summary, so keep yours brief."
+            )
+        return (
+            f"Write a detailed summary of this post.\n\n{task['source']}\n\n"
+            "Instructions:\n"
+            "- Another writer gives a one-to-few-sentence summary; yours should be about two to three "
+            f"times as long ({words}).\n"
+            "- Use rich, varied vocabulary: many more distinct words than a short summary.\n"
+            "- Connect ideas with explicit transition words (first, however, as a result, for example, overall)."
+        )
+
+
+parallel_env = TLDRWritingEnv

@@ -1,0 +1,101 @@
+"""Shared base of the two-agent writing-collaboration environments (MAGRPO writing tasks).
+
+Not registered itself: :mod:`~llm_marl_envs.envs.tldr_writing` and
+:mod:`~llm_marl_envs.envs.arxiv_writing` subclass :class:`WritingCollabEnv` with their data,
+prompts and reward bands.
+
+Two agents each write one part of a joint text about the same source (a Reddit post, an
+abstract). Both receive **one joint reward**, :func:`verifiers.writing.score_writing` of
+(agent 0's part, agent 1's part); its components (structure, style consistency, coherence,
+and the semantic judge's terms when enabled) are in ``infos[agent]["verdict"].details``.
+
+With ``num_turns > 1`` each agent then receives the component scores and measurements of the
+joint text together with its partner's part and is asked for a revision; every turn is scored
+the same way.
+
+Exactly two agents: other ``num_agents`` values raise ``ValueError``.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from verifiers import Verdict
+from verifiers.writing import TLDR_BANDS, SemanticJudge, WritingRewardConfig, format_feedback, score_writing
+
+from ..core import DEFAULT_MAX_ACTION_CHARS, TextEnv
+from ..data import Record
+
+
+class WritingCollabEnv(TextEnv):
+    """Two agents write complementary parts of one text and share one level-gated reward.
+
+    Subclasses set ``dataset`` (records with ``task_id`` and ``source``), ``reward_config``,
+    ``system_prompt``, ``roles`` (a short description of each agent's part) and implement
+    :meth:`task_prompt`.
+    """
+
+    metadata: dict[str, Any] = {"name": "writing_collab", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    verifier_name = "verifiers.writing.score_writing (joint, level-gated; optional SemanticJudge)"
+    min_agents = 2
+    max_agents = 2
+    reward_config: WritingRewardConfig = TLDR_BANDS
+    system_prompt: str = "You are a careful writer collaborating with another writer on one text."
+    roles: tuple[str, str] = ("the first part", "the second part")
+
+    def __init__(
+        self,
+        num_agents: int = 2,
+        num_turns: int = 1,
+        split: str = "test",
+        data_dir: str | os.PathLike | None = None,
+        max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
+        render_mode: str | None = None,
+        reward_config: WritingRewardConfig | None = None,
+        semantic_judge: bool | SemanticJudge = False,
+    ) -> None:
+        if not isinstance(num_agents, int) or not self.min_agents <= num_agents <= self.max_agents:
+            raise ValueError(f"{type(self).__name__} needs exactly 2 agents (one per part of the text), "
+                             f"got num_agents={num_agents!r}; pass num_agents=2")
+        if reward_config is not None and not isinstance(reward_config, WritingRewardConfig):
+            raise ValueError(f"reward_config must be a verifiers.writing.WritingRewardConfig, got {type(reward_config).__name__}")
+        if not isinstance(semantic_judge, (bool, SemanticJudge)):
+            raise ValueError(f"semantic_judge must be True/False or a SemanticJudge, got {type(semantic_judge).__name__}")
+        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, data_dir=data_dir,
+                         max_action_chars=max_action_chars, render_mode=render_mode)
+        self.reward_config = reward_config if reward_config is not None else type(self).reward_config
+        self.judge: SemanticJudge | None = SemanticJudge() if semantic_judge is True else (semantic_judge or None)
+
+    # ---------------------------------------------------------------- hooks
+    def task_prompt(self, agent_index: int, task: Record) -> str:
+        """The first user message of ``agent_index``: the source and the agent's instructions."""
+        raise NotImplementedError
+
+    def first_prompt(self, agent_index: int, task: Record) -> list[dict[str, str]]:
+        """System prompt plus the agent's task prompt."""
+        return [{"role": "system", "content": self.system_prompt},
+                {"role": "user", "content": self.task_prompt(agent_index, task)}]
+
+    def verify_turn(self, answers: dict[str, str]) -> dict[str, Verdict]:
+        """One joint verdict of (agent 0's part, agent 1's part), given to both agents."""
+        part0, part1 = (answers[a] for a in self.possible_agents)
+        verdict = score_writing(part0, part1, self.reward_config, source=self.task["source"], judge=self.judge)
+        return {agent: verdict for agent in answers}
+
+    def rewards_from_verdicts(self, verdicts: dict[str, Verdict]) -> dict[str, float]:
+        """The joint reward: both agents get the score of the joint text."""
+        joint = float(verdicts[self.possible_agents[0]].score)
+        return {agent: joint for agent in verdicts}
+
+    def next_prompt(self, agent_index: int) -> str:
+        """Feedback on the joint text (component scores), the partner's part, and a revision request."""
+        partner = self.possible_agents[1 - agent_index]
+        verdict = self.verdicts[-1][self.possible_agents[agent_index]]
+        return (
+            f"Feedback on the joint text after turn {self.turn} (your part is part {agent_index + 1}):\n"
+            f"{format_feedback(verdict, self.reward_config)}\n\n"
+            f"Your partner wrote {self.roles[1 - agent_index]} (part {2 - agent_index}):\n"
+            f"<<<\n{self.answers[-1][partner]}\n>>>\n\n"
+            f"Revise {self.roles[agent_index]} to raise the joint score. Reply with your revised part only."
+        )
+

