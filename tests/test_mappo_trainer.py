@@ -82,6 +82,9 @@ def test_critic_reads_the_other_agents_answers_of_the_episode(tmp_path):
     for turn in episode.turns:                    # agent_1's answers of turns 0 and 1 are in agent_0's critic input
         assert turn["agent_1"].text.strip() in critic_text
     assert "agent_1 answered" in critic_text
+    examples = trainer.reward_examples([episode])         # rollout data for a learned verifier
+    assert len(examples) == 4 and examples[0].question == trainer.env.tasks[episode.task_index]["question"]
+    assert [e.correct for e in examples] == [bool(turn[a].correct) for turn in episode.turns for a in ("agent_0", "agent_1")]
 
 
 def test_config_validation_names_the_fix():

@@ -27,59 +27,35 @@ Extra arguments (beside those of :mod:`llm_marl_envs.envs.debate`):
 """
 from __future__ import annotations
 
-import os
+from typing import Any
 
-from verifiers import Verdict
-from verifiers.math import verify_answer
-
-from ..core import DEFAULT_MAX_ACTION_CHARS
 from ..data import Record
-from .debate import DebateEnv
-from .gsm_symbolic_debate import reasoning_gym_records
+from .gsm_symbolic_debate import GSMSymbolicDebateEnv, reasoning_gym_records
 
 
-class ArithmeticDebateEnv(DebateEnv):
-    """Debate on procedurally generated addition/subtraction chains (offline)."""
+class ArithmeticDebateEnv(GSMSymbolicDebateEnv):
+    """Debate on procedurally generated addition/subtraction chains (offline).
+
+    Shares everything but the task generator with the GSM-Symbolic debate (question text, math
+    verifier, debate arguments such as ``show_scores`` and ``stop_on_consensus``).
+    """
 
     metadata = {"name": "arithmetic_debate-v0", "render_modes": ["human", "ansi"], "is_parallelizable": True}
     data_source = "reasoning-gym chain_sum (procedural, offline)"
-    verifier_name = "verifiers.math.verify_answer"
     answer_instruction = "Give the final answer as a number in \\boxed{}."
 
-    def __init__(
-        self,
-        num_agents: int = 2,
-        num_turns: int = 3,
-        split: str = "test",
-        num_tasks: int = 500,
-        min_terms: int = 2,
-        max_terms: int = 3,
-        min_digits: int = 1,
-        max_digits: int = 2,
-        show_scores: bool = False,
-        stop_on_consensus: bool = False,
-        max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
-        render_mode: str | None = None,
-        data_dir: str | os.PathLike | None = None,
-    ) -> None:
-        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, data_dir=data_dir,
-                         show_scores=show_scores, stop_on_consensus=stop_on_consensus,
-                         max_action_chars=max_action_chars, render_mode=render_mode)
+    def __init__(self, num_agents: int = 2, num_turns: int = 3, split: str = "test", num_tasks: int = 500,
+                 min_terms: int = 2, max_terms: int = 3, min_digits: int = 1, max_digits: int = 2,
+                 **debate_kwargs: Any) -> None:
         if not 1 <= min_terms <= max_terms or not 1 <= min_digits <= max_digits:
             raise ValueError(f"need 1 <= min_terms <= max_terms and 1 <= min_digits <= max_digits, got terms "
                              f"{min_terms}..{max_terms}, digits {min_digits}..{max_digits}")
-        self.num_tasks = num_tasks
+        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, num_tasks=num_tasks, **debate_kwargs)
         self.task_config = {"min_terms": min_terms, "max_terms": max_terms, "min_digits": min_digits,
                             "max_digits": max_digits, "allow_negation": False}
 
     def load_tasks(self) -> list[Record]:
         return reasoning_gym_records("chain_sum", self.split, self.num_tasks, **self.task_config)
-
-    def question(self, task: Record) -> str:
-        return task["question"]
-
-    def verify(self, response: str, task: Record) -> Verdict:
-        return verify_answer(response, task["answer"])
 
 
 parallel_env = ArithmeticDebateEnv

@@ -21,7 +21,6 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from .forward import completion_forward
 
 
 def critic_context(task_text: str, answers: Sequence[Mapping[str, str]], agent: str, turn: int) -> str:
@@ -82,7 +81,7 @@ class CentralizedCritic(torch.nn.Module):
     def values(self, context_ids: Sequence[list[int]], completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """``V_k`` for every completion token ``[B, L]`` (right-padded) and its mask; differentiable."""
         with self.policy.using(self.adapter):
-            out, width, completion_mask = completion_forward(self.policy, context_ids, completion_ids, output_hidden_states=True)
+            out, width, completion_mask = self.policy.completion_forward(context_ids, completion_ids, output_hidden_states=True)
         hidden = out.hidden_states[-1][:, -(width + 1):-1, :].float()     # state before each completion token
         return self.head(hidden).squeeze(-1) * completion_mask, completion_mask
 

@@ -189,6 +189,13 @@ class MAPPOTrainer:
                 return question
         return render_messages(episode.turns[0][self.agents[0]].messages)
 
+    def reward_examples(self, episodes: Sequence[Episode]) -> list[Any]:
+        """Training data for a learned verifier: ``RewardExample(question, answer, correct)`` from label verdicts."""
+        from verifiers.reward_model import RewardExample
+
+        return [RewardExample(self.question(e), turn[a].text, bool(turn[a].correct))
+                for e in episodes for turn in e.turns for a in self.agents if turn[a].correct is not None]
+
     # ------------------------------------------------------------------ 3. rewards
     def compute_rewards(self, episodes: Sequence[Any]) -> list[Response]:
         """One :class:`Response` per (episode, turn, agent) carrying ``R_i^t`` (returns + incentives)."""
