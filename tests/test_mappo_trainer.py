@@ -1,4 +1,5 @@
 """MAPPOTrainer end to end on a tiny random model: a step, the update direction, the critic input, resume after SIGKILL."""
+import dataclasses
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from trainers.common.team import Team
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 from trainers.mappo.forward import completion_logprobs
 from verifiers.reward_model import RewardModel
+from verifiers.reward_server import RewardClient, RewardServer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,6 +87,18 @@ def test_critic_reads_the_other_agents_answers_of_the_episode(tmp_path):
     examples = trainer.reward_examples([episode])         # rollout data for a learned verifier
     assert len(examples) == 4 and examples[0].question == trainer.env.tasks[episode.task_index]["question"]
     assert [e.correct for e in examples] == [bool(turn[a].correct) for turn in episode.turns for a in ("agent_0", "agent_1")]
+
+
+def test_learned_verifier_served_over_http(tmp_path):
+    trainer = build_trainer(tmp_path)
+    episode = trainer.collect(1)[0]
+    with RewardServer(trainer.verifier.score_batch) as server:
+        config = dataclasses.replace(trainer.config, verifier="learned", reward_server_url=server.url)
+        served = MAPPOTrainer(trainer.env, trainer.team, config)       # same team: reuses the critic adapter
+        assert isinstance(served.verifier, RewardClient)
+        remote, local = served.score(episode), trainer.score(episode)
+    assert sum(remote.scores, []) == pytest.approx(sum(local.scores, []), abs=1e-5)
+    assert remote.correct == local.correct
 
 
 def test_config_validation_names_the_fix():

@@ -326,7 +326,7 @@ class MAPPOTrainer:
         responses = self.compute_rewards(episodes)
         if not responses:
             raise RuntimeError(f"step {step}: every response was empty; raise max_new_tokens or check the policy")
-        metrics = {"step": float(step)}
+        metrics: dict[str, float] = {"step": step}
         metrics.update(self.compute_advantages(responses))
         metrics.update(self.update(responses, step))
         metrics["train_accuracy"] = float(np.mean([bool(c) for e in episodes for turn in e.correct for c in turn.values()]))
