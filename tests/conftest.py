@@ -25,3 +25,15 @@ def data_dir() -> Path:
     if not path.is_dir():
         raise RuntimeError(f"offline data not found at {path}; set LLM_MARL_DATA_DIR to ../shared/data")
     return path
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run a test's torch ops on one thread (restored afterwards): tiny-model tests are per-op-overhead bound,
+    and on a loaded shared CPU two spinning threads are several times slower than one."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

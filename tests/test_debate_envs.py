@@ -140,3 +140,16 @@ def test_render_modes():
 def test_bad_constructor_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         llm_marl_envs.make("gsm8k_debate-v0", **kwargs)
+
+
+def test_arithmetic_debate_generates_offline_and_gold_answer_scores_one():
+    env = llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=1, num_tasks=10)
+    obs, _ = env.reset(seed=1)
+    gold = env.task["answer"]
+    assert "arithmetic problem" in obs["agent_0"]
+    _, rewards, _, _, _ = env.step({"agent_0": f"\\boxed{{{gold}}}", "agent_1": "\\boxed{-123456789}"})
+    assert rewards == {"agent_0": 1.0, "agent_1": 0.0}
+    train = llm_marl_envs.make("arithmetic_debate-v0", split="train", num_tasks=10)
+    assert [t["question"] for t in train.tasks] != [t["question"] for t in env.tasks]
+    with pytest.raises(ValueError, match="min_terms"):
+        llm_marl_envs.make("arithmetic_debate-v0", min_terms=3, max_terms=2)

@@ -5,7 +5,7 @@ import llm_marl_envs
 from llm_marl_envs.testing import text_env_api_test
 
 # Small, fast configurations: compliance does not depend on the dataset size.
-FAST_KWARGS = {"gsm_symbolic_debate-v0": {"num_tasks": 20}}
+FAST_KWARGS = {"gsm_symbolic_debate-v0": {"num_tasks": 20}, "arithmetic_debate-v0": {"num_tasks": 20}}
 
 
 @pytest.mark.parametrize("env_id", llm_marl_envs.list_envs())

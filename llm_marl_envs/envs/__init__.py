@@ -6,6 +6,7 @@ from ..registry import register
 register("gsm8k_debate-v0", "llm_marl_envs.envs.gsm8k_debate:GSM8KDebateEnv")
 register("anli_debate-v0", "llm_marl_envs.envs.anli_debate:ANLIDebateEnv")
 register("gsm_symbolic_debate-v0", "llm_marl_envs.envs.gsm_symbolic_debate:GSMSymbolicDebateEnv")
+register("arithmetic_debate-v0", "llm_marl_envs.envs.arithmetic_debate:ArithmeticDebateEnv")
 
 # Writing collaboration (MAGRPO protocol): 2 agents write complementary parts, one joint reward.
 register("tldr_writing-v0", "llm_marl_envs.envs.tldr_writing:TLDRWritingEnv")

@@ -35,15 +35,15 @@ from .debate import DebateEnv
 SPLIT_SEEDS = {"train": 1, "test": 2}
 
 
-def reasoning_gym_records(task_name: str, split: str, size: int) -> list[Record]:
-    """Generate ``size`` problems of a reasoning-gym task for ``split`` as env records."""
+def reasoning_gym_records(task_name: str, split: str, size: int, **task_config) -> list[Record]:
+    """Generate ``size`` problems of a reasoning-gym task for ``split`` as env records (``task_config``: the task's options)."""
     if split not in SPLIT_SEEDS:
         raise ValueError(f"split must be one of {sorted(SPLIT_SEEDS)}, got {split!r}")
     if size < 1:
         raise ValueError(f"num_tasks must be >= 1, got {size}")
     import reasoning_gym  # heavy import, only when tasks are generated
 
-    rows = reasoning_gym.create_dataset(task_name, size=size, seed=SPLIT_SEEDS[split])
+    rows = reasoning_gym.create_dataset(task_name, size=size, seed=SPLIT_SEEDS[split], **task_config)
     return [{"task_id": f"{task_name}/{split}/{i}", "question": row["question"], "answer": str(row["answer"])}
             for i, row in enumerate(rows)]
 

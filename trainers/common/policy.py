@@ -8,7 +8,7 @@ A backend that can also score tokens (the HF policy, used for training) fills in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 Message = dict[str, str]          # {"role": "system"|"user"|"assistant", "content": str}
 Conversation = list[Message]
@@ -301,25 +301,42 @@ class HFPolicy:
         the base with adapters disabled — without gradients. ``temperature`` scales logits as
         during sampling (0 means unscaled).
         """
-        if len(prompt_ids) != len(completion_ids) or not prompt_ids:
-            raise ValueError(f"need one completion per prompt (got {len(prompt_ids)} prompts, {len(completion_ids)} "
-                             f"completions), at least one")
-        width = max(1, max(len(c) for c in completion_ids))
-        # layout per row: [left pad][prompt][completion][right pad] -> completions fill the last `width` columns
-        rows = [list(p) + list(c) + [self.pad_id] * (width - len(c)) for p, c in zip(prompt_ids, completion_ids)]
-        ids, mask = self._left_pad(rows)
-        for row, c in enumerate(completion_ids):
-            if width - len(c):
-                mask[row, -(width - len(c)):] = 0
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        targets = ids[:, -width:]
-        completion_mask = mask[:, -width:].bool()
         context = torch.no_grad() if reference else contextlib.nullcontext()
         with context, self.using(None if reference else adapter):
-            logits = self.forward_module(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                         use_cache=False, logits_to_keep=width + 1).logits[:, :-1, :].float()
+            output, width, completion_mask = self.completion_forward(prompt_ids, completion_ids)
+        logits = output.logits[:, :-1, :].float()
+        targets = completion_targets(completion_ids, width, self.pad_id)
         if temperature > 0:
             logits = logits / temperature
         # log pi(y_t) = z_t[y_t] - logsumexp(z_t): avoids materialising a second [B, L, V] tensor
         logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-        return logprobs * completion_mask, completion_mask
+        return logprobs * completion_mask, completion_mask.bool()
+
+    def completion_forward(self, prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]], *,
+                           output_hidden_states: bool = False) -> tuple[Any, int, torch.Tensor]:
+        """One forward over ``[left pad][prompt][completion][right pad]`` rows with the active adapter.
+
+        Returns ``(output, width, completion_mask)``: completions fill the last ``width`` columns, and the
+        output at the position before completion token ``k`` is the state in which token ``k`` was chosen
+        (``output.logits`` keeps those ``width + 1`` positions; with ``output_hidden_states`` only the last
+        position's logits are kept and ``output.hidden_states`` carries every position).
+        """
+        if len(prompt_ids) != len(completion_ids) or not prompt_ids:
+            raise ValueError(f"need one completion per prompt (got {len(prompt_ids)} prompts, {len(completion_ids)} "
+                             f"completions), at least one")
+        width = max(1, max(len(c) for c in completion_ids))
+        rows = [list(p) + list(c) + [self.pad_id] * (width - len(c)) for p, c in zip(prompt_ids, completion_ids)]
+        ids, mask = self._left_pad(rows)
+        for row, c in enumerate(completion_ids):
+            if width - len(c):
+                mask[row, -(width - len(c)):] = 0      # right padding after a short completion
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        output = self.forward_module(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                                     logits_to_keep=1 if output_hidden_states else width + 1,
+                                     output_hidden_states=output_hidden_states)
+        return output, width, mask[:, -width:]
+
+
+def completion_targets(completion_ids: Sequence[list[int]], width: int, pad_id: int) -> torch.Tensor:
+    """Completion token ids right-padded to ``[B, width]`` (the targets of :meth:`HFPolicy.completion_forward`)."""
+    return torch.tensor([list(c) + [pad_id] * (width - len(c)) for c in completion_ids], dtype=torch.long)

@@ -1,0 +1,15 @@
+"""MAPPO (MAPoRL): multi-agent PPO with a centralized critic, influence-aware rewards and incentives.
+
+    >>> from trainers.mappo import MAPPOConfig, MAPPOTrainer
+    >>> trainer = MAPPOTrainer(env, team, MAPPOConfig(max_steps=10))
+    >>> trainer.train(); trainer.evaluate()
+
+Modules: :mod:`.rewards` (turn rewards), :mod:`.ppo_math` (GAE and losses), :mod:`.critic`
+(centralized critic), :mod:`.forward` (policy forward passes), :mod:`.config`, :mod:`.trainer`.
+"""
+from .config import MAPPOConfig
+from .rewards import IncentiveWeights, incentive_bonuses, influence_aware_returns, turn_rewards
+from .trainer import MAPPOTrainer
+
+__all__ = ["MAPPOConfig", "MAPPOTrainer", "IncentiveWeights", "influence_aware_returns", "incentive_bonuses",
+           "turn_rewards"]

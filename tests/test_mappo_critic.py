@@ -1,0 +1,63 @@
+"""The centralized critic on a tiny random model: shapes, masking, causality, what it trains."""
+import pytest
+import torch
+
+from llm_marl_envs.models import tiny_model
+from trainers.common.team import Team
+from trainers.mappo.critic import CentralizedCritic, critic_context
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def team_and_critic():
+    model, tokenizer = tiny_model(seed=0)
+    team = Team.shared_lora(model, tokenizer, agents=2)
+    critic = CentralizedCritic(team.policy("agent_0"), max_context_tokens=32, seed=0)
+    return team, critic
+
+
+def test_critic_values_are_masked_and_causal(team_and_critic):
+    _, critic = team_and_critic
+    context = critic.context_ids(critic_context("What is 2+3?", [{"agent_0": "5", "agent_1": "4"}], "agent_0", 0))
+    assert len(context) <= 32
+    completions = [[11, 12, 13], [11, 12]]
+    values, mask = critic.values([context, context], completions)
+    assert values.shape == mask.shape == (2, 3)
+    assert mask.tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert float(values[1, 2].detach()) == 0.0
+    # V_k reads the state before token k: the first two tokens agree across rows, so do their values
+    torch.testing.assert_close(values[0, :2], values[1, :2])
+
+
+def test_critic_value_depends_on_the_other_agents_answers(team_and_critic):
+    _, critic = team_and_critic
+    answers_a = [{"agent_0": "I say 5", "agent_1": "I say 5"}]
+    answers_b = [{"agent_0": "I say 5", "agent_1": "I say 9000, obviously"}]
+    contexts = [critic.context_ids(critic_context("What is 2+3?", a, "agent_0", 0)) for a in (answers_a, answers_b)]
+    values, _ = critic.values(contexts, [[11, 12], [11, 12]])
+    assert not torch.allclose(values[0], values[1])
+
+
+def test_critic_trains_only_its_adapter_and_head(team_and_critic):
+    team, critic = team_and_critic
+    policy = team.policy("agent_0")
+    assert "critic" in policy.adapter_names and {"agent_0", "agent_1"} <= set(policy.adapter_names)
+    params = critic.trainable_parameters()
+    names = {id(p): n for n, p in policy.model.named_parameters()}
+    assert params and all(".critic." in names[id(p)] for p in params if id(p) in names)
+    values, mask = critic.values([[5, 6, 7]], [[11, 12]])
+    (values.sum()).backward()
+    assert critic.head.weight.grad is not None
+    agent_grads = [p.grad for n, p in policy.model.named_parameters() if ".agent_0." in n]
+    assert all(g is None for g in agent_grads)
+    state = critic.trainable_state_dict()
+    assert any(k.startswith("adapter.") for k in state) and "head.weight" in state
+    critic.load_trainable_state_dict(state)
+
+
+def test_critic_refuses_a_plain_model():
+    model, tokenizer = tiny_model(seed=1)
+    team = Team.separate([(model, tokenizer)], agents=["agent_0"])
+    with pytest.raises(ValueError, match="shares a LoRA base"):
+        CentralizedCritic(team.policy("agent_0"))

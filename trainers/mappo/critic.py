@@ -1,0 +1,105 @@
+"""The centralized critic's input: the task plus every agent's answers so far.
+
+MAPoRL's original critic read only the question. Ours reads the joint history, because the
+influence-aware return of agent ``i`` at turn ``t`` depends on what the OTHER agents answer
+next, which in turn depends on what they have already said. The critic of agent ``i``'s answer
+at turn ``t`` sees:
+
+* the task (agent ``i``'s opening prompt, rendered as text),
+* every agent's answers of turns ``0 .. t-1`` (the history the debate has produced),
+* the OTHER agents' answers of turn ``t`` (answered simultaneously with ``i``), and
+* agent ``i``'s answer of turn ``t``, whose tokens receive the per-token values.
+
+Conditioning on the others' simultaneous answers is allowed because a baseline may depend on
+anything that does not depend on agent ``i``'s own action (the others sample independently of
+``i`` given the history), and it removes the variance those answers add to ``R_i^t``.
+The critic is centralized only during training; the actors still see only their own history.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+
+
+
+def critic_context(task_text: str, answers: Sequence[Mapping[str, str]], agent: str, turn: int) -> str:
+    """Text the critic reads before agent ``agent``'s turn-``turn`` answer (see the module docstring)."""
+    if turn < 0 or turn >= len(answers):
+        raise ValueError(f"turn must be in [0, {len(answers)}) for a history of {len(answers)} turns, got {turn}")
+    if agent not in answers[turn]:
+        raise ValueError(f"agent {agent!r} has no answer at turn {turn}; agents there are {sorted(answers[turn])}")
+    parts = [f"Task:\n{task_text.strip()}"]
+    for t in range(turn):
+        for other, text in answers[t].items():
+            parts.append(f"Turn {t}, {other} answered:\n{text.strip()}")
+    for other, text in answers[turn].items():
+        if other != agent:
+            parts.append(f"Turn {turn}, {other} answered:\n{text.strip()}")
+    parts.append(f"Turn {turn}, {agent} answers:\n")
+    return "\n\n".join(parts)
+
+
+
+
+class CentralizedCritic(torch.nn.Module):
+    """Value model: the policies' shared base with the critic's own LoRA adapter and a scalar head.
+
+    It shares the frozen base of a LoRA :class:`~trainers.common.policy.HFPolicy` (one more
+    adapter, named ``adapter``, costs a few MB instead of a second model) and reads, for every
+    completion token ``k``, the hidden state of the position before it — the state in which the
+    token was chosen — so ``V_k`` pairs with the log-prob of token ``k`` as GAE needs.
+    """
+
+    def __init__(self, policy: Any, adapter: str = "critic", lora_r: int = 8, max_context_tokens: int = 768,
+                 seed: int = 0) -> None:
+        super().__init__()
+        if not getattr(policy, "is_peft", False):
+            raise ValueError(f"the centralized critic shares a LoRA base; policy {policy.name!r} is a plain model. "
+                             "Build the team with Team.shared_lora(...) or Team.separate(..., lora_config=...)")
+        if max_context_tokens < 1:
+            raise ValueError(f"max_context_tokens must be >= 1, got {max_context_tokens}")
+        from trainers.common.team import default_lora_config
+
+        self.policy, self.adapter, self.max_context_tokens = policy, adapter, max_context_tokens
+        if adapter not in policy.adapter_names:
+            with torch.random.fork_rng():
+                torch.manual_seed(seed)
+                policy.model.add_adapter(adapter, default_lora_config(r=lora_r))
+            policy.model.eval()
+        self.head = torch.nn.Linear(policy.model.config.hidden_size, 1)
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            torch.nn.init.normal_(self.head.weight, std=0.01)
+            torch.nn.init.zeros_(self.head.bias)
+
+    def context_ids(self, text: str) -> list[int]:
+        """Token ids of a critic context, keeping its last ``max_context_tokens`` tokens."""
+        ids = self.policy.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return list(ids[-self.max_context_tokens:])
+
+    def values(self, context_ids: Sequence[list[int]], completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``V_k`` for every completion token ``[B, L]`` (right-padded) and its mask; differentiable."""
+        with self.policy.using(self.adapter):
+            out, width, completion_mask = self.policy.completion_forward(context_ids, completion_ids, output_hidden_states=True)
+        hidden = out.hidden_states[-1][:, -(width + 1):-1, :].float()     # state before each completion token
+        return self.head(hidden).squeeze(-1) * completion_mask, completion_mask
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """The critic adapter's LoRA weights and the value head."""
+        return self.policy.trainable_parameters(self.adapter) + list(self.head.parameters())
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """What a checkpoint holds for the critic."""
+        state = {f"adapter.{k}": v for k, v in self.policy.trainable_state_dict(self.adapter).items()}
+        state.update({f"head.{k}": v.detach().clone() for k, v in self.head.state_dict().items()})
+        return state
+
+    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Inverse of :meth:`trainable_state_dict`."""
+        self.policy.load_trainable_state_dict(
+            self.adapter, {k[len("adapter."):]: v for k, v in state.items() if k.startswith("adapter.")})
+        self.head.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})
+
+
+__all__ = ["critic_context", "CentralizedCritic"]

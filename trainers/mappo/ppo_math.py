@@ -1,0 +1,142 @@
+"""Token-level PPO math for MAPPO: per-token rewards, GAE, whitening and the three losses.
+
+Every function works on a batch of responses padded on the right to ``[B, L]`` with a 0/1
+``mask`` marking real completion tokens (each row's ones come first, then zeros).
+
+Each response is its own episode for GAE: the turn reward ``R`` (already influence-aware, see
+:mod:`trainers.mappo.rewards`) sits on the response's last token and the value after the last
+token is 0. The KL penalty to the reference is folded into the per-token reward as in RLHF PPO::
+
+    r_k = -β · kl_k              (every token k)
+    r_K += R                     (last token K)
+
+    δ_k = r_k + γ · V_{k+1} - V_k                  (V_{K+1} = 0)
+    A_k = δ_k + γλ · A_{k+1}                       (generalised advantage estimation)
+    G_k = A_k + V_k                                (value targets)
+
+KL estimators of KL(π || π_ref) from the sampled token's log-probs (Schulman, "Approximating
+KL divergence"): ``k1 = log π - log π_ref`` (unbiased, can be negative per token) and
+``k3 = exp(log π_ref - log π) - (log π_ref - log π) - 1`` (unbiased, always >= 0, lower variance).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k3")
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over positions where ``mask`` is 1."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
+    """Normalise ``values`` to unit variance (and zero mean if ``shift_mean``) over the masked positions."""
+    mask = mask.to(values.dtype)
+    mean = masked_mean(values, mask)
+    count = mask.sum()
+    variance = (((values - mean) ** 2) * mask).sum() / (count - 1).clamp(min=1.0)   # unbiased
+    whitened = (values - mean) * torch.rsqrt(variance + eps)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened * mask
+
+
+def kl_per_token(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: Literal["k1", "k3"] = "k1") -> torch.Tensor:
+    """Per-token estimate of KL(π || π_ref) from the sampled tokens' log-probs (k1 or k3)."""
+    log_ratio = ref_logprobs - logprobs           # log π_ref/π
+    if estimator == "k1":
+        return -log_ratio
+    if estimator == "k3":
+        return torch.expm1(log_ratio) - log_ratio
+    raise ValueError(f"kl estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+
+
+def last_token_index(mask: torch.Tensor) -> torch.Tensor:
+    """Index of each row's last real token; refuses empty rows and masks with holes."""
+    mask = mask.long()
+    lengths = mask.sum(dim=1)
+    if bool((lengths == 0).any()):
+        raise ValueError("every response needs at least one completion token; got an all-zero mask row")
+    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    if bool(((positions < lengths[:, None]).long() != mask).any()):
+        raise ValueError("mask must be right-padded (ones first, then zeros) in every row")
+    return lengths - 1
+
+
+def token_rewards(
+    turn_rewards: torch.Tensor, mask: torch.Tensor, kl: torch.Tensor | None = None, kl_coef: float = 0.0
+) -> torch.Tensor:
+    """Per-token rewards: ``-kl_coef · kl`` everywhere, plus the turn reward on the last token."""
+    rewards = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    if kl is not None and kl_coef:
+        rewards = rewards - kl_coef * kl.float()
+    last = last_token_index(mask)
+    rewards[torch.arange(mask.shape[0], device=mask.device), last] += turn_rewards.float()
+    return rewards * mask.float()
+
+
+def generalized_advantages(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 0.95
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over the tokens of each response: returns ``(advantages, value_targets)``, both masked."""
+    if rewards.shape != values.shape or rewards.shape != mask.shape:
+        raise ValueError(f"rewards {tuple(rewards.shape)}, values {tuple(values.shape)} and mask {tuple(mask.shape)} must match")
+    last_token_index(mask)   # validates right padding
+    mask = mask.to(values.dtype)
+    values = values * mask
+    length = rewards.shape[1]
+    advantages = torch.zeros_like(values)
+    next_advantage = torch.zeros_like(values[:, 0])
+    for k in reversed(range(length)):
+        next_value = values[:, k + 1] if k + 1 < length else torch.zeros_like(values[:, 0])  # 0 after the end
+        delta = rewards[:, k] + gamma * next_value - values[:, k]          # δ_k = r_k + γV_{k+1} - V_k
+        next_advantage = (delta + gamma * lam * next_advantage) * mask[:, k]   # A_k = δ_k + γλA_{k+1}
+        advantages[:, k] = next_advantage
+    return advantages, (advantages + values) * mask
+
+
+def clipped_policy_loss(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped surrogate ``E[max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))]``, ρ = π/π_old; returns (loss, stats)."""
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    with torch.no_grad():
+        stats = {
+            "clipfrac": float(masked_mean((clipped > unclipped).float(), mask)),
+            "approx_kl_old": float(masked_mean(0.5 * log_ratio**2, mask)),
+            "ratio_mean": float(masked_mean(ratio, mask)),
+        }
+    return loss, stats
+
+
+def clipped_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, clip_range: float = 0.2
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``½·E[max((V-G)², (V_old + clip(V-V_old, ±c) - G)²)]``; returns (loss, stats)."""
+    clipped_values = old_values + torch.clamp(values - old_values, -clip_range, clip_range)
+    unclipped_error = (values - targets) ** 2
+    clipped_error = (clipped_values - targets) ** 2
+    loss = 0.5 * masked_mean(torch.maximum(unclipped_error, clipped_error), mask)
+    with torch.no_grad():
+        stats = {"vf_clipfrac": float(masked_mean((clipped_error > unclipped_error).float(), mask))}
+    return loss, stats
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Per-position entropy ``-Σ_v p_v log p_v`` of the categorical given by ``logits`` (last dim)."""
+    log_p = torch.log_softmax(logits.float(), dim=-1)
+    return -(log_p.exp() * log_p).sum(dim=-1)
+
+
+__all__ = [
+    "KL_ESTIMATORS", "masked_mean", "whiten", "kl_per_token", "last_token_index", "token_rewards",
+    "generalized_advantages", "clipped_policy_loss", "clipped_value_loss", "entropy_from_logits",
+]

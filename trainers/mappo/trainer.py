@@ -1,0 +1,378 @@
+"""`MAPPOTrainer`: multi-agent PPO for debating LLM teams (MAPoRL).
+
+One training step, top to bottom:
+
+1. **collect** — play ``episodes_per_step`` debate episodes through the shared
+   :class:`~trainers.common.rollout.RolloutEngine` (every agent's prompt of a turn in one batched
+   generate call).
+2. **score** — verifier scores ``s_i^t`` and correctness ``c_i^t`` of every answer: the env's
+   answer-label verdicts, or a learned verifier (:mod:`verifiers.reward_model`).
+3. **compute_rewards** — ``R_i^t`` = influence-aware return + incentives
+   (:mod:`trainers.mappo.rewards`).
+4. **compute_advantages** — per response: ``log π_old``, ``log π_ref`` (base, adapter off) and
+   the centralized critic's ``V_k``; ``r_k = -β·kl_k``, ``r_K += R``; token-level GAE; whitening
+   (:mod:`trainers.mappo.ppo_math`).
+5. **update** — ``ppo_epochs`` passes over shuffled minibatches of responses:
+   ``L = L_clip(π) - entropy_coef · H + vf_coef · L_V``, each agent's policy loss on its own
+   adapter, the value loss on the critic's adapter and head.
+6. **log / checkpoint**.
+
+Everything random in a step is derived from ``(seed, step)``: task choice, sampling noise. So a
+run resumed from the checkpoint of step ``k`` replays step ``k + 1`` exactly.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from llm_marl_envs.core import render_messages
+from trainers.common.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from trainers.common.episode import Episode
+from trainers.common.logging import MetricsLogger
+from trainers.common.policy import SamplingParams
+from trainers.common.rollout import RolloutEngine
+
+from .config import MAPPOConfig
+from .critic import CentralizedCritic, critic_context
+from .forward import completion_logprobs
+from .ppo_math import (
+    clipped_policy_loss,
+    clipped_value_loss,
+    generalized_advantages,
+    kl_per_token,
+    masked_mean,
+    token_rewards,
+    whiten,
+)
+from .rewards import turn_rewards
+
+CRITIC_ADAPTER = "critic"
+
+
+@dataclass
+class Response:
+    """One agent's answer at one turn of one episode: the unit PPO trains on."""
+
+    agent: str
+    turn: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    critic_ids: list[int]
+    reward: float = 0.0
+    # filled by compute_advantages (1-D, one entry per completion token)
+    old_logprobs: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    value_targets: torch.Tensor | None = None
+    kl: torch.Tensor | None = None
+
+
+@dataclass
+class EpisodeScores:
+    """Verifier outcome of one episode: ``scores[t][i]``, ``correct[t][i]`` over the turns reached."""
+
+    scores: list[list[float]]
+    correct: list[list[bool | None]]
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Right-pad 1-D tensors into ``[B, L]`` with zeros."""
+    return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True)
+
+
+def _mask(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    return _pad([torch.ones(len(r)) for r in rows])
+
+
+def _step_seed(seed: int, step: int, salt: int = 0) -> int:
+    """A deterministic 31-bit seed for ``(seed, step, salt)``."""
+    return int(np.random.SeedSequence([seed, step, salt]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+class MAPPOTrainer:
+    """Multi-agent PPO with a centralized critic (see the module docstring)."""
+
+    def __init__(self, env: Any, team: Any, config: MAPPOConfig | None = None, *, eval_env: Any = None,
+                 verifier: Any = None) -> None:
+        self.config = config = config or MAPPOConfig()
+        self.env, self.eval_env, self.team = env, eval_env or env, team
+        self.agents = list(env.possible_agents)
+        team.check_covers(self.agents)
+        for agent in self.agents:
+            policy = team.policy(agent)
+            if not hasattr(policy, "trainable_parameters"):
+                raise ValueError(f"{agent}'s policy {policy.name!r} cannot be trained (inference-only backend); "
+                                 "MAPPO needs HF policies (Team.shared_lora or Team.separate)")
+        if config.future_mean == "others" and len(self.agents) < 2:
+            raise ValueError("future_mean='others' needs at least 2 agents; use future_mean='all'")
+        self.verifier = verifier if verifier is not None else self._load_verifier()
+
+        torch.manual_seed(config.seed)
+        self.critic = CentralizedCritic(team.policy(self.agents[0]), adapter=CRITIC_ADAPTER, lora_r=config.critic_lora_r,
+                                        max_context_tokens=config.critic_max_context_tokens, seed=config.seed)
+        self.actor_params = {a: team.policy(a).trainable_parameters(team.adapter(a)) for a in self.agents}
+        self.optimizers = {a: torch.optim.AdamW(params, lr=config.learning_rate) for a, params in self.actor_params.items()}
+        self.critic_optimizer = torch.optim.AdamW(self.critic.trainable_parameters(), lr=config.critic_learning_rate)
+        self.step = 0
+        self.history: list[dict[str, float]] = []
+        if config.resume_from_checkpoint is not None:
+            self.load(resolve_checkpoint(config.resume_from_checkpoint, config.output_dir))
+        self.logger = MetricsLogger(config.output_dir, report_to=config.report_to, run_config=config.to_dict())
+
+    # ------------------------------------------------------------------ checkpoints (trainers.common.checkpoint)
+    def save(self) -> Path:
+        """Write the checkpoint of the current step atomically (agents' adapters, critic, optimizers, RNG)."""
+        extra = {"critic": self.critic.trainable_state_dict(), "critic_optimizer": self.critic_optimizer.state_dict(),
+                 "history": self.history}
+        return save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, {},
+                               self.config.to_dict(), extra)
+
+    def load(self, path: str | Path) -> None:
+        """Restore a checkpoint written by :meth:`save`; training continues after its step."""
+        state = load_checkpoint(path, self.team, self.optimizers, {})
+        if "critic" not in state["extra"]:
+            raise ValueError(f"{path} is not a MAPPO checkpoint (no critic state); resume it with the trainer that wrote it")
+        self.critic.load_trainable_state_dict(state["extra"]["critic"])
+        self.critic_optimizer.load_state_dict(state["extra"]["critic_optimizer"])
+        self.history = list(state["extra"].get("history", []))
+        self.step = int(state["step"])
+
+    def _load_verifier(self) -> Any:
+        if self.config.verifier == "label":
+            return None
+        if self.config.reward_server_url is not None:
+            from verifiers.reward_server import RewardClient
+
+            return RewardClient(self.config.reward_server_url)
+        from verifiers.reward_model import RewardModel
+
+        return RewardModel.from_pretrained(self.config.reward_model_path)
+
+    # ------------------------------------------------------------------ 1. collect
+    def sampling_params(self, step: int, temperature: float | None = None) -> SamplingParams:
+        """Sampling settings of ``step`` (seeded by step, so a resumed run replays it)."""
+        c = self.config
+        return SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature if temperature is None else temperature,
+                              top_p=c.top_p, seed=_step_seed(c.seed, step, 1))
+
+    def collect(self, step: int) -> list[Episode]:
+        """Play this step's episodes (tasks drawn from ``(seed, step)``) through the rollout engine."""
+        rng = np.random.default_rng(_step_seed(self.config.seed, step, 2))
+        tasks = rng.integers(len(self.env.tasks), size=self.config.episodes_per_step).tolist()
+        seeds = [_step_seed(self.config.seed, step, 3 + i) for i in range(len(tasks))]
+        engine = RolloutEngine(self.env, self.team, self.sampling_params(step), progress=False)
+        return engine.collect(seeds=seeds, task_indices=tasks, desc=f"mappo step {step}")
+
+    # ------------------------------------------------------------------ 2. score
+    def score(self, episode: Episode) -> EpisodeScores:
+        """Verifier scores and correctness of every answer of ``episode`` (label or learned verifier)."""
+        if self.verifier is None:
+            return EpisodeScores([[float(turn[a].verdict["score"]) for a in self.agents] for turn in episode.turns],
+                                 [[turn[a].correct for a in self.agents] for turn in episode.turns])
+        pairs = [(self.question(episode), turn[a].text) for turn in episode.turns for a in self.agents]
+        verdicts = self.verifier.score_batch(pairs)
+        rows = [verdicts[t * len(self.agents):(t + 1) * len(self.agents)] for t in range(len(episode.turns))]
+        return EpisodeScores([[v.score for v in row] for row in rows], [[v.correct for v in row] for row in rows])
+
+    def question(self, episode: Episode) -> str:
+        """The task text a learned verifier judges answers against (the record's question, else the first prompt)."""
+        if episode.task_index is not None:
+            question = self.env.tasks[episode.task_index].get("question")
+            if isinstance(question, str):
+                return question
+        return render_messages(episode.turns[0][self.agents[0]].messages)
+
+    def reward_examples(self, episodes: Sequence[Episode]) -> list[Any]:
+        """Training data for a learned verifier: ``RewardExample(question, answer, correct)`` from label verdicts."""
+        from verifiers.reward_model import RewardExample
+
+        return [RewardExample(self.question(e), turn[a].text, bool(turn[a].correct))
+                for e in episodes for turn in e.turns for a in self.agents if turn[a].correct is not None]
+
+    # ------------------------------------------------------------------ 3. rewards
+    def compute_rewards(self, episodes: Sequence[Any]) -> list[Response]:
+        """One :class:`Response` per (episode, turn, agent) carrying ``R_i^t`` (returns + incentives)."""
+        c = self.config
+        responses = []
+        for episode in episodes:
+            outcome = self.score(episode)
+            rewards = turn_rewards(outcome.scores, outcome.correct, gamma=c.reward_gamma, rule=c.reward_rule,
+                                   future_mean=c.future_mean, incentives=c.incentives)
+            answers = [{a: turn[a].text for a in self.agents} for turn in episode.turns]
+            for t, turn in enumerate(episode.turns):
+                for i, agent in enumerate(self.agents):
+                    act = turn[agent]
+                    if not act.completion_ids:
+                        continue            # nothing was generated: no token to credit
+                    task_text = render_messages(episode.turns[0][agent].messages)   # the agent's opening prompt
+                    context = critic_context(task_text, answers, agent, t)
+                    responses.append(Response(agent, t, list(act.prompt_ids), list(act.completion_ids),
+                                              self.critic.context_ids(context), float(rewards[t, i])))
+        return responses
+
+    # ------------------------------------------------------------------ 4. advantages
+    def _minibatches(self, responses: Sequence[Response], shuffle_seed: int | None = None) -> list[list[Response]]:
+        """Chunks of ``minibatch_size`` responses (shuffled when a seed is given)."""
+        order = list(range(len(responses)))
+        if shuffle_seed is not None:
+            random.Random(shuffle_seed).shuffle(order)
+        size = self.config.minibatch_size
+        return [[responses[i] for i in order[k:k + size]] for k in range(0, len(order), size)]
+
+    def _by_agent(self, batch: Sequence[Response]) -> dict[str, list[Response]]:
+        groups: dict[str, list[Response]] = {}
+        for response in batch:
+            groups.setdefault(response.agent, []).append(response)
+        return groups
+
+    @torch.no_grad()
+    def compute_advantages(self, responses: Sequence[Response]) -> dict[str, float]:
+        """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response."""
+        c = self.config
+        for batch in self._minibatches(responses):
+            for agent, group in self._by_agent(batch).items():
+                policy, adapter = self.team.policy(agent), self.team.adapter(agent)
+                prompts, completions = [r.prompt_ids for r in group], [r.completion_ids for r in group]
+                logp, mask, _ = completion_logprobs(policy, adapter, prompts, completions, temperature=c.temperature)
+                ref_logp, _, _ = completion_logprobs(policy, adapter, prompts, completions, temperature=c.temperature,
+                                                     reference=True)
+                values, _ = self.critic.values([r.critic_ids for r in group], completions)
+                kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
+                # r_k = -β·kl_k on every token, plus R_i^t on the last one
+                rewards = token_rewards(torch.tensor([r.reward for r in group]), mask, kl=kl, kl_coef=c.kl_coef)
+                # δ_k = r_k + γV_{k+1} - V_k ;  A_k = δ_k + γλA_{k+1} ;  G_k = A_k + V_k
+                advantages, targets = generalized_advantages(rewards, values, mask, c.gae_gamma, c.gae_lambda)
+                for row, response in enumerate(group):
+                    n = len(response.completion_ids)
+                    response.old_logprobs, response.old_values = logp[row, :n].clone(), values[row, :n].clone()
+                    response.advantages, response.value_targets = advantages[row, :n].clone(), targets[row, :n].clone()
+                    response.kl = kl[row, :n].clone()
+        all_adv = _pad([r.advantages for r in responses])
+        all_mask = _mask([r.advantages for r in responses])
+        if c.whiten_advantages and all_mask.sum() > 1:
+            all_adv = whiten(all_adv, all_mask)
+            for row, response in enumerate(responses):
+                response.advantages = all_adv[row, :len(response.completion_ids)].clone()
+        kl_all = _pad([r.kl for r in responses])
+        return {"reward_mean": float(np.mean([r.reward for r in responses])),
+                "kl_ref": float(masked_mean(kl_all, all_mask)),
+                "value_mean": float(masked_mean(_pad([r.old_values for r in responses]), all_mask)),
+                "response_tokens": float(all_mask.sum() / len(responses))}
+
+    # ------------------------------------------------------------------ 5. loss and update
+    def policy_loss(self, agent: str, group: Sequence[Response]) -> tuple[torch.Tensor, dict[str, float]]:
+        """``L_clip - entropy_coef·H`` of one agent's responses under its adapter."""
+        c = self.config
+        policy, adapter = self.team.policy(agent), self.team.adapter(agent)
+        logp, mask, entropy = completion_logprobs(policy, adapter, [r.prompt_ids for r in group],
+                                                  [r.completion_ids for r in group], temperature=c.temperature,
+                                                  with_entropy=c.entropy_coef > 0)
+        # L_clip = E[max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))],  ρ = π_θ / π_old
+        loss, stats = clipped_policy_loss(logp, _pad([r.old_logprobs for r in group]),
+                                          _pad([r.advantages for r in group]), mask, c.clip_eps)
+        stats["policy_loss"] = float(loss.detach())
+        if entropy is not None:
+            mean_entropy = masked_mean(entropy, mask)
+            loss = loss - c.entropy_coef * mean_entropy
+            stats["entropy"] = float(mean_entropy.detach())
+        return loss, stats
+
+    def value_loss(self, group: Sequence[Response]) -> tuple[torch.Tensor, dict[str, float]]:
+        """Clipped value loss ``½·E[max((V-G)², (V_clip-G)²)]`` of the centralized critic on these responses."""
+        values, mask = self.critic.values([r.critic_ids for r in group], [r.completion_ids for r in group])
+        loss, stats = clipped_value_loss(values, _pad([r.old_values for r in group]),
+                                         _pad([r.value_targets for r in group]), mask, self.config.value_clip)
+        stats["value_loss"] = float(loss.detach())
+        return loss, stats
+
+    def update(self, responses: Sequence[Response], step: int) -> dict[str, float]:
+        """``ppo_epochs`` passes of clipped-PPO minibatch updates; returns averaged stats."""
+        c = self.config
+        totals: dict[str, list[float]] = {}
+        optimizers = [*self.optimizers.values(), self.critic_optimizer]
+        for epoch in range(c.ppo_epochs):
+            for batch in self._minibatches(responses, shuffle_seed=_step_seed(c.seed, step, 1000 + epoch)):
+                for optimizer in optimizers:
+                    optimizer.zero_grad(set_to_none=True)
+                for agent, group in self._by_agent(batch).items():
+                    weight = len(group) / len(batch)          # the minibatch loss is a mean over responses
+                    # backward right after each forward: PEFT marks only the active adapter trainable
+                    actor_loss, actor_stats = self.policy_loss(agent, group)
+                    (weight * actor_loss).backward()
+                    critic_loss, critic_stats = self.value_loss(group)
+                    (weight * c.vf_coef * critic_loss).backward()
+                    stats = {**actor_stats, **critic_stats}
+                    stats["loss"] = stats["policy_loss"] + c.vf_coef * stats["value_loss"]
+                    for key, value in stats.items():
+                        totals.setdefault(key, []).append(value)
+                for params in [*self.actor_params.values(), self.critic.trainable_parameters()]:
+                    torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
+                for optimizer in optimizers:
+                    optimizer.step()
+        return {key: float(np.mean(values)) for key, values in totals.items()}
+
+    # ------------------------------------------------------------------ 6. the loop
+    def train_step(self) -> dict[str, float]:
+        """Collect, reward, advantage, update once; returns the step's metrics."""
+        step = self.step + 1
+        episodes = self.collect(step)
+        responses = self.compute_rewards(episodes)
+        if not responses:
+            raise RuntimeError(f"step {step}: every response was empty; raise max_new_tokens or check the policy")
+        metrics: dict[str, float] = {"step": step}
+        metrics.update(self.compute_advantages(responses))
+        metrics.update(self.update(responses, step))
+        metrics["train_accuracy"] = float(np.mean([bool(c) for e in episodes for turn in e.correct for c in turn.values()]))
+        self.step = step
+        self.history.append(metrics)
+        return metrics
+
+    def train(self) -> list[dict[str, float]]:
+        """Run steps until ``max_steps`` (continuing a resumed run); log and checkpoint; returns per-step metrics."""
+        c = self.config
+        with tqdm(total=c.max_steps, initial=self.step, desc="mappo", disable=not c.progress) as bar:
+            while self.step < c.max_steps:
+                metrics = self.train_step()
+                if self.step % c.logging_every == 0:
+                    self.logger.log(metrics, self.step)
+                if (c.save_every and self.step % c.save_every == 0) or self.step == c.max_steps:
+                    self.save()
+                bar.update(1)
+        return self.history
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self, num_episodes: int | None = None) -> dict[str, Any]:
+        """Play tasks ``0..n-1`` of the eval env (``eval_temperature``, label verdicts); per-episode records."""
+        n = num_episodes or self.config.eval_tasks
+        if n > len(self.eval_env.tasks):
+            raise ValueError(f"eval asks for {n} episodes but the eval env has {len(self.eval_env.tasks)} tasks")
+        params = self.sampling_params(0, temperature=self.config.eval_temperature)
+        engine = RolloutEngine(self.eval_env, self.team, params, progress=False)
+        episodes = engine.collect(seeds=[self.config.seed + i for i in range(n)], task_indices=list(range(n)), desc="eval")
+        records = [episode_record(e) for e in episodes]
+        turns = self.eval_env.num_turns
+        per_turn = np.array([r["accuracy_per_turn"] + [r["accuracy_per_turn"][-1]] * (turns - len(r["accuracy_per_turn"]))
+                             for r in records])
+        return {"episodes": records, "accuracy_per_turn": per_turn.mean(axis=0).tolist()}
+
+
+def episode_record(episode: Episode) -> dict[str, Any]:
+    """What evaluation keeps of a finished episode: per-turn correctness, scores, extracted answers."""
+    agents = episode.agents
+    correct = [[turn[a].correct for a in agents] for turn in episode.turns]
+    return {"task_id": episode.task_id, "correct": correct,
+            "scores": [[float(turn[a].verdict["score"]) for a in agents] for turn in episode.turns],
+            "answers": [[turn[a].verdict["details"].get("answer") for a in agents] for turn in episode.turns],
+            "tokens": episode.num_tokens, "wall_time_s": episode.wall_time,
+            "accuracy_per_turn": [float(np.mean([bool(c) for c in turn])) for turn in correct]}
+
+
+__all__ = ["MAPPOTrainer", "Response", "EpisodeScores", "episode_record"]

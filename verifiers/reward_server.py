@@ -1,0 +1,302 @@
+"""Serve a learned verifier over HTTP on the loopback interface, and a client for it.
+
+MAPoRL ran its reward model as a separate server so the trainer's process need not hold it.
+:class:`RewardServer` wraps any batch scorer (``list[(question, answer)] -> list[Verdict]``, e.g.
+:meth:`verifiers.reward_model.RewardModel.score_batch`) in a stdlib ``ThreadingHTTPServer``:
+
+====================  =============================================================================
+``GET /health``       ``{"status": "ok", "name": ..., "max_batch_size": ..., "requests": n, "batches": m}``
+``POST /score``       body ``{"items": [{"question": str, "answer": str}, ...]}`` ->
+                      ``{"verdicts": [{"score": float, "correct": bool|null, "details": {...}}, ...]}``
+====================  =============================================================================
+
+Batching: concurrent requests are queued and one worker thread scores them together, up to
+``max_batch_size`` items, waiting at most ``max_wait_ms`` for a batch to fill. Bad requests get a
+4xx JSON ``{"error": "..."}``: 400 (not JSON, missing or mistyped fields, empty ``items``), 404
+(unknown path), 411 (no ``Content-Length``), 413 (body or item count too large). A scorer
+failure is a 500 with the exception text. The server binds to loopback only (no auth).
+
+:class:`RewardClient` times out every request, retries connection failures, timeouts and 5xx
+answers with exponential backoff, and raises :class:`RewardServerError` (never returns a default
+score) when the server cannot answer or refuses the request.
+
+Command line: ``python -m verifiers.reward_server --model DIR [--port 8008]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import Future
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Sequence
+
+from . import Verdict
+
+BatchScorer = Callable[[Sequence[tuple[str, str]]], list[Verdict]]
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class RewardServerError(RuntimeError):
+    """The reward server could not be reached, timed out, or rejected the request."""
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RewardServer:
+    """A batching HTTP front end for a batch scorer (see the module docstring)."""
+
+    def __init__(
+        self,
+        scorer: BatchScorer,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        name: str = "reward_model",
+        max_batch_size: int = 16,
+        max_wait_ms: float = 10.0,
+        max_items_per_request: int = 256,
+        max_body_bytes: int = 4_000_000,
+    ) -> None:
+        if host not in LOOPBACK_HOSTS:
+            raise ValueError(f"the reward server has no authentication and binds to loopback only; got host={host!r}, "
+                             f"use one of {LOOPBACK_HOSTS}")
+        if max_batch_size < 1 or max_items_per_request < 1 or max_wait_ms < 0:
+            raise ValueError(f"max_batch_size and max_items_per_request must be >= 1 and max_wait_ms >= 0, got "
+                             f"{max_batch_size}, {max_items_per_request}, {max_wait_ms}")
+        self.scorer, self.name = scorer, name
+        self.max_batch_size, self.max_wait_s = max_batch_size, max_wait_ms / 1000.0
+        self.max_items_per_request, self.max_body_bytes = max_items_per_request, max_body_bytes
+        self.num_requests = 0
+        self.num_batches = 0
+        self._jobs: queue.Queue = queue.Queue()
+        self._stopping = threading.Event()
+        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:54321``."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "RewardServer":
+        """Serve in background threads (returns self; use as a context manager to stop)."""
+        self._threads = [
+            threading.Thread(target=self._httpd.serve_forever, name="reward-http", daemon=True),
+            threading.Thread(target=self._batch_worker, name="reward-batcher", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release the port."""
+        self._stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> "RewardServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- batching
+    def submit(self, pairs: list[tuple[str, str]]) -> Future:
+        """Queue pairs for the batch worker; the future resolves to their verdicts."""
+        future: Future = Future()
+        self._jobs.put((pairs, future))
+        return future
+
+    def _batch_worker(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                first = self._jobs.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            jobs, size = [first], len(first[0])
+            deadline = time.monotonic() + self.max_wait_s
+            while size < self.max_batch_size:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    job = self._jobs.get(timeout=remaining)
+                except queue.Empty:
+                    break
+                jobs.append(job)
+                size += len(job[0])
+            self._score_jobs(jobs)
+
+    def _score_jobs(self, jobs: list[tuple[list[tuple[str, str]], Future]]) -> None:
+        pairs = [pair for job_pairs, _ in jobs for pair in job_pairs]
+        self.num_batches += 1
+        try:
+            verdicts = self.scorer(pairs)
+            if len(verdicts) != len(pairs):
+                raise RuntimeError(f"scorer returned {len(verdicts)} verdicts for {len(pairs)} items")
+        except Exception as error:  # delivered to every waiting request as a 500
+            for _, future in jobs:
+                future.set_exception(error)
+            return
+        start = 0
+        for job_pairs, future in jobs:
+            future.set_result(verdicts[start:start + len(job_pairs)])
+            start += len(job_pairs)
+
+    # ---------------------------------------------------------------- HTTP
+    def _parse_items(self, body: bytes) -> list[tuple[str, str]]:
+        try:
+            payload = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise _BadRequest(400, f"body is not valid JSON: {error}") from error
+        if not isinstance(payload, dict) or not isinstance(payload.get("items"), list):
+            raise _BadRequest(400, 'body must be a JSON object {"items": [{"question": str, "answer": str}, ...]}')
+        items = payload["items"]
+        if not items:
+            raise _BadRequest(400, '"items" is empty; send at least one {"question", "answer"} object')
+        if len(items) > self.max_items_per_request:
+            raise _BadRequest(413, f'{len(items)} items exceed max_items_per_request={self.max_items_per_request}; split the request')
+        pairs = []
+        for index, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get("question"), str) or not isinstance(item.get("answer"), str):
+                raise _BadRequest(400, f'items[{index}] must be {{"question": str, "answer": str}}, got {item!r:.120}')
+            pairs.append((item["question"], item["answer"]))
+        return pairs
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:   # quiet: tests and trainers log themselves
+                pass
+
+            def _reply(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path != "/health":
+                    self._reply(404, {"error": f"unknown path {self.path!r}; endpoints: GET /health, POST /score"})
+                    return
+                self._reply(200, {"status": "ok", "name": server.name, "max_batch_size": server.max_batch_size,
+                                  "requests": server.num_requests, "batches": server.num_batches})
+
+            def do_POST(self) -> None:
+                try:
+                    if self.path != "/score":
+                        raise _BadRequest(404, f"unknown path {self.path!r}; endpoints: GET /health, POST /score")
+                    length = self.headers.get("Content-Length")
+                    if length is None:
+                        raise _BadRequest(411, "Content-Length header is required")
+                    if not length.isdigit() or int(length) > server.max_body_bytes:
+                        self.close_connection = True      # do not read a body we refuse
+                        raise _BadRequest(413, f"body of {length} bytes exceeds max_body_bytes={server.max_body_bytes}")
+                    pairs = server._parse_items(self.rfile.read(int(length)))
+                except _BadRequest as error:
+                    self._reply(error.status, {"error": str(error)})
+                    return
+                server.num_requests += 1
+                try:
+                    verdicts = server.submit(pairs).result()
+                except Exception as error:
+                    self._reply(500, {"error": f"scorer failed: {type(error).__name__}: {error}"})
+                    return
+                self._reply(200, {"verdicts": [v.to_dict() for v in verdicts]})
+
+        return Handler
+
+
+class RewardClient:
+    """Client of a :class:`RewardServer`: timeouts, retries with backoff, loud failures."""
+
+    def __init__(self, url: str, timeout_s: float = 30.0, retries: int = 3, backoff_s: float = 0.5) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https://, got {url!r}")
+        if timeout_s <= 0 or retries < 0 or backoff_s < 0:
+            raise ValueError(f"timeout_s must be > 0, retries and backoff_s >= 0; got {timeout_s}, {retries}, {backoff_s}")
+        self.url, self.timeout_s, self.retries, self.backoff_s = url.rstrip("/"), timeout_s, retries, backoff_s
+
+    def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = json.dumps(payload).encode() if payload is not None else None
+        last_error: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            request = urllib.request.Request(self.url + path, data=data, method=method,
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as error:
+                message = error.read().decode(errors="replace")
+                if error.code < 500:       # the request itself is wrong: retrying cannot help
+                    raise RewardServerError(f"reward server {self.url} refused {method} {path} with {error.code}: {message}") from error
+                last_error = RewardServerError(f"{error.code}: {message}")
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
+                last_error = error
+        raise RewardServerError(
+            f"reward server {self.url} did not answer {method} {path} after {self.retries + 1} attempt(s) "
+            f"(timeout {self.timeout_s}s each); last error: {last_error}. Is the server running?"
+        ) from last_error
+
+    def health(self) -> dict[str, Any]:
+        """The server's ``/health`` answer."""
+        return self._request("GET", "/health")
+
+    def score_batch(self, pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
+        """Verdicts for ``(question, answer)`` pairs, in order."""
+        reply = self._request("POST", "/score", {"items": [{"question": q, "answer": a} for q, a in pairs]})
+        verdicts = reply.get("verdicts")
+        if not isinstance(verdicts, list) or len(verdicts) != len(pairs):
+            raise RewardServerError(f"reward server {self.url} sent a malformed reply for {len(pairs)} items: {reply!r:.200}")
+        return [Verdict(float(v["score"]), v["correct"], dict(v.get("details") or {})) for v in verdicts]
+
+    def score(self, question: str, answer: str) -> Verdict:
+        """The verdict on one answer."""
+        return self.score_batch([(question, answer)])[0]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve a saved reward model: ``python -m verifiers.reward_server --model DIR``."""
+    parser = argparse.ArgumentParser(description="Serve a learned verifier on 127.0.0.1.")
+    parser.add_argument("--model", required=True, help="reward model directory (RewardModel.save) or model name")
+    parser.add_argument("--port", type=int, default=8008, help="TCP port on 127.0.0.1 (0 = any free port)")
+    parser.add_argument("--max-batch-size", type=int, default=16, help="items scored together at most")
+    parser.add_argument("--max-wait-ms", type=float, default=10.0, help="how long a batch waits to fill")
+    args = parser.parse_args(argv)
+    from .reward_model import RewardModel
+
+    model = RewardModel.from_pretrained(args.model)
+    server = RewardServer(model.score_batch, port=args.port, name=str(args.model),
+                          max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms).start()
+    print(f"serving {args.model} at {server.url}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = ["RewardServer", "RewardClient", "RewardServerError", "BatchScorer"]
