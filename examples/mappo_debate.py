@@ -14,6 +14,25 @@ anything; pass ``--env gsm_symbolic_debate-v0`` to try anyway.
 Writes to ``--out``: ``results.json`` (per-turn accuracy with bootstrap 95% CIs and transition
 counts, before and after), ``transitions.png`` (correctness transitions across turns, before vs
 after), ``metrics.jsonl`` / TensorBoard logs and checkpoints of the run.
+
+Measured here (2 cores shared with other jobs; greedy evaluation on test tasks 0-19, 2 agents x
+3 turns, accuracy per turn with bootstrap 95% CIs over the 20 episodes):
+
+| run | wall time | turn 0 | turn 1 | turn 2 | transitions C→C / C→I / I→C / I→I |
+|---|---|---|---|---|---|
+| before training | | 0.350 [0.150, 0.550] | 0.350 [0.150, 0.550] | 0.350 [0.150, 0.550] | 28 / 0 / 0 / 52 |
+| after, defaults (lr 5e-5, T 0.4, 3 episodes/step, 8 steps) | 25.8 min | 0.175 [0.050, 0.325] | 0.150 [0.000, 0.300] | 0.125 [0.000, 0.275] | 10 / 3 / 1 / 66 |
+| after, ``--learning-rate 3e-4 --temperature 0.7 --episodes-per-step 2`` | 28.9 min | 0.225 [0.100, 0.375] | 0.025 [0.000, 0.075] | 0.025 [0.000, 0.075] | 2 / 8 / 0 / 70 |
+
+Honest reading: this budget (16-24 debates of training) does NOT improve the team; both runs end
+below the untrained team. The reward is sparse: on randomly drawn training problems the model
+is right in only 0-10% of sampled answers during the first steps (most steps have reward 0 for
+every answer), so the updates are mostly KL and critic noise. The untrained team's numbers are
+also flattered by greedy decoding: both agents start as the same model, give identical answers
+and keep them (no transitions at all), while trained agents differ and then sway each other —
+after the 3e-4 run, both drift at turn 1 into chatty non-answers ("I'm glad you're happy with
+the final answer..."). What it takes to show a gain is more episodes per step (a GPU, or
+``llm-marl`` on a served model) or an easier task (``make("arithmetic_debate-v0", max_digits=1)``).
 """
 from __future__ import annotations
 
@@ -75,9 +94,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="arithmetic_debate-v0", help="debate env id")
     parser.add_argument("--steps", type=int, default=8, help="MAPPO training steps")
-    parser.add_argument("--episodes-per-step", type=int, default=2, help="debates collected per step")
+    parser.add_argument("--episodes-per-step", type=int, default=3, help="debates collected per step")
     parser.add_argument("--eval-tasks", type=int, default=20, help="test tasks evaluated before and after")
     parser.add_argument("--max-new-tokens", type=int, default=40, help="tokens per answer")
+    parser.add_argument("--learning-rate", type=float, default=5e-5, help="actor and critic AdamW learning rate")
+    parser.add_argument("--temperature", type=float, default=0.4, help="sampling temperature of training rollouts")
+    parser.add_argument("--kl-coef", type=float, default=0.05, help="KL penalty to the reference (base model)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1 is ~4x faster than 2 on a CPU shared with other jobs, measured)")
     parser.add_argument("--out", default="outputs/mappo_debate", help="output directory")
@@ -94,7 +116,8 @@ def main() -> None:
     eval_env = llm_marl_envs.make(args.env, num_agents=2, num_turns=3, split="test")
     config = MAPPOConfig(
         max_steps=args.steps, episodes_per_step=args.episodes_per_step, max_new_tokens=args.max_new_tokens,
-        ppo_epochs=1, minibatch_size=4, learning_rate=3e-4, critic_learning_rate=3e-4, kl_coef=0.05,
+        ppo_epochs=1, minibatch_size=4, learning_rate=args.learning_rate, critic_learning_rate=args.learning_rate,
+        kl_coef=args.kl_coef, temperature=args.temperature,
         reward_gamma=0.3, alpha1=0.2, beta1=0.2, eval_tasks=args.eval_tasks, output_dir=str(out), seed=args.seed,
         save_every=1,
     )
