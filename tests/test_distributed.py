@@ -51,6 +51,9 @@ def test_fp16_and_launch_precision_mismatch_are_refused(monkeypatch):
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
     with pytest.raises(ValueError, match="launched with --mixed_precision bf16 but the config says mixed_precision='no'"):
         build_accelerator(MAGRPOConfig())
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")       # the launcher's default: the config decides
+    with pytest.raises(ValueError, match="the accelerator given uses mixed_precision='no' but the config says 'bf16'"):
+        build_accelerator(MAGRPOConfig(mixed_precision="bf16"), accelerator=build_accelerator(MAGRPOConfig()))
 
 
 # ----------------------------------------------------------------------------- work split and metrics

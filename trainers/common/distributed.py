@@ -63,9 +63,13 @@ BUCKET_NUMEL = 25_000_000     # gradients are all-reduced in flat buckets of at 
 
 
 def build_accelerator(config: ScalingConfig, accelerator: Accelerator | None = None) -> Accelerator:
-    """The trainer's ``Accelerator`` (or a check of the one given): the config's mixed precision, CPU when no GPU."""
-    launched = os.environ.get("ACCELERATE_MIXED_PRECISION")
-    if launched is not None and launched != config.mixed_precision:
+    """The trainer's ``Accelerator`` (or a check of the one given): the config's mixed precision, CPU when no GPU.
+
+    The config decides the precision; ``accelerate launch`` passes ``no`` unless told otherwise, and a
+    launch that asks for another precision than the config's is refused rather than silently ignored.
+    """
+    launched = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if launched != "no" and launched != config.mixed_precision:
         raise ValueError(f"accelerate was launched with --mixed_precision {launched} but the config says "
                          f"mixed_precision={config.mixed_precision!r}; set mixed_precision={launched!r} in the config "
                          f"or launch with --mixed_precision {config.mixed_precision}")
