@@ -12,22 +12,31 @@ step costs (rollouts, losses, gradient all-reduce, logging) is.
 
 The last line is ``ratio=<2-process steps/s / 1-process steps/s>``.
 
-Measured on this machine (2 cores shared with other engineers' jobs; ``OMP_WAIT_POLICY=PASSIVE``;
-defaults: SmolLM2-135M, 2 agents x 1 turn of arithmetic debate, 4 tasks per step, G=4, 32 new
-tokens; 3 timed steps after 1 warm-up step), under ``flock /work/cpu.lock`` but with two unlocked
-jobs of other users running (load 3.0 at the start):
+Measured on this machine (2 cores shared with other engineers' jobs, ``OMP_WAIT_POLICY=PASSIVE``,
+under ``flock /work/cpu.lock``; defaults: SmolLM2-135M, 2 agents x 1 turn of arithmetic debate,
+4 tasks per step, G=4, 32 new tokens, 3 timed steps after 1 warm-up step):
 
+    quiet machine (load 0.8 at the start):
+    1 process  x 2 threads: 0.0475 steps/s (63.1 s for 3 steps; rollout 17.2 s/step, 26 tok/s)
+    2 processes x 1 thread: 0.0503 steps/s (59.6 s for 3 steps; rollout 13.7 s/step, 37 tok/s)
+    ratio=1.059
+
+    two unlocked jobs of other users running (load 3.0):
     1 process  x 2 threads: 0.0417 steps/s (72.0 s for 3 steps; rollout 19.7 s/step, 23 tok/s)
     2 processes x 1 thread: 0.0361 steps/s (83.1 s for 3 steps; rollout 19.8 s/step, 26 tok/s)
     ratio=0.867
 
-Interpretation: on 2 cores, 2 processes cannot beat 1 process that already uses both cores —
-the same arithmetic is split differently, each process does half the rollouts on half the
-cores, and the 2-process run pays the gradient all-reduce (small for LoRA) and, per process, the
-per-step overheads that do not shrink with the batch (the decode loop's per-token Python work,
-a generate call per turn, optimizer steps). Expect ~1.0 at best here; the measured 0.87 is within
-the noise of a machine whose load came from other jobs. The speed-up this code path is for comes
-from more devices (one process per GPU), not from splitting two cores.
+    --model tiny --steps 4 (load 1.8): 0.2437 vs 0.2915 steps/s, ratio=1.196
+
+Interpretation: two processes on two cores cannot add compute that one process with two threads
+does not already have; there is little to gain, and the figures say so (+6% on a quiet machine,
+-13% on a busy one, where the run depended on what the other jobs were doing). The small gain
+comes from the rollouts (13.7 vs 17.2 s/step, slowest process): the decode loop is bound by
+per-token Python and dispatch overhead, which one process runs serially and two processes run side
+by side. The rest of the step got slower (19.9 - 13.7 = 6.2 s vs 21.0 - 17.2 = 3.8 s): losses and
+backward passes on one thread each, the all-reduces, and waiting for the slower process at every
+collective. The tiny model, almost pure overhead, gains more (ratio 1.2). The speed-up this code path is for comes
+from more devices — one process per GPU — not from splitting two cores.
 """
 from __future__ import annotations
 
