@@ -182,8 +182,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         team = Team.shared_lora(model, tokenizer, agents, name=args.model)
     trainer = trainer_cls(env, team, config)
     trainer.train()
-    print(f"trained {args.algorithm} on {args.env} ({len(agents)} agents, {env.num_turns} turns); "
-          f"outputs in {getattr(config, 'output_dir', '?')}")
+    if trainer.dp.is_main:          # under `accelerate launch` every process runs this command
+        print(f"trained {args.algorithm} on {args.env} ({len(agents)} agents, {env.num_turns} turns); "
+              f"outputs in {getattr(config, 'output_dir', '?')}")
     return 0
 
 

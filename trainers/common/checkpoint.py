@@ -4,11 +4,14 @@ Layout of ``<output_dir>/checkpoints/step-000012/``::
 
     agents/<agent>.safetensors   trainable tensors of the agent (its LoRA adapter, or the whole model)
     optimizers.pt  schedulers.pt one state dict per agent
-    trainer_state.pt             step, RNG states (python, numpy, torch) and trainer extras
+    trainer_state.pt             step, RNG states (python, numpy, torch, CUDA) of every process and trainer extras
     config.json                  the trainer config
 
 A checkpoint is written to a hidden temp dir and renamed into place, so a crash at any
-moment leaves the previous checkpoint intact and never a half-written one.
+moment leaves the previous checkpoint intact and never a half-written one. In a multi-process
+run only the main process writes (the replicas' weights and optimizer states are identical);
+``rng`` holds the main process's RNG states and ``process_rng`` those of every process, so a
+run resumed under the same launch gives every process its own sampling stream back.
 """
 from __future__ import annotations
 
@@ -17,8 +20,9 @@ import os
 import random
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -30,15 +34,21 @@ PREFIX = "step-"
 
 
 def rng_state() -> dict[str, Any]:
-    """Python, numpy and torch RNG states."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python, numpy, torch (and CUDA, when present) RNG states of this process."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Inverse of :func:`rng_state`."""
+    """Inverse of :func:`rng_state` (CUDA states are restored when both sides have the same GPUs)."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def checkpoint_dir(output_dir: str | os.PathLike, step: int) -> Path:
@@ -65,8 +75,13 @@ def resolve_checkpoint(resume: str | os.PathLike, output_dir: str | os.PathLike)
 
 
 def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimizers: Mapping[str, Any],
-                    schedulers: Mapping[str, Any], config: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> Path:
-    """Write checkpoint ``step`` atomically (temp dir + rename) and return its path."""
+                    schedulers: Mapping[str, Any], config: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
+                    process_rng: Sequence[Mapping[str, Any]] | None = None) -> Path:
+    """Write checkpoint ``step`` atomically (temp dir + rename) and return its path.
+
+    ``process_rng``: the RNG states of every process of a multi-process run, in process order
+    (``DataParallel.rng_states()``); by default, this process's.
+    """
     target = checkpoint_dir(output_dir, step)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}.", dir=target.parent))
@@ -77,7 +92,9 @@ def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimi
             save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "agents" / f"{agent}.safetensors"))
         torch.save({a: o.state_dict() for a, o in optimizers.items()}, tmp / "optimizers.pt")
         torch.save({a: s.state_dict() for a, s in schedulers.items()}, tmp / "schedulers.pt")
-        torch.save({"step": step, "rng": rng_state(), "extra": dict(extra or {})}, tmp / "trainer_state.pt")
+        process_rng = list(process_rng) if process_rng is not None else [rng_state()]
+        torch.save({"step": step, "rng": process_rng[0], "process_rng": process_rng, "extra": dict(extra or {})},
+                   tmp / "trainer_state.pt")
         (tmp / "config.json").write_text(json.dumps(dict(config), indent=2, default=str))
         with open(tmp / "trainer_state.pt", "rb") as handle:   # flush to disk before the rename publishes it
             os.fsync(handle.fileno())
@@ -93,8 +110,11 @@ def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimi
 
 
 def load_checkpoint(path: str | os.PathLike, team: Team, optimizers: Mapping[str, Any],
-                    schedulers: Mapping[str, Any]) -> dict[str, Any]:
-    """Restore weights, optimizer/scheduler states and RNG states; returns ``{"step", "extra"}``."""
+                    schedulers: Mapping[str, Any], process_index: int = 0, num_processes: int = 1) -> dict[str, Any]:
+    """Restore weights, optimizer/scheduler states and this process's RNG states; returns ``{"step", "extra"}``.
+
+    Every process of a multi-process run calls it (all read the same files) with its own index.
+    """
     path = Path(path)
     for agent in optimizers:
         file = path / "agents" / f"{agent}.safetensors"
@@ -106,5 +126,12 @@ def load_checkpoint(path: str | os.PathLike, team: Team, optimizers: Mapping[str
         for agent, obj in objects.items():
             obj.load_state_dict(states[agent])
     state = torch.load(path / "trainer_state.pt", weights_only=False)
-    set_rng_state(state["rng"])
+    process_rng = state.get("process_rng", [state["rng"]])
+    if len(process_rng) == num_processes:
+        set_rng_state(process_rng[process_index])
+    else:
+        warnings.warn(f"checkpoint {path} was written by a run of {len(process_rng)} process(es), this one has "
+                      f"{num_processes}: weights and optimizer states resume exactly, sampling noise does not")
+        set_rng_state(process_rng[0])
+        torch.manual_seed(int(torch.randint(0, 2**31 - 1, ())) + process_index)   # distinct streams per process
     return {"step": state["step"], "extra": state["extra"]}

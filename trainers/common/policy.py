@@ -88,11 +88,11 @@ class HFPolicy:
     log-probs of given completions under one adapter (with gradients, for the losses) or under
     the reference policy (the base with adapters disabled). The model stays in eval mode: PEFT
     refuses mixed-adapter batches in training mode and the Llama family has no dropout.
+    Inputs are built on the model's device (:attr:`device`), so the model may live on any GPU.
     """
 
     def __init__(self, model, tokenizer, name: str | None = None, template_cache_size: int = 4096) -> None:
         self.model = model
-        self.forward_module = model      # what token_logprobs calls; the trainer may swap in its accelerate wrapper
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         if tokenizer.pad_token_id is None:
@@ -104,7 +104,44 @@ class HFPolicy:
         self._templates: dict[tuple, list[int]] = {}
         self._template_cache_size = template_cache_size
         self.generate_calls = 0          # batched generate calls made (the rollout engine batches across agents)
+        self.gradient_checkpointing = False
         model.eval()
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's (first) parameters, where inputs are put."""
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------ memory
+    def enable_gradient_checkpointing(self) -> None:
+        """Recompute decoder-layer activations in the backward pass of the scoring forward (not in sampling).
+
+        transformers checkpoints a layer only in training mode; the model stays in eval mode (see the
+        class docstring), so :meth:`completion_forward` flags just the checkpointed layers as training
+        while gradients are on — dropout and every other module keep their eval behaviour.
+        """
+        base = self.model.get_base_model() if self.is_peft else self.model
+        enable = getattr(base, "activation_checkpointing_enable", None)
+        if enable is not None:        # transformers >= 5
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.gradient_checkpointing = True
+
+    @contextlib.contextmanager
+    def _checkpointing(self):
+        """Flag the checkpointed layers as training for one forward with gradients (see :meth:`enable_gradient_checkpointing`)."""
+        if not (self.gradient_checkpointing and torch.is_grad_enabled()):
+            yield
+            return
+        layers = [m for m in self.model.modules() if getattr(m, "gradient_checkpointing", False) is True and not m.training]
+        for layer in layers:
+            layer.training = True
+        try:
+            yield
+        finally:
+            for layer in layers:
+                layer.training = False
 
     # ------------------------------------------------------------------ adapters
     @property
@@ -236,14 +273,16 @@ class HFPolicy:
             kwargs["adapter_names"] = [BASE_ADAPTER if a is None else a for a in adapters]
         top_p = TopPLogitsWarper(params.top_p) if params.top_p < 1.0 else None
         greedy = params.temperature == 0
+        device = self.device
+        ids, mask = ids.to(device), mask.to(device)
         generator = None
         if params.seed is not None:
-            generator = torch.Generator().manual_seed(params.seed)
+            generator = torch.Generator(device=device).manual_seed(params.seed)
         batch = ids.shape[0]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        stop = torch.tensor(self.stop_ids, dtype=torch.long)
-        done = torch.zeros(batch, dtype=torch.bool)
+        stop = torch.tensor(self.stop_ids, dtype=torch.long, device=device)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
         tokens, token_logprobs = [], []
         step_ids = ids
         was_training = self.model.training
@@ -271,7 +310,7 @@ class HFPolicy:
                 if bool(done.all()):
                     break
                 step_ids = next_ids[:, None]
-                mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1)
+                mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
                 positions = positions[:, -1:] + 1
         finally:
             self.model.train(was_training)
@@ -305,7 +344,7 @@ class HFPolicy:
         with context, self.using(None if reference else adapter):
             output, width, completion_mask = self.completion_forward(prompt_ids, completion_ids)
         logits = output.logits[:, :-1, :].float()
-        targets = completion_targets(completion_ids, width, self.pad_id)
+        targets = completion_targets(completion_ids, width, self.pad_id).to(logits.device)
         if temperature > 0:
             logits = logits / temperature
         # log pi(y_t) = z_t[y_t] - logsumexp(z_t): avoids materialising a second [B, L, V] tensor
@@ -330,10 +369,12 @@ class HFPolicy:
         for row, c in enumerate(completion_ids):
             if width - len(c):
                 mask[row, -(width - len(c)):] = 0      # right padding after a short completion
+        ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        output = self.forward_module(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
-                                     logits_to_keep=1 if output_hidden_states else width + 1,
-                                     output_hidden_states=output_hidden_states)
+        with self._checkpointing():
+            output = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                                logits_to_keep=1 if output_hidden_states else width + 1,
+                                output_hidden_states=output_hidden_states)
         return output, width, mask[:, -width:]
 
 

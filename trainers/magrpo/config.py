@@ -4,13 +4,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..common.config import ScalingConfig
+
 ADVANTAGE_MODES = ("mean", "rloo", "max", "raw")
 JOINT_MODES = ("aligned", "cross")
 REPORT_TO = ("jsonl", "tensorboard", "wandb")
 
 
 @dataclass
-class MAGRPOConfig:
+class MAGRPOConfig(ScalingConfig):
     """Configuration of :class:`~trainers.magrpo.MAGRPOTrainer`.
 
     Parameters that control sampling:
@@ -23,6 +25,13 @@ class MAGRPOConfig:
     Parameters that control evaluation, checkpoints and logging:
         eval_every, eval_tasks, eval_temperature, save_every, output_dir, resume_from_checkpoint,
         report_to, logging_every, progress.
+    Parameters that control scaling out (:class:`~trainers.common.config.ScalingConfig`):
+        mixed_precision, gradient_checkpointing, agent_devices.
+
+    Batch semantics under ``accelerate launch`` with N processes: ``prompts_per_step`` is GLOBAL
+    (the step's tasks are split over the processes, so a step trains on the same number of trees
+    whatever N is, and N must not exceed it); ``micro_batch_size`` is per process (completions per
+    forward pass, a memory knob that does not change the update).
     """
 
     # --- sampling
@@ -56,9 +65,11 @@ class MAGRPOConfig:
     kl_coef: float = field(default=0.0, metadata={
         "help": "Weight of the KL penalty to the reference policy (the base with adapters disabled; needs LoRA)."})
     max_steps: int = field(default=100, metadata={"help": "Training steps (each: prompts_per_step tree expansions)."})
-    prompts_per_step: int = field(default=1, metadata={"help": "Tasks (tree roots) per training step."})
+    prompts_per_step: int = field(default=1, metadata={
+        "help": "Tasks (tree roots) per training step, over all processes (split between them under accelerate launch)."})
     micro_batch_size: int = field(default=16, metadata={
-        "help": "Completions per forward/backward pass when computing the loss (gradients are accumulated)."})
+        "help": "Completions per forward/backward pass in each process when computing the loss (gradients are "
+                "accumulated; does not change the update)."})
     seed: int = field(default=0, metadata={"help": "Seed of task sampling, sampling and initialisation."})
     # --- evaluation, checkpoints, logging
     eval_every: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only when .evaluate() is called)."})
@@ -75,6 +86,8 @@ class MAGRPOConfig:
     progress: bool = field(default=True, metadata={"help": "Show tqdm progress bars."})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+
         def need(ok: bool, message: str) -> None:
             if not ok:
                 raise ValueError(message)

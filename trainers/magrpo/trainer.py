@@ -17,6 +17,11 @@ One training step:
    ``L = -(1/M) Σ_m A_m Σ_t log π(y_m,t | x_m, y_m,<t) + β · (1/M) Σ_m mean_t k3_m,t``,
    with the k3 KL estimator ``k3 = exp(ref - logp) - (ref - logp) - 1`` against the
    reference (base with adapters disabled) — zero at step 0, where adapters are zero.
+
+Under ``accelerate launch`` (:mod:`trainers.common.distributed`) each process expands its share of
+the step's ``prompts_per_step`` trees, ``M`` in the loss is the GLOBAL sample count of the turn and
+agent, and each agent's gradients are summed over processes before its optimizer step: N
+processes make the update one process would make on the whole batch.
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ from transformers import get_scheduler
 from llm_marl_envs.core import TextEnv
 
 from ..common.checkpoint import latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
+from ..common.distributed import DataParallel, build_accelerator, place_team
 from ..common.logging import MetricsLogger
 from ..common.policy import HFPolicy, SamplingParams
 from ..common.rollout import Expansion, RolloutEngine
@@ -90,34 +96,42 @@ class MAGRPOTrainer:
         self.config = config = config or MAGRPOConfig()
         team.check_covers(env.possible_agents)
         self.env, self.team, self.agents = env, team, list(env.possible_agents)
-        self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
-        set_seed(config.seed)
-        self.sampling = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                                       top_p=config.top_p)
-        self.engine = RolloutEngine(env, team, self.sampling, progress=False)
-        self.eval_engine = RolloutEngine(eval_env or env, team, progress=config.progress)
-        self.train_tasks, self.eval_tasks = self._split_tasks(env, eval_env)
-        self.task_rng = np.random.default_rng(config.seed)
-        self.optimizers, self.schedulers, self.parameters = {}, {}, {}
         for agent in self.agents:
-            policy, adapter = team.policy(agent), team.adapter(agent)
+            policy = team.policy(agent)
             if not isinstance(policy, HFPolicy):
                 raise ValueError(f"{agent}'s policy {policy.name!r} cannot be trained (inference-only backend); "
                                  f"train HFPolicy members (Team.shared_lora / Team.separate)")
             if config.kl_coef > 0 and not policy.is_peft:
                 raise ValueError(f"kl_coef={config.kl_coef} needs a LoRA policy (the reference is the base with the "
                                  f"adapter disabled); {agent} is fully fine-tuned: set kl_coef=0 or use LoRA")
-            params = policy.trainable_parameters(adapter)
+        self.accelerator = build_accelerator(config, accelerator)
+        self.dp = DataParallel(self.accelerator)
+        if config.prompts_per_step < self.dp.num_processes:
+            raise ValueError(f"prompts_per_step={config.prompts_per_step} is the global number of tasks per step and must "
+                             f"be >= the {self.dp.num_processes} processes launched; raise prompts_per_step or launch fewer")
+        place_team(team, self.agents, config.agent_devices, self.dp.device, self.dp.num_processes)
+        if config.gradient_checkpointing:
+            for policy in team.policies():
+                policy.enable_gradient_checkpointing()
+        set_seed(config.seed, device_specific=True)     # sampling noise differs per process
+        self.sampling = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                                       top_p=config.top_p)
+        self.engine = RolloutEngine(env, team, self.sampling, progress=False)
+        self.eval_engine = RolloutEngine(eval_env or env, team, progress=config.progress and self.dp.is_main)
+        self.train_tasks, self.eval_tasks = self._split_tasks(env, eval_env)
+        self.task_rng = np.random.default_rng(config.seed)   # the same on every process: draws the global batch
+        self.optimizers, self.schedulers, self.parameters = {}, {}, {}
+        for agent in self.agents:
+            params = team.policy(agent).trainable_parameters(team.adapter(agent))
             lr = (config.agent_learning_rates or {}).get(agent, config.learning_rate)
-            optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
-            scheduler = get_scheduler(config.lr_scheduler, optimizer, num_warmup_steps=config.warmup_steps,
-                                      num_training_steps=config.max_steps * env.num_turns)
-            self.optimizers[agent], self.schedulers[agent] = self.accelerator.prepare(optimizer, scheduler)
+            self.optimizers[agent] = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
+            self.schedulers[agent] = get_scheduler(config.lr_scheduler, self.optimizers[agent],
+                                                   num_warmup_steps=config.warmup_steps,
+                                                   num_training_steps=config.max_steps * env.num_turns)
             self.parameters[agent] = params
-        for policy in team.policies():
-            policy.forward_module = self.accelerator.prepare_model(policy.model)
+        self.dp.broadcast_parameters([p for params in self.parameters.values() for p in params])
         self.step = 0
-        self.logger = MetricsLogger(config.output_dir, config.report_to, enabled=self.accelerator.is_main_process,
+        self.logger = MetricsLogger(config.output_dir, config.report_to, enabled=self.dp.is_main,
                                     run_config=config.to_dict())
 
     def _split_tasks(self, env: TextEnv, eval_env: TextEnv | None) -> tuple[list[int], list[int]]:
@@ -131,10 +145,11 @@ class MAGRPOTrainer:
 
     # ------------------------------------------------------------------ 1. collect
     def collect(self) -> list[TreeNode]:
-        """Expand ``prompts_per_step`` task trees level by level; returns the root nodes."""
+        """Expand this process's share of the step's ``prompts_per_step`` task trees level by level; returns the roots."""
         cfg = self.config
-        tasks = self.task_rng.choice(self.train_tasks, size=cfg.prompts_per_step).tolist()
+        tasks = self.task_rng.choice(self.train_tasks, size=cfg.prompts_per_step).tolist()   # global, same everywhere
         seeds = self.task_rng.integers(0, 2**31 - 1, size=cfg.prompts_per_step).tolist()
+        tasks, seeds = self.dp.shard(tasks), self.dp.shard(seeds)
         frontier, parents = self.engine.reset_nodes(tasks, seeds), [None] * len(tasks)
         roots: list[TreeNode] = []
         turn = 0
@@ -181,8 +196,8 @@ class MAGRPOTrainer:
         policy, adapter = self.team.policy(agent), self.team.adapter(agent)
         logp, mask = policy.token_logprobs(prompt_ids, completion_ids, adapter=adapter,
                                            temperature=self.config.temperature)
-        # L_pg = -(1/M) Σ_m A_m · Σ_t log π(y_m,t)
-        loss = -(advantages.to(logp.dtype) * (logp * mask).sum(-1)).sum() / total
+        # L_pg = -(1/M) Σ_m A_m · Σ_t log π(y_m,t)     (M = total: samples over all processes)
+        loss = -(advantages.to(logp.device, logp.dtype) * (logp * mask).sum(-1)).sum() / total
         kl = torch.zeros(())
         if self.config.kl_coef > 0:
             ref, _ = policy.token_logprobs(prompt_ids, completion_ids, temperature=self.config.temperature,
@@ -194,46 +209,49 @@ class MAGRPOTrainer:
         return loss, kl.detach()
 
     def update(self, roots: list[TreeNode]) -> dict[str, float]:
-        """One optimiser step per turn per agent on that turn's samples; returns metrics."""
+        """One optimiser step per turn per agent on that turn's samples (of every process); returns local metrics."""
         metrics: dict[str, float] = {}
         by_turn: dict[int, list[TreeNode]] = {}
         for node in _walk(roots):
             by_turn.setdefault(node.turn, []).append(node)
-        for turn in sorted(by_turn):
-            nodes = by_turn[turn]
+        num_turns = self.dp.max(max(by_turn, default=-1) + 1)    # every process steps through the same turns
+        for turn in range(num_turns):
+            nodes = by_turn.get(turn, [])
             advantages = [self.compute_advantages(node) for node in nodes]
             for agent in self.agents:
                 rows = [(g.prompt_ids, g.completion_ids, float(a))
                         for node, adv in zip(nodes, advantages)
                         for g, a in zip(node.expansion.samples[agent], adv[agent])]
                 metrics.update(self._update_agent(agent, turn, rows))
+                if not nodes:
+                    continue
                 rewards = [r[agent] for node in nodes for r in node.expansion.rewards]
                 values = torch.cat([adv[agent] for adv in advantages])
                 prefix = f"turn{turn}/{agent}"
                 metrics.update({f"{prefix}/reward_mean": float(np.mean(rewards)), f"{prefix}/reward_std": float(np.std(rewards)),
                                 f"{prefix}/advantage_mean": float(values.mean()), f"{prefix}/advantage_std": float(values.std())})
-            returns = [r for node in nodes for r in node.returns]
-            metrics[f"turn{turn}/return_mean"] = float(np.mean(returns))
-            metrics[f"turn{turn}/joint_reward_mean"] = float(np.mean([r for n in nodes for r in n.joint_rewards]))
+            if nodes:
+                returns = [r for node in nodes for r in node.returns]
+                metrics[f"turn{turn}/return_mean"] = float(np.mean(returns))
+                metrics[f"turn{turn}/joint_reward_mean"] = float(np.mean([r for n in nodes for r in n.joint_rewards]))
         return metrics
 
     def _update_agent(self, agent: str, turn: int, rows: list[tuple[list[int], list[int], float]]) -> dict[str, float]:
         cfg, optimizer = self.config, self.optimizers[agent]
         optimizer.zero_grad(set_to_none=True)
-        total, loss_sum, kl_sum = len(rows), 0.0, 0.0
+        total = int(self.dp.sum([len(rows)])[0])     # M: this turn's samples of the agent over all processes
+        loss_sum, kl_sum = 0.0, 0.0
         if cfg.kl_coef == 0:      # zero-advantage samples add nothing to the gradient: skip their forward pass
             rows = [row for row in rows if row[2] != 0.0]
         for start in range(0, len(rows), cfg.micro_batch_size):
             chunk = rows[start:start + cfg.micro_batch_size]
-            loss, kl = self.loss(agent, [r[0] for r in chunk], [r[1] for r in chunk],
-                                 torch.tensor([r[2] for r in chunk]), total)
+            with self.accelerator.autocast():
+                loss, kl = self.loss(agent, [r[0] for r in chunk], [r[1] for r in chunk],
+                                     torch.tensor([r[2] for r in chunk]), total)
             self.accelerator.backward(loss)
             loss_sum, kl_sum = loss_sum + float(loss.detach()), kl_sum + float(kl)
-        grads = [p.grad for p in self.parameters[agent] if p.grad is not None]
-        grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
-        if cfg.max_grad_norm is not None and grads:
-            self.accelerator.clip_grad_norm_(self.parameters[agent], cfg.max_grad_norm)
-        optimizer.step()
+        # Σ over processes of the agent's gradients, clip, step (trainers.common.distributed)
+        grad_norm, = self.dp.optimizer_step([(optimizer, self.parameters[agent])], cfg.max_grad_norm)
         self.schedulers[agent].step()
         prefix = f"turn{turn}/{agent}"
         return {f"{prefix}/loss": loss_sum, f"{prefix}/kl": kl_sum, f"{prefix}/grad_norm": grad_norm}
@@ -245,11 +263,12 @@ class MAGRPOTrainer:
         if cfg.resume_from_checkpoint is not None:
             self.load(resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir))
         history = []
-        bar = tqdm(range(self.step, cfg.max_steps), desc="magrpo", disable=not cfg.progress)
+        bar = tqdm(range(self.step, cfg.max_steps), desc="magrpo", disable=not (cfg.progress and self.dp.is_main))
         for _ in bar:
             self.step += 1
             started = time.perf_counter()
-            roots = self.collect()
+            with self.accelerator.autocast():
+                roots = self.collect()
             rollout_time = time.perf_counter() - started
             for root in roots:
                 self.compute_returns(root)
@@ -258,6 +277,8 @@ class MAGRPOTrainer:
             metrics.update({"tokens_per_s": tokens / max(rollout_time, 1e-9), "rollout_s": rollout_time,
                             "step_s": time.perf_counter() - started,
                             "joint_reward_mean": float(np.mean([r for n in roots for r in n.joint_rewards]))})
+            # one record for the step: partial losses and throughputs summed over processes, wall times maxed
+            metrics = self.dp.merge_metrics(metrics, sums=("/loss", "/kl", "tokens_per_s"), maxima=("rollout_s", "step_s"))
             if cfg.eval_every and self.step % cfg.eval_every == 0:
                 result = self.evaluate()
                 metrics.update({f"eval/{k}": v for k, v in result.items() if isinstance(v, float)})
@@ -270,15 +291,23 @@ class MAGRPOTrainer:
         return history
 
     def evaluate(self, num_tasks: int | None = None) -> dict[str, Any]:
-        """Held-out team reward (mean over agents and turns per episode) with a bootstrap 95% CI."""
+        """Held-out team reward (mean over agents and turns per episode) with a bootstrap 95% CI.
+
+        Under ``accelerate launch`` each process plays its share of the tasks; every process gets all episodes.
+        """
         tasks = self.eval_tasks[: num_tasks or len(self.eval_tasks)]
         if not tasks:
             raise ValueError("no held-out tasks: set eval_tasks >= 1 or pass eval_env")
         params = SamplingParams(max_new_tokens=self.config.max_new_tokens, temperature=self.config.eval_temperature,
                                 top_p=self.config.top_p)
-        with torch.random.fork_rng():
-            episodes = self.eval_engine.collect(task_indices=tasks, seeds=[self.config.seed + i for i in range(len(tasks))],
-                                                params=params, desc="evaluate")
+        seeds = [self.config.seed + i for i in range(len(tasks))]
+        local_tasks, local_seeds = self.dp.shard(tasks), self.dp.shard(seeds)
+        local = []
+        if local_tasks:
+            with torch.random.fork_rng(), self.accelerator.autocast():
+                local = self.eval_engine.collect(task_indices=local_tasks, seeds=local_seeds, params=params,
+                                                 desc="evaluate")
+        episodes = self.dp.unshard(local)
         rewards = [e.team_reward for e in episodes]
         mean, low, high = bootstrap_ci(rewards)
         return {"team_reward": mean, "ci_low": low, "ci_high": high, "num_episodes": len(episodes),
@@ -286,15 +315,18 @@ class MAGRPOTrainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> None:
-        """Write a checkpoint of the current step (main process only)."""
-        self.accelerator.wait_for_everyone()
-        if self.accelerator.is_main_process:
+        """Write a checkpoint of the current step (main process only; every process's RNG states in it)."""
+        process_rng = self.dp.rng_states()
+        if self.dp.is_main:
             save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, self.schedulers,
-                            self.config.to_dict(), extra={"task_rng": self.task_rng.bit_generator.state})
+                            self.config.to_dict(), extra={"task_rng": self.task_rng.bit_generator.state},
+                            process_rng=process_rng)
+        self.dp.barrier()
 
     def load(self, path) -> None:
-        """Restore the trainer from a checkpoint directory."""
-        state = load_checkpoint(path, self.team, self.optimizers, self.schedulers)
+        """Restore the trainer from a checkpoint directory (every process reads it)."""
+        state = load_checkpoint(path, self.team, self.optimizers, self.schedulers, process_index=self.dp.rank,
+                                num_processes=self.dp.num_processes)
         self.step = state["step"]
         self.task_rng.bit_generator.state = state["extra"]["task_rng"]
 

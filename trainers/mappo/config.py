@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from trainers.common.config import ScalingConfig
+
 from .ppo_math import KL_ESTIMATORS
 from .rewards import FUTURE_MEANS, REWARD_RULES, IncentiveWeights
 
@@ -11,7 +13,7 @@ VERIFIERS = ("label", "learned")
 
 
 @dataclass
-class MAPPOConfig:
+class MAPPOConfig(ScalingConfig):
     r"""Configuration of :class:`~trainers.mappo.MAPPOTrainer`.
 
     Parameters that control the rewards (MAPoRL):
@@ -34,6 +36,14 @@ class MAPPOConfig:
     Parameters that control the run:
         max_steps, seed, output_dir, save_every, resume_from_checkpoint, report_to, logging_every,
         progress, eval_tasks, eval_temperature.
+
+    Parameters that control scaling out (:class:`~trainers.common.config.ScalingConfig`):
+        mixed_precision, gradient_checkpointing, agent_devices.
+
+    Batch semantics under ``accelerate launch`` with N processes: ``episodes_per_step`` and
+    ``minibatch_size`` are GLOBAL (episodes are split over the processes, N must not exceed
+    ``episodes_per_step``; a minibatch is drawn from all processes' responses), so the update does
+    not depend on N.
     """
 
     # ---------------------------------------------------------------- rewards
@@ -60,9 +70,11 @@ class MAPPOConfig:
     top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling mass during training rollouts."})
 
     # ---------------------------------------------------------------- PPO
-    episodes_per_step: int = field(default=4, metadata={"help": "Debate episodes collected per training step."})
+    episodes_per_step: int = field(default=4, metadata={
+        "help": "Debate episodes collected per training step, over all processes (split between them under accelerate launch)."})
     ppo_epochs: int = field(default=2, metadata={"help": "Passes over each step's responses."})
-    minibatch_size: int = field(default=4, metadata={"help": "Responses (agent-turns) per gradient step."})
+    minibatch_size: int = field(default=4, metadata={
+        "help": "Responses (agent-turns) per gradient step, over all processes; also the forward batch of the advantage pass."})
     learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate of the agents' adapters."})
     critic_learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate of the critic's adapter and value head."})
     gae_gamma: float = field(default=1.0, metadata={"help": "γ of token-level GAE inside a response."})
@@ -96,6 +108,8 @@ class MAPPOConfig:
     eval_temperature: float = field(default=0.0, metadata={"help": "Sampling temperature of evaluate() (0: greedy)."})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+
         def need(condition: bool, message: str) -> None:
             if not condition:
                 raise ValueError(message)

@@ -40,7 +40,7 @@ def completion_logprobs(
     logits = output.logits[:, :-1, :].float()
     if temperature > 0:
         logits = logits / temperature
-    targets = completion_targets(completion_ids, width, policy.pad_id)
+    targets = completion_targets(completion_ids, width, policy.pad_id).to(logits.device)
     logprobs = (logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)) * mask
     return logprobs, mask, entropy_from_logits(logits) * mask
 

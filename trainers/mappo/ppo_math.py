@@ -20,25 +20,36 @@ KL divergence"): ``k1 = log π - log π_ref`` (unbiased, can be negative per tok
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k3")
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` over positions where ``mask`` is 1."""
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, denominator: float | None = None) -> torch.Tensor:
+    """Mean of ``values`` over positions where ``mask`` is 1.
+
+    With ``denominator``, the masked sum divided by it instead: the share of a mean over a larger
+    batch (e.g. a minibatch split over processes, whose token count is ``denominator``).
+    """
     mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+    return (values * mask).sum() / (mask.sum().clamp(min=1.0) if denominator is None else denominator)
 
 
-def whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
-    """Normalise ``values`` to unit variance (and zero mean if ``shift_mean``) over the masked positions."""
+def whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8,
+           reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """Normalise ``values`` to unit variance (and zero mean if ``shift_mean``) over the masked positions.
+
+    ``reduce`` sums a tensor over processes, so the moments cover every process's values
+    (``DataParallel.sum_tensor``); by default they cover these values only.
+    """
+    reduce = reduce or (lambda tensor: tensor)
     mask = mask.to(values.dtype)
-    mean = masked_mean(values, mask)
-    count = mask.sum()
-    variance = (((values - mean) ** 2) * mask).sum() / (count - 1).clamp(min=1.0)   # unbiased
+    totals = reduce(torch.stack([(values * mask).sum(), mask.sum()]))
+    count = totals[1]
+    mean = totals[0] / count.clamp(min=1.0)
+    variance = reduce((((values - mean) ** 2) * mask).sum()) / (count - 1).clamp(min=1.0)   # unbiased
     whitened = (values - mean) * torch.rsqrt(variance + eps)
     if not shift_mean:
         whitened = whitened + mean
@@ -100,14 +111,18 @@ def generalized_advantages(
 
 
 def clipped_policy_loss(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2,
+    tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's clipped surrogate ``E[max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))]``, ρ = π/π_old; returns (loss, stats)."""
+    """PPO's clipped surrogate ``E[max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))]``, ρ = π/π_old; returns (loss, stats).
+
+    The expectation is over the masked tokens, or over ``tokens`` tokens when given (see :func:`masked_mean`).
+    """
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
-    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
+    loss = masked_mean(torch.maximum(unclipped, clipped), mask, tokens)
     with torch.no_grad():
         stats = {
             "clipfrac": float(masked_mean((clipped > unclipped).float(), mask)),
@@ -118,13 +133,14 @@ def clipped_policy_loss(
 
 
 def clipped_value_loss(
-    values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, clip_range: float = 0.2
+    values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, clip_range: float = 0.2,
+    tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """``½·E[max((V-G)², (V_old + clip(V-V_old, ±c) - G)²)]``; returns (loss, stats)."""
+    """``½·E[max((V-G)², (V_old + clip(V-V_old, ±c) - G)²)]`` (over ``tokens`` tokens when given); returns (loss, stats)."""
     clipped_values = old_values + torch.clamp(values - old_values, -clip_range, clip_range)
     unclipped_error = (values - targets) ** 2
     clipped_error = (clipped_values - targets) ** 2
-    loss = 0.5 * masked_mean(torch.maximum(unclipped_error, clipped_error), mask)
+    loss = 0.5 * masked_mean(torch.maximum(unclipped_error, clipped_error), mask, tokens)
     with torch.no_grad():
         stats = {"vf_clipfrac": float(masked_mean((clipped_error > unclipped_error).float(), mask))}
     return loss, stats

@@ -19,6 +19,13 @@ One training step, top to bottom:
 
 Everything random in a step is derived from ``(seed, step)``: task choice, sampling noise. So a
 run resumed from the checkpoint of step ``k`` replays step ``k + 1`` exactly.
+
+Under ``accelerate launch`` (:mod:`trainers.common.distributed`) each process plays its share of the
+step's ``episodes_per_step`` episodes (sampling noise from ``(seed, step, process)``); advantages are
+whitened with moments over all processes; minibatches are drawn from the GLOBAL response list (one
+shuffle, the same on every process) and each process computes its part of every minibatch's loss,
+normalised by the minibatch's global response and token counts; each actor's and the critic's
+gradients are summed over processes before their optimizer steps.
 """
 from __future__ import annotations
 
@@ -32,7 +39,8 @@ import torch
 from tqdm.auto import tqdm
 
 from llm_marl_envs.core import render_messages
-from trainers.common.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from trainers.common.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint
+from trainers.common.distributed import DataParallel, build_accelerator, place_team
 from trainers.common.episode import Episode
 from trainers.common.logging import MetricsLogger
 from trainers.common.policy import SamplingParams
@@ -91,16 +99,17 @@ def _mask(rows: Sequence[torch.Tensor]) -> torch.Tensor:
     return _pad([torch.ones(len(r)) for r in rows])
 
 
-def _step_seed(seed: int, step: int, salt: int = 0) -> int:
-    """A deterministic 31-bit seed for ``(seed, step, salt)``."""
-    return int(np.random.SeedSequence([seed, step, salt]).generate_state(1)[0] & 0x7FFFFFFF)
+def _step_seed(seed: int, step: int, salt: int = 0, process: int = 0) -> int:
+    """A deterministic 31-bit seed for ``(seed, step, salt)`` (and the process index, when not the main one)."""
+    entropy = [seed, step, salt] + ([process] if process else [])
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0] & 0x7FFFFFFF)
 
 
 class MAPPOTrainer:
     """Multi-agent PPO with a centralized critic (see the module docstring)."""
 
     def __init__(self, env: Any, team: Any, config: MAPPOConfig | None = None, *, eval_env: Any = None,
-                 verifier: Any = None) -> None:
+                 verifier: Any = None, accelerator: Any = None) -> None:
         self.config = config = config or MAPPOConfig()
         self.env, self.eval_env, self.team = env, eval_env or env, team
         self.agents = list(env.possible_agents)
@@ -112,31 +121,53 @@ class MAPPOTrainer:
                                  "MAPPO needs HF policies (Team.shared_lora or Team.separate)")
         if config.future_mean == "others" and len(self.agents) < 2:
             raise ValueError("future_mean='others' needs at least 2 agents; use future_mean='all'")
+        self.accelerator = build_accelerator(config, accelerator)
+        self.dp = DataParallel(self.accelerator)
+        if config.episodes_per_step < self.dp.num_processes:
+            raise ValueError(f"episodes_per_step={config.episodes_per_step} is the global number of episodes per step and "
+                             f"must be >= the {self.dp.num_processes} processes launched; raise it or launch fewer")
+        place_team(team, self.agents, config.agent_devices, self.dp.device, self.dp.num_processes)
+        if config.gradient_checkpointing:
+            for policy in team.policies():
+                policy.enable_gradient_checkpointing()
         self.verifier = verifier if verifier is not None else self._load_verifier()
 
         torch.manual_seed(config.seed)
         self.critic = CentralizedCritic(team.policy(self.agents[0]), adapter=CRITIC_ADAPTER, lora_r=config.critic_lora_r,
                                         max_context_tokens=config.critic_max_context_tokens, seed=config.seed)
+        self.critic.head.to(self.critic.policy.device)
         self.actor_params = {a: team.policy(a).trainable_parameters(team.adapter(a)) for a in self.agents}
         self.optimizers = {a: torch.optim.AdamW(params, lr=config.learning_rate) for a, params in self.actor_params.items()}
-        self.critic_optimizer = torch.optim.AdamW(self.critic.trainable_parameters(), lr=config.critic_learning_rate)
+        self.critic_params = self.critic.trainable_parameters()
+        self.critic_optimizer = torch.optim.AdamW(self.critic_params, lr=config.critic_learning_rate)
+        self.dp.broadcast_parameters([p for params in self.actor_params.values() for p in params] + self.critic_params)
         self.step = 0
         self.history: list[dict[str, float]] = []
         if config.resume_from_checkpoint is not None:
             self.load(resolve_checkpoint(config.resume_from_checkpoint, config.output_dir))
-        self.logger = MetricsLogger(config.output_dir, report_to=config.report_to, run_config=config.to_dict())
+        self.logger = MetricsLogger(config.output_dir, report_to=config.report_to, enabled=self.dp.is_main,
+                                    run_config=config.to_dict())
 
     # ------------------------------------------------------------------ checkpoints (trainers.common.checkpoint)
     def save(self) -> Path:
-        """Write the checkpoint of the current step atomically (agents' adapters, critic, optimizers, RNG)."""
-        extra = {"critic": self.critic.trainable_state_dict(), "critic_optimizer": self.critic_optimizer.state_dict(),
-                 "history": self.history}
-        return save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, {},
-                               self.config.to_dict(), extra)
+        """Write the checkpoint of the current step atomically (agents' adapters, critic, optimizers, RNG).
+
+        Every process calls it; the main process writes (with every process's RNG states).
+        """
+        process_rng = self.dp.rng_states()
+        path = checkpoint_dir(self.config.output_dir, self.step)
+        if self.dp.is_main:
+            extra = {"critic": self.critic.trainable_state_dict(), "critic_optimizer": self.critic_optimizer.state_dict(),
+                     "history": self.history}
+            path = save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, {},
+                                   self.config.to_dict(), extra, process_rng=process_rng)
+        self.dp.barrier()
+        return path
 
     def load(self, path: str | Path) -> None:
         """Restore a checkpoint written by :meth:`save`; training continues after its step."""
-        state = load_checkpoint(path, self.team, self.optimizers, {})
+        state = load_checkpoint(path, self.team, self.optimizers, {}, process_index=self.dp.rank,
+                                num_processes=self.dp.num_processes)
         if "critic" not in state["extra"]:
             raise ValueError(f"{path} is not a MAPPO checkpoint (no critic state); resume it with the trainer that wrote it")
         self.critic.load_trainable_state_dict(state["extra"]["critic"])
@@ -157,18 +188,19 @@ class MAPPOTrainer:
 
     # ------------------------------------------------------------------ 1. collect
     def sampling_params(self, step: int, temperature: float | None = None) -> SamplingParams:
-        """Sampling settings of ``step`` (seeded by step, so a resumed run replays it)."""
+        """Sampling settings of ``step`` on this process (seeded by step and process, so a resumed run replays it)."""
         c = self.config
         return SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature if temperature is None else temperature,
-                              top_p=c.top_p, seed=_step_seed(c.seed, step, 1))
+                              top_p=c.top_p, seed=_step_seed(c.seed, step, 1, self.dp.rank))
 
     def collect(self, step: int) -> list[Episode]:
-        """Play this step's episodes (tasks drawn from ``(seed, step)``) through the rollout engine."""
+        """Play this process's share of the step's episodes (tasks drawn from ``(seed, step)``) through the rollout engine."""
         rng = np.random.default_rng(_step_seed(self.config.seed, step, 2))
-        tasks = rng.integers(len(self.env.tasks), size=self.config.episodes_per_step).tolist()
+        tasks = rng.integers(len(self.env.tasks), size=self.config.episodes_per_step).tolist()   # global, same everywhere
         seeds = [_step_seed(self.config.seed, step, 3 + i) for i in range(len(tasks))]
         engine = RolloutEngine(self.env, self.team, self.sampling_params(step), progress=False)
-        return engine.collect(seeds=seeds, task_indices=tasks, desc=f"mappo step {step}")
+        with self.accelerator.autocast():
+            return engine.collect(seeds=self.dp.shard(seeds), task_indices=self.dp.shard(tasks), desc=f"mappo step {step}")
 
     # ------------------------------------------------------------------ 2. score
     def score(self, episode: Episode) -> EpisodeScores:
@@ -234,16 +266,19 @@ class MAPPOTrainer:
 
     @torch.no_grad()
     def compute_advantages(self, responses: Sequence[Response]) -> dict[str, float]:
-        """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response."""
+        """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response (kept on the CPU)."""
         c = self.config
         for batch in self._minibatches(responses):
             for agent, group in self._by_agent(batch).items():
                 policy, adapter = self.team.policy(agent), self.team.adapter(agent)
                 prompts, completions = [r.prompt_ids for r in group], [r.completion_ids for r in group]
-                logp, mask, _ = completion_logprobs(policy, adapter, prompts, completions, temperature=c.temperature)
-                ref_logp, _, _ = completion_logprobs(policy, adapter, prompts, completions, temperature=c.temperature,
-                                                     reference=True)
-                values, _ = self.critic.values([r.critic_ids for r in group], completions)
+                with self.accelerator.autocast():
+                    logp, mask, _ = completion_logprobs(policy, adapter, prompts, completions, temperature=c.temperature)
+                    ref_logp, _, _ = completion_logprobs(policy, adapter, prompts, completions, temperature=c.temperature,
+                                                         reference=True)
+                    values, _ = self.critic.values([r.critic_ids for r in group], completions)
+                # bookkeeping on the CPU: actors and critic may sit on different devices (agent_devices)
+                logp, ref_logp, values, mask = (t.float().cpu() for t in (logp, ref_logp, values, mask))
                 kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
                 # r_k = -β·kl_k on every token, plus R_i^t on the last one
                 rewards = token_rewards(torch.tensor([r.reward for r in group]), mask, kl=kl, kl_coef=c.kl_coef)
@@ -254,82 +289,105 @@ class MAPPOTrainer:
                     response.old_logprobs, response.old_values = logp[row, :n].clone(), values[row, :n].clone()
                     response.advantages, response.value_targets = advantages[row, :n].clone(), targets[row, :n].clone()
                     response.kl = kl[row, :n].clone()
-        all_adv = _pad([r.advantages for r in responses])
-        all_mask = _mask([r.advantages for r in responses])
-        if c.whiten_advantages and all_mask.sum() > 1:
-            all_adv = whiten(all_adv, all_mask)
-            for row, response in enumerate(responses):
-                response.advantages = all_adv[row, :len(response.completion_ids)].clone()
-        kl_all = _pad([r.kl for r in responses])
+        lengths = [len(r.completion_ids) for r in responses]
+        flat = torch.cat([r.advantages for r in responses]) if responses else torch.zeros(0)
+        if c.whiten_advantages and self.dp.sum([flat.numel()])[0] > 1:
+            # mean and variance over the tokens of every process's responses
+            flat = whiten(flat, torch.ones_like(flat), reduce=self.dp.sum_tensor)
+            for response, part in zip(responses, torch.split(flat, lengths)):
+                response.advantages = part.clone()
+        if not responses:
+            return {}
         return {"reward_mean": float(np.mean([r.reward for r in responses])),
-                "kl_ref": float(masked_mean(kl_all, all_mask)),
-                "value_mean": float(masked_mean(_pad([r.old_values for r in responses]), all_mask)),
-                "response_tokens": float(all_mask.sum() / len(responses))}
+                "kl_ref": float(torch.cat([r.kl for r in responses]).mean()),
+                "value_mean": float(torch.cat([r.old_values for r in responses]).mean()),
+                "response_tokens": float(sum(lengths) / len(responses))}
 
     # ------------------------------------------------------------------ 5. loss and update
-    def policy_loss(self, agent: str, group: Sequence[Response]) -> tuple[torch.Tensor, dict[str, float]]:
-        """``L_clip - entropy_coef·H`` of one agent's responses under its adapter."""
+    def policy_loss(self, agent: str, group: Sequence[Response], tokens: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """``L_clip - entropy_coef·H`` of one agent's responses under its adapter.
+
+        Token means are over ``tokens`` when given (the agent's tokens in the whole minibatch, all
+        processes), else over the group's own tokens.
+        """
         c = self.config
         policy, adapter = self.team.policy(agent), self.team.adapter(agent)
         logp, mask, entropy = completion_logprobs(policy, adapter, [r.prompt_ids for r in group],
                                                   [r.completion_ids for r in group], temperature=c.temperature,
                                                   with_entropy=c.entropy_coef > 0)
+        old, advantages = (_pad(rows).to(logp.device) for rows in ([r.old_logprobs for r in group], [r.advantages for r in group]))
         # L_clip = E[max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))],  ρ = π_θ / π_old
-        loss, stats = clipped_policy_loss(logp, _pad([r.old_logprobs for r in group]),
-                                          _pad([r.advantages for r in group]), mask, c.clip_eps)
+        loss, stats = clipped_policy_loss(logp, old, advantages, mask, c.clip_eps, tokens=tokens)
         stats["policy_loss"] = float(loss.detach())
         if entropy is not None:
-            mean_entropy = masked_mean(entropy, mask)
+            mean_entropy = masked_mean(entropy, mask, tokens)
             loss = loss - c.entropy_coef * mean_entropy
             stats["entropy"] = float(mean_entropy.detach())
         return loss, stats
 
-    def value_loss(self, group: Sequence[Response]) -> tuple[torch.Tensor, dict[str, float]]:
+    def value_loss(self, group: Sequence[Response], tokens: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """Clipped value loss ``½·E[max((V-G)², (V_clip-G)²)]`` of the centralized critic on these responses."""
         values, mask = self.critic.values([r.critic_ids for r in group], [r.completion_ids for r in group])
-        loss, stats = clipped_value_loss(values, _pad([r.old_values for r in group]),
-                                         _pad([r.value_targets for r in group]), mask, self.config.value_clip)
+        old, targets = (_pad(rows).to(values.device) for rows in ([r.old_values for r in group], [r.value_targets for r in group]))
+        loss, stats = clipped_value_loss(values, old, targets, mask, self.config.value_clip, tokens=tokens)
         stats["value_loss"] = float(loss.detach())
         return loss, stats
 
     def update(self, responses: Sequence[Response], step: int) -> dict[str, float]:
-        """``ppo_epochs`` passes of clipped-PPO minibatch updates; returns averaged stats."""
+        """``ppo_epochs`` passes of clipped-PPO minibatch updates over every process's responses; returns averaged stats.
+
+        Minibatches are chunks of ONE shuffle of the global response list (the same on every
+        process); a process computes the loss of its own members of each minibatch, normalised by
+        the minibatch's global counts, and the gradients are summed over processes before each step.
+        """
         c = self.config
+        # (process, local index, agent, tokens) of every response of the step, on every process
+        shared = self.dp.gather([(r.agent, len(r.completion_ids)) for r in responses])
+        layout = [(rank, i, agent, n) for rank, part in enumerate(shared) for i, (agent, n) in enumerate(part)]
+        steps = [(self.optimizers[a], self.actor_params[a]) for a in self.agents]
+        steps.append((self.critic_optimizer, self.critic_params))
         totals: dict[str, list[float]] = {}
-        optimizers = [*self.optimizers.values(), self.critic_optimizer]
         for epoch in range(c.ppo_epochs):
-            for batch in self._minibatches(responses, shuffle_seed=_step_seed(c.seed, step, 1000 + epoch)):
-                for optimizer in optimizers:
+            for batch in self._minibatches(layout, shuffle_seed=_step_seed(c.seed, step, 1000 + epoch)):
+                counts: dict[str, list[int]] = {}          # agent -> [responses, tokens] in the whole minibatch
+                for _, _, agent, n in batch:
+                    counts.setdefault(agent, [0, 0])
+                    counts[agent][0] += 1
+                    counts[agent][1] += n
+                local = [responses[i] for rank, i, _, _ in batch if rank == self.dp.rank]
+                for optimizer, _ in steps:
                     optimizer.zero_grad(set_to_none=True)
-                for agent, group in self._by_agent(batch).items():
-                    weight = len(group) / len(batch)          # the minibatch loss is a mean over responses
+                for agent, group in self._by_agent(local).items():
+                    size, tokens = counts[agent]
+                    weight = size / len(batch)          # the minibatch loss is a mean over responses
                     # backward right after each forward: PEFT marks only the active adapter trainable
-                    actor_loss, actor_stats = self.policy_loss(agent, group)
-                    (weight * actor_loss).backward()
-                    critic_loss, critic_stats = self.value_loss(group)
-                    (weight * c.vf_coef * critic_loss).backward()
+                    with self.accelerator.autocast():
+                        actor_loss, actor_stats = self.policy_loss(agent, group, tokens)
+                    self.accelerator.backward(weight * actor_loss)
+                    with self.accelerator.autocast():
+                        critic_loss, critic_stats = self.value_loss(group, tokens)
+                    self.accelerator.backward(weight * c.vf_coef * critic_loss)
                     stats = {**actor_stats, **critic_stats}
                     stats["loss"] = stats["policy_loss"] + c.vf_coef * stats["value_loss"]
                     for key, value in stats.items():
                         totals.setdefault(key, []).append(value)
-                for params in [*self.actor_params.values(), self.critic.trainable_parameters()]:
-                    torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
-                for optimizer in optimizers:
-                    optimizer.step()
+                # Σ over processes of each actor's and the critic's gradients, clip, step (trainers.common.distributed)
+                self.dp.optimizer_step(steps, c.max_grad_norm)
         return {key: float(np.mean(values)) for key, values in totals.items()}
 
     # ------------------------------------------------------------------ 6. the loop
     def train_step(self) -> dict[str, float]:
-        """Collect, reward, advantage, update once; returns the step's metrics."""
+        """Collect, reward, advantage, update once; returns the step's metrics (merged over processes)."""
         step = self.step + 1
         episodes = self.collect(step)
         responses = self.compute_rewards(episodes)
-        if not responses:
+        if self.dp.sum([len(responses)])[0] == 0:
             raise RuntimeError(f"step {step}: every response was empty; raise max_new_tokens or check the policy")
-        metrics: dict[str, float] = {"step": step}
-        metrics.update(self.compute_advantages(responses))
-        metrics.update(self.update(responses, step))
-        metrics["train_accuracy"] = float(np.mean([bool(c) for e in episodes for turn in e.correct for c in turn.values()]))
+        local: dict[str, float] = {}
+        local.update(self.compute_advantages(responses))
+        local.update(self.update(responses, step))
+        local["train_accuracy"] = float(np.mean([bool(c) for e in episodes for turn in e.correct for c in turn.values()]))
+        metrics: dict[str, float] = {"step": step, **self.dp.merge_metrics(local)}
         self.step = step
         self.history.append(metrics)
         return metrics
@@ -337,7 +395,7 @@ class MAPPOTrainer:
     def train(self) -> list[dict[str, float]]:
         """Run steps until ``max_steps`` (continuing a resumed run); log and checkpoint; returns per-step metrics."""
         c = self.config
-        with tqdm(total=c.max_steps, initial=self.step, desc="mappo", disable=not c.progress) as bar:
+        with tqdm(total=c.max_steps, initial=self.step, desc="mappo", disable=not (c.progress and self.dp.is_main)) as bar:
             while self.step < c.max_steps:
                 metrics = self.train_step()
                 if self.step % c.logging_every == 0:
@@ -350,14 +408,21 @@ class MAPPOTrainer:
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self, num_episodes: int | None = None) -> dict[str, Any]:
-        """Play tasks ``0..n-1`` of the eval env (``eval_temperature``, label verdicts); per-episode records."""
+        """Play tasks ``0..n-1`` of the eval env (``eval_temperature``, label verdicts); per-episode records.
+
+        Under ``accelerate launch`` each process plays its share; every process gets all records.
+        """
         n = num_episodes or self.config.eval_tasks
         if n > len(self.eval_env.tasks):
             raise ValueError(f"eval asks for {n} episodes but the eval env has {len(self.eval_env.tasks)} tasks")
         params = self.sampling_params(0, temperature=self.config.eval_temperature)
         engine = RolloutEngine(self.eval_env, self.team, params, progress=False)
-        episodes = engine.collect(seeds=[self.config.seed + i for i in range(n)], task_indices=list(range(n)), desc="eval")
-        records = [episode_record(e) for e in episodes]
+        seeds, tasks = self.dp.shard([self.config.seed + i for i in range(n)]), self.dp.shard(list(range(n)))
+        local = []
+        if tasks:
+            with self.accelerator.autocast():
+                local = engine.collect(seeds=seeds, task_indices=tasks, desc="eval")
+        records = [episode_record(e) for e in self.dp.unshard(local)]
         turns = self.eval_env.num_turns
         per_turn = np.array([r["accuracy_per_turn"] + [r["accuracy_per_turn"][-1]] * (turns - len(r["accuracy_per_turn"]))
                              for r in records])

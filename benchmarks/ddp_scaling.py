@@ -1,0 +1,154 @@
+"""MAGRPO training steps per second with 1 vs 2 processes (``accelerate launch``), same settings, on this machine.
+
+Both runs train the same team (2 agents sharing one base, one LoRA adapter each) on the same env
+with the same GLOBAL batch (``prompts_per_step`` tasks per step, split between the processes), so
+a step does the same work either way; the 2-process run splits it and all-reduces each agent's
+gradients (:mod:`trainers.common.distributed`). The cores are shared out: 1 process x C threads vs
+2 processes x C/2 threads. Model loading and ``--warmup`` steps are not timed; everything else a
+step costs (rollouts, losses, gradient all-reduce, logging) is.
+
+    flock /work/cpu.lock python benchmarks/ddp_scaling.py                      # SmolLM2-135M
+    python benchmarks/ddp_scaling.py --model tiny --steps 4                    # a 2-layer random model, quick
+
+The last line is ``ratio=<2-process steps/s / 1-process steps/s>``.
+
+Measured on this machine (2 cores shared with other engineers' jobs, ``OMP_WAIT_POLICY=PASSIVE``,
+under ``flock /work/cpu.lock``; defaults: SmolLM2-135M, 2 agents x 1 turn of arithmetic debate,
+4 tasks per step, G=4, 32 new tokens, 3 timed steps after 1 warm-up step):
+
+    quiet machine (load 0.8 at the start):
+    1 process  x 2 threads: 0.0475 steps/s (63.1 s for 3 steps; rollout 17.2 s/step, 26 tok/s)
+    2 processes x 1 thread: 0.0503 steps/s (59.6 s for 3 steps; rollout 13.7 s/step, 37 tok/s)
+    ratio=1.059
+
+    two unlocked jobs of other users running (load 3.0):
+    1 process  x 2 threads: 0.0417 steps/s (72.0 s for 3 steps; rollout 19.7 s/step, 23 tok/s)
+    2 processes x 1 thread: 0.0361 steps/s (83.1 s for 3 steps; rollout 19.8 s/step, 26 tok/s)
+    ratio=0.867
+
+    --model tiny --steps 4 (load 1.8): 0.2437 vs 0.2915 steps/s, ratio=1.196
+
+Interpretation: two processes on two cores cannot add compute that one process with two threads
+does not already have; there is little to gain, and the figures say so (+6% on a quiet machine,
+-13% on a busy one, where the run depended on what the other jobs were doing). The small gain
+comes from the rollouts (13.7 vs 17.2 s/step, slowest process): the decode loop is bound by
+per-token Python and dispatch overhead, which one process runs serially and two processes run side
+by side. The rest of the step got slower (19.9 - 13.7 = 6.2 s vs 21.0 - 17.2 = 3.8 s): losses and
+backward passes on one thread each, the all-reduces, and waiting for the slower process at every
+collective. The tiny model, almost pure overhead, gains more (ratio 1.2). The speed-up this code path is for comes
+from more devices — one process per GPU — not from splitting two cores.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # spinning OpenMP workers collapse on a shared CPU
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A free local TCP port for the launcher's rendezvous."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_launch(num_processes: int, threads: int, args: argparse.Namespace, out: Path) -> dict:
+    """``accelerate launch`` this script in worker mode on ``num_processes`` processes; returns the main's report."""
+    multi = ["--multi_gpu"] if num_processes > 1 else []     # torchrun; on a GPU-less machine the processes use gloo
+    command = [sys.executable, "-m", "accelerate.commands.launch", *multi, "--num_processes", str(num_processes),
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "--main_process_port", str(free_port()), __file__, "--worker", str(out),
+               "--model", args.model, "--env", args.env, "--steps", str(args.steps), "--warmup", str(args.warmup),
+               "--prompts-per-step", str(args.prompts_per_step), "--num-generations", str(args.num_generations),
+               "--max-new-tokens", str(args.max_new_tokens), "--num-turns", str(args.num_turns), "--seed", str(args.seed)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{num_processes}-process run failed:\n{done.stderr[-4000:]}")
+    return json.loads((out / "report.json").read_text())
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One process of a launch: build the trainer, train ``warmup`` steps, then time ``steps`` more."""
+    import torch
+
+    import llm_marl_envs
+    from llm_marl_envs.models import load, tiny_model
+    from trainers.common import Team
+    from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    torch.manual_seed(args.seed)
+    model, tokenizer = tiny_model(seed=0) if args.model == "tiny" else load(args.model)
+    team = Team.shared_lora(model, tokenizer, 2)
+    env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="train")
+    out = Path(args.worker)
+    config = MAGRPOConfig(num_generations=args.num_generations, max_new_tokens=args.max_new_tokens,
+                          prompts_per_step=args.prompts_per_step, micro_batch_size=16, max_steps=args.warmup,
+                          learning_rate=1e-5, eval_tasks=4, output_dir=str(out / "run"), report_to=("jsonl",),
+                          progress=False, seed=args.seed)
+    trainer = MAGRPOTrainer(env, team, config)
+    trainer.train()                                   # warm-up: first-call overheads, caches
+    trainer.config.max_steps = args.warmup + args.steps
+    trainer.dp.barrier()
+    started = time.perf_counter()
+    history = trainer.train()
+    trainer.dp.barrier()
+    elapsed = time.perf_counter() - started
+    if trainer.dp.is_main:
+        report = {"num_processes": trainer.dp.num_processes, "threads": torch.get_num_threads(), "steps": args.steps,
+                  "seconds": elapsed, "steps_per_s": args.steps / elapsed,
+                  "rollout_s": sum(h["rollout_s"] for h in history) / len(history),
+                  "tokens_per_s": sum(h["tokens_per_s"] for h in history) / len(history)}
+        (out / "report.json").write_text(json.dumps(report))
+
+
+def main() -> None:
+    """Time 1 and 2 processes and print the ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m", help="embedded name, local HF dir, or 'tiny' (random 2-layer)")
+    parser.add_argument("--env", default="arithmetic_debate-v0")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    parser.add_argument("--prompts-per-step", type=int, default=4, help="GLOBAL tasks per step (split between processes)")
+    parser.add_argument("--num-generations", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--num-turns", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker is not None:
+        worker(args)
+        return
+    cores = os.cpu_count() or 1
+    if args.model != "tiny":
+        from llm_marl_envs.models import resolve
+
+        resolve(args.model)                           # convert/cache the embedded model once, before the launches
+    print(f"model={args.model} env={args.env} agents=2 turns={args.num_turns} prompts_per_step={args.prompts_per_step} "
+          f"G={args.num_generations} max_new_tokens={args.max_new_tokens} steps={args.steps}+{args.warmup} warm-up "
+          f"cores={cores} load={os.getloadavg()[0]:.1f} OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}", flush=True)
+    results = {}
+    for num_processes in (1, 2):
+        threads = max(1, cores // num_processes)
+        with tempfile.TemporaryDirectory() as out:
+            report = run_launch(num_processes, threads, args, Path(out))
+        results[num_processes] = report
+        print(f"{num_processes} process(es) x {report['threads']} thread(s): {report['steps_per_s']:.4f} steps/s "
+              f"({report['seconds']:.1f} s for {report['steps']} steps; rollout {report['rollout_s']:.1f} s/step, "
+              f"{report['tokens_per_s']:.0f} tok/s)", flush=True)
+    print(f"ratio={results[2]['steps_per_s'] / results[1]['steps_per_s']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,352 @@
+"""Data-parallel training on accelerate: one full replica of the team per process, per-agent gradient all-reduce.
+
+Launch any training script with accelerate (torchrun underneath); the trainers pick the process
+group up from the environment — NCCL between GPUs, gloo between CPU processes::
+
+    accelerate launch --multi_gpu --num_processes 4 train.py     # 4 GPUs (or 4 CPU processes on a CPU-only box)
+
+How one training step is split over N processes (both trainers use this module):
+
+1. **Tasks.** Every process draws the step's GLOBAL task list from the same seeded generator
+   (MAGRPO: ``prompts_per_step`` tree roots; MAPPO: ``episodes_per_step`` episodes) and keeps its
+   contiguous :meth:`DataParallel.shard`. N processes together do the one-process step, each with
+   1/N of the rollouts; batch sizes in the configs are GLOBAL, so the learning dynamics do not
+   depend on N. Sampling noise differs per process (torch seed + process index).
+2. **Loss normalisation.** A process divides its partial loss by GLOBAL counts (samples or tokens
+   summed over processes by one small all-reduce), so the sum over processes of the partial
+   gradients is exactly the gradient of the whole-batch loss.
+3. **Gradients.** After an agent's local backward passes, :meth:`DataParallel.optimizer_step` SUMS that
+   agent's trainable gradients over processes (``accelerate.utils.reduce``), then clips and steps
+   its optimizer. Every replica applies the same update to the same weights, so the replicas stay
+   identical (the trainable weights are broadcast from the main process once, at start-up).
+4. **Outputs.** Only the main process logs and writes checkpoints; a checkpoint carries every
+   process's RNG state, so a run resumed under the same launch continues exactly.
+
+Why an explicit all-reduce rather than wrapping the models in DDP:
+
+- every agent has its own optimizer and steps at its own time (MAGRPO: once per turn per agent),
+  and agents sharing one PEFT base train different adapters of the same module, toggled by
+  ``set_adapter`` (which also flips ``requires_grad``, after DDP would have registered its hooks);
+- the processes do UNEQUAL work: trees end early, zero-advantage samples are skipped, a MAPPO
+  minibatch holds different agents on different processes. DDP reduces inside ``backward`` and
+  hangs unless every process runs the same sequence of forward/backward calls. An all-reduce per
+  optimizer step only needs the same sequence of optimizer steps, which both trainers guarantee
+  (global turn count, global minibatches);
+- the arithmetic is DDP's (a sum of gradients; DDP then divides by N, we divide the loss by the
+  global count instead), at the cost of one flattened all-reduce per agent update.
+
+Sharding engines (DeepSpeed ZeRO, FSDP) need the same lockstep forward/backward sequence and own
+the optimizer (one per model), which the per-agent design does not have; the trainers refuse such
+a launch with an error instead of training wrongly. What scales a big team instead: one GPU per
+process (``--multi_gpu``), ``agent_devices`` (one model per agent, each on its GPU),
+``mixed_precision="bf16"`` and ``gradient_checkpointing``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Iterable, Mapping, Sequence, TypeVar
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedType, broadcast, gather_object, reduce
+
+from .checkpoint import rng_state
+from .config import ScalingConfig, parse_device
+from .policy import HFPolicy
+from .team import Team
+
+T = TypeVar("T")
+
+SHARDING_ENGINES = (DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.MEGATRON_LM)
+BUCKET_NUMEL = 25_000_000     # gradients are all-reduced in flat buckets of at most this many elements
+
+
+def build_accelerator(config: ScalingConfig, accelerator: Accelerator | None = None) -> Accelerator:
+    """The trainer's ``Accelerator`` (or a check of the one given): the config's mixed precision, CPU when no GPU.
+
+    The config decides the precision; ``accelerate launch`` passes ``no`` unless told otherwise, and a
+    launch that asks for another precision than the config's is refused rather than silently ignored.
+    """
+    launched = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if launched != "no" and launched != config.mixed_precision:
+        raise ValueError(f"accelerate was launched with --mixed_precision {launched} but the config says "
+                         f"mixed_precision={config.mixed_precision!r}; set mixed_precision={launched!r} in the config "
+                         f"or launch with --mixed_precision {config.mixed_precision}")
+    if config.mixed_precision == "fp16" and not torch.cuda.is_available():
+        raise ValueError("mixed_precision='fp16' needs a CUDA GPU (fp16 autocast and loss scaling); "
+                         "on a CPU use mixed_precision='bf16' or 'no'")
+    if accelerator is None:
+        # cpu=True on a GPU-less machine: without it accelerate leaves launched CPU processes unconnected.
+        return Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=config.mixed_precision)
+    if accelerator.mixed_precision != config.mixed_precision:
+        raise ValueError(f"the accelerator given uses mixed_precision={accelerator.mixed_precision!r} but the config says "
+                         f"{config.mixed_precision!r}; make them agree")
+    return accelerator
+
+
+class DataParallel:
+    """The distributed operations a trainer needs, over one ``Accelerator`` (see the module docstring).
+
+    With one process every operation is a no-op (or the identity), so single-process training runs
+    the same code and the same arithmetic.
+    """
+
+    def __init__(self, accelerator: Accelerator) -> None:
+        self.accelerator = accelerator
+        if accelerator.distributed_type in SHARDING_ENGINES:
+            raise ValueError(f"accelerate was launched with {accelerator.distributed_type.value}, which shards models and "
+                             f"optimizers; these trainers keep one replica of the team per process and all-reduce each "
+                             f"agent's gradients themselves (trainers/common/distributed.py). Launch with --multi_gpu "
+                             f"(or examples/accelerate/multi_gpu.yaml) and use agent_devices, mixed_precision='bf16' and "
+                             f"gradient_checkpointing to fit large models")
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched != accelerator.num_processes:
+            raise ValueError(f"{launched} processes were launched (WORLD_SIZE) but the accelerator joined "
+                             f"{accelerator.num_processes}; on a machine without GPUs build it with Accelerator(cpu=True) "
+                             f"(the trainers do when no accelerator is passed)")
+        if accelerator.gradient_accumulation_steps != 1:
+            raise ValueError(f"the accelerator has gradient_accumulation_steps={accelerator.gradient_accumulation_steps}; "
+                             f"the trainers accumulate micro-batches themselves: build it with the default 1")
+
+    # ------------------------------------------------------------------ who am I
+    @property
+    def rank(self) -> int:
+        """This process's index (0 = main)."""
+        return self.accelerator.process_index
+
+    @property
+    def num_processes(self) -> int:
+        """Processes taking part in training."""
+        return self.accelerator.num_processes
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process logs and writes checkpoints."""
+        return self.accelerator.is_main_process
+
+    @property
+    def device(self) -> torch.device:
+        """The device of this process (where its replica lives unless ``agent_devices`` says otherwise)."""
+        return self.accelerator.device
+
+    # ------------------------------------------------------------------ work split
+    def shard(self, items: Sequence[T]) -> list[T]:
+        """This process's contiguous share of a global list (see :func:`shard`)."""
+        return shard(items, self.rank, self.num_processes)
+
+    def gather(self, obj: T) -> list[T]:
+        """``obj`` of every process, in process order, on every process."""
+        if self.num_processes == 1:
+            return [obj]
+        return gather_object([obj])
+
+    def unshard(self, local: Sequence[T]) -> list[T]:
+        """Inverse of :meth:`shard`: the concatenation of every process's list, on every process."""
+        return [item for part in self.gather(list(local)) for item in part]
+
+    def sum(self, values: Sequence[float]) -> list[float]:
+        """Element-wise sum of ``values`` over processes."""
+        if self.num_processes == 1:
+            return [float(v) for v in values]
+        return reduce(torch.tensor(values, dtype=torch.float64, device=self.device), "sum").tolist()
+
+    def sum_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Element-wise sum of a tensor over processes (same shape everywhere); differentiable inputs are detached."""
+        if self.num_processes == 1:
+            return tensor
+        return reduce(tensor.detach().to(self.device), "sum").to(tensor.device)
+
+    def max(self, value: int) -> int:
+        """The largest ``value`` over processes."""
+        if self.num_processes == 1:
+            return int(value)
+        return int(reduce(torch.tensor([value], dtype=torch.int64, device=self.device), "max").item())
+
+    def barrier(self) -> None:
+        """Wait until every process gets here."""
+        self.accelerator.wait_for_everyone()
+
+    # ------------------------------------------------------------------ parameters and gradients
+    def broadcast_parameters(self, params: Sequence[torch.nn.Parameter]) -> None:
+        """Copy the main process's values of ``params`` to every process (replicas start identical)."""
+        if self.num_processes == 1:
+            return
+        with torch.no_grad():
+            for bucket in _buckets(params):
+                flat = broadcast(torch.cat([p.detach().reshape(-1) for p in bucket]).to(self.device), from_process=0)
+                for p, value in zip(bucket, _split(flat, bucket)):
+                    p.copy_(value)
+
+    def all_reduce_gradients(self, params: Sequence[torch.nn.Parameter]) -> None:
+        """Sum the gradients of ``params`` over processes, in place.
+
+        A process without a gradient for a parameter contributes zeros; a parameter no process has a
+        gradient for keeps ``None`` (so AdamW skips it, exactly as in a single-process run).
+        """
+        if self.num_processes == 1 or not params:
+            return
+        present = self.sum_tensor(torch.tensor([float(p.grad is not None) for p in params], device=self.device))
+        for bucket in _buckets(params):
+            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in bucket])
+            flat = reduce(flat.to(self.device), "sum")
+            for p, value in zip(bucket, _split(flat, bucket)):
+                p.grad = value.to(p.device)
+        for p, count in zip(params, present.tolist()):
+            if count == 0:
+                p.grad = None
+
+    def optimizer_step(self, steps: Sequence[tuple[torch.optim.Optimizer, Sequence[torch.nn.Parameter]]],
+                       max_grad_norm: float | None) -> list[float]:
+        """All-reduce, unscale (fp16), clip and step each ``(optimizer, its parameters)``; returns gradient norms.
+
+        Every process must call this with the same optimizers in the same order. An optimizer none of
+        whose parameters got a gradient on any process gets a plain ``step()`` (norm 0.0), which skips
+        parameters without gradients — a no-op, as in one process (and no loss-scaler bookkeeping).
+        """
+        scaler = self.accelerator.scaler
+        norms = []
+        for optimizer, params in steps:
+            params = list(params)
+            self.all_reduce_gradients(params)
+            grads = [p for p in params if p.grad is not None]
+            if not grads:
+                optimizer.step()
+                norms.append(0.0)
+                continue
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            if max_grad_norm is not None:
+                norm = torch.nn.utils.clip_grad_norm_(grads, max_grad_norm)
+            else:
+                norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in grads]))
+            norms.append(float(norm))
+            if scaler is not None:
+                scaler.step(optimizer)
+            else:
+                optimizer.step()
+        if scaler is not None:
+            scaler.update()
+        return norms
+
+    def fingerprint(self, tensors: Iterable[torch.Tensor]) -> str:
+        """SHA-256 of the tensors' bytes (equal on every process iff the replicas hold identical weights)."""
+        digest = hashlib.sha256()
+        for tensor in tensors:
+            digest.update(tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
+
+    # ------------------------------------------------------------------ logging and checkpoints
+    def merge_metrics(self, metrics: Mapping[str, Any], sums: Sequence[str] = (), maxima: Sequence[str] = ()) -> dict[str, Any]:
+        """One metrics dict for the whole step, identical on every process.
+
+        Keys ending in one of ``sums`` are summed over processes (partial losses normalised by global
+        counts, throughputs), keys ending in ``maxima`` take the maximum (wall times), every other
+        number is the mean over the processes that report it; non-numbers come from the main process.
+        """
+        if self.num_processes == 1:
+            return dict(metrics)
+        return merge_reports(self.gather(dict(metrics)), sums, maxima)
+
+    def rng_states(self) -> list[dict[str, Any]]:
+        """Every process's RNG states, in process order (what a checkpoint needs to resume each one)."""
+        return self.gather(rng_state())
+
+
+def shard(items: Sequence[T], rank: int, num_processes: int) -> list[T]:
+    """Process ``rank``'s contiguous share of ``items``: sizes differ by at most one (the first ``len % N`` get one
+    more), and the shares of processes ``0 .. N-1`` concatenated are ``items``."""
+    if not 0 <= rank < num_processes:
+        raise ValueError(f"rank must be in [0, {num_processes}), got {rank}")
+    size, extra = divmod(len(items), num_processes)
+    start = rank * size + min(rank, extra)
+    return list(items[start:start + size + (rank < extra)])
+
+
+def merge_reports(reports: Sequence[Mapping[str, Any]], sums: Sequence[str] = (), maxima: Sequence[str] = ()) -> dict[str, Any]:
+    """Merge per-process metric dicts (see :meth:`DataParallel.merge_metrics`)."""
+    merged: dict[str, Any] = {}
+    for key in dict.fromkeys(k for report in reports for k in report):
+        values = [r[key] for r in reports if key in r]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            merged[key] = values[0]
+        elif key.endswith(tuple(sums)):
+            merged[key] = float(sum(values))
+        elif key.endswith(tuple(maxima)):
+            merged[key] = float(max(values))
+        else:
+            merged[key] = float(sum(values) / len(values))
+    return merged
+
+
+# ---------------------------------------------------------------------------------- devices
+def place_team(team: Team, agents: Sequence[str], agent_devices: Mapping[str, str] | None, default: torch.device,
+               num_processes: int = 1) -> dict[str, torch.device]:
+    """Move every trainable policy of ``team`` to its device; returns ``{agent: device}``.
+
+    Agents listed in ``agent_devices`` go there, the others to ``default`` (the process's device).
+    Agents that share a policy (``Team.shared_lora``: one base, one adapter each) share its device.
+    """
+    agent_devices = dict(agent_devices or {})
+    unknown = sorted(set(agent_devices) - set(agents))
+    if unknown:
+        raise ValueError(f"agent_devices names unknown agent(s) {unknown}; the env's agents are {list(agents)}")
+    if agent_devices and num_processes > 1:
+        raise ValueError(f"agent_devices places agents on devices inside one process, but {num_processes} processes were "
+                         f"launched and would all claim the same devices; launch one process, or drop agent_devices "
+                         f"and let each process hold the team on its own GPU")
+    wanted: dict[int, dict[str, str]] = {}
+    for agent in agents:
+        device = agent_devices.get(agent, str(default))
+        wanted.setdefault(id(team.policy(agent)), {})[agent] = device
+    for by_agent in wanted.values():
+        if len(set(by_agent.values())) > 1:
+            raise ValueError(f"agents {sorted(by_agent)} share one base model (Team.shared_lora: one frozen base, one LoRA "
+                             f"adapter each), so they live on one device, but agent_devices asks for "
+                             f"{dict(sorted(by_agent.items()))}; give them the same device, or build the team with "
+                             f"Team.separate (one model per agent) to spread agents over devices")
+    for device in {d for by_agent in wanted.values() for d in by_agent.values()}:
+        _check_available(device)
+    placed = {}
+    for agent in agents:
+        policy = team.policy(agent)
+        device = torch.device(wanted[id(policy)][agent])
+        if isinstance(policy, HFPolicy) and policy.device != device:
+            policy.model.to(device)
+        placed[agent] = device
+    return placed
+
+
+def _check_available(device: str) -> None:
+    parsed = torch.device(parse_device(device))
+    if parsed.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} was asked for (agent_devices) but this machine has no CUDA GPU; "
+                         f"use 'cpu' or drop agent_devices")
+    if parsed.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r} was asked for but this machine has {torch.cuda.device_count()} CUDA "
+                         f"GPU(s) (cuda:0 .. cuda:{torch.cuda.device_count() - 1})")
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _buckets(params: Sequence[torch.Tensor], limit: int = BUCKET_NUMEL) -> list[list[torch.Tensor]]:
+    """Consecutive groups of same-dtype tensors holding at most ``limit`` elements each (one tensor may exceed it)."""
+    buckets: list[list[torch.Tensor]] = []
+    size = 0
+    for p in params:
+        if buckets and buckets[-1][0].dtype == p.dtype and size + p.numel() <= limit:
+            buckets[-1].append(p)
+            size += p.numel()
+        else:
+            buckets.append([p])
+            size = p.numel()
+    return buckets
+
+
+def _split(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Views of ``flat`` shaped like each tensor of ``like``, in order."""
+    return [chunk.view_as(t) for chunk, t in zip(torch.split(flat, [t.numel() for t in like]), like)]
+
+
+__all__ = ["DataParallel", "build_accelerator", "place_team", "shard", "merge_reports", "SHARDING_ENGINES"]
