@@ -221,38 +221,50 @@ class HFPolicy:
             out.append(group)
         return out
 
+    def _adapter_kwargs(self, adapters: Sequence[str | None]) -> dict[str, Any]:
+        """``adapter_names=`` of a mixed-adapter batch (PEFT models only)."""
+        return {"adapter_names": [BASE_ADAPTER if a is None else a for a in adapters]} if self.is_peft else {}
+
     def _decode(self, prompts: list[list[int]], adapters: list[str | None], params: SamplingParams):
-        """The decode loop: prefill, then one cached forward per token; returns ids, log-probs, EOS flags."""
+        """The decode loop: prefill, then one cached forward per token; returns ids, log-probs, EOS flags.
+
+        Rows with the same prompt and adapter (the G samples of one agent) are prefilled once and
+        their KV cache is copied to every row that shares it: the prompt costs one row, not G.
+        """
         from transformers import DynamicCache
         from transformers.generation.logits_process import TopPLogitsWarper
 
-        ids, mask = self._left_pad(prompts)
+        distinct: dict[tuple, int] = {}
+        source = [distinct.setdefault((tuple(p), a), len(distinct)) for p, a in zip(prompts, adapters)]
+        firsts = [source.index(u) for u in range(len(distinct))]        # first row of each distinct prompt
+        ids, mask = self._left_pad([prompts[r] for r in firsts])
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit is not None and ids.shape[1] + params.max_new_tokens > limit:
             raise ValueError(f"prompt of {ids.shape[1]} tokens + max_new_tokens={params.max_new_tokens} exceeds the "
                              f"model's {limit} positions; shorten the prompt or lower max_new_tokens")
-        kwargs = {}
-        if self.is_peft:
-            kwargs["adapter_names"] = [BASE_ADAPTER if a is None else a for a in adapters]
         top_p = TopPLogitsWarper(params.top_p) if params.top_p < 1.0 else None
         greedy = params.temperature == 0
         generator = None
         if params.seed is not None:
             generator = torch.Generator().manual_seed(params.seed)
-        batch = ids.shape[0]
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        batch = len(prompts)
+        expand = torch.tensor(source, dtype=torch.long)
         cache = DynamicCache()
         stop = torch.tensor(self.stop_ids, dtype=torch.long)
         done = torch.zeros(batch, dtype=torch.bool)
         tokens, token_logprobs = [], []
-        step_ids = ids
         was_training = self.model.training
         self.model.eval()
         try:
-            for _ in range(params.max_new_tokens):
-                out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
-                                 past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
-                logits = out.logits[:, -1, :].float()
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                             use_cache=True, logits_to_keep=1, **self._adapter_kwargs([adapters[r] for r in firsts]))
+            if len(firsts) < batch:                                     # copy each prompt's cache to its G rows
+                cache.batch_select_indices(expand)
+            logits = out.logits[:, -1, :].float()[expand]
+            mask, positions, step_ids = mask[expand], positions[expand], ids[expand]
+            kwargs = self._adapter_kwargs(adapters)
+            for step in range(params.max_new_tokens):
                 if greedy:
                     logprob_all = torch.log_softmax(logits, dim=-1)
                     next_ids = logits.argmax(-1)
@@ -263,16 +275,17 @@ class HFPolicy:
                     probs = torch.softmax(sample_logits, dim=-1)
                     next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
                 next_ids = torch.where(done, torch.full_like(next_ids, self.pad_id), next_ids)
-                tokens.append(next_ids)
                 token_logprobs.append(logprob_all.gather(-1, next_ids[:, None]).squeeze(-1))
-                was_done = done
+                tokens.append(torch.where(done, torch.full_like(next_ids, -1), next_ids))  # -1 marks "after EOS"
                 done = done | torch.isin(next_ids, stop)
-                tokens[-1] = torch.where(was_done, torch.full_like(next_ids, -1), next_ids)  # -1 marks "after EOS"
-                if bool(done.all()):
+                if bool(done.all()) or step == params.max_new_tokens - 1:
                     break
                 step_ids = next_ids[:, None]
                 mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype)], dim=1)
                 positions = positions[:, -1:] + 1
+                out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
+                                 past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
+                logits = out.logits[:, -1, :].float()
         finally:
             self.model.train(was_training)
         token_matrix = torch.stack(tokens, dim=1).tolist()
