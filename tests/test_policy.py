@@ -72,3 +72,29 @@ def test_seeded_sampling_is_reproducible(team):
     first = policy.generate(CONVERSATIONS, params, num_samples=2)
     second = policy.generate(CONVERSATIONS, params, num_samples=2)
     assert [[g.completion_ids for g in group] for group in first] == [[g.completion_ids for g in group] for group in second]
+
+
+def test_shared_prompt_scoring_matches_one_forward_per_row_with_gradients(team):
+    policy = team.policy("agent_0")
+    short, long = (policy.encode(c) for c in CONVERSATIONS)
+    prompts = [short, short, short, long, long]                       # two groups, prompts of different lengths
+    completions = [[18, 19, 20, 21], [22], [23, 24], [25, 26, 27], [28, 29]]
+    params = [p for n, p in policy.model.named_parameters() if ".agent_1." in n]
+
+    def scored(rows):
+        for p in params:
+            p.grad = None
+        logp, mask = policy.token_logprobs([prompts[r] for r in rows], [completions[r] for r in rows],
+                                           adapter="agent_1", temperature=0.7)
+        (logp.sum(-1) * torch.arange(1.0, len(rows) + 1)).sum().backward()
+        return logp.detach(), mask, [p.grad.clone() for p in params]
+
+    shared, mask, shared_grads = scored(range(5))
+    assert mask.sum(-1).tolist() == [4, 1, 2, 3, 2]
+    separate_grads = [torch.zeros_like(p) for p in params]
+    for row in range(5):                                              # a single row never shares its prompt
+        logp, _, grads = scored([row])
+        assert torch.allclose(shared[row, :len(completions[row])], logp[0, :len(completions[row])], atol=1e-5)
+        separate_grads = [total + (row + 1) * g for total, g in zip(separate_grads, grads)]
+    for a, b in zip(shared_grads, separate_grads):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)

@@ -316,14 +316,50 @@ class HFPolicy:
         """
         context = torch.no_grad() if reference else contextlib.nullcontext()
         with context, self.using(None if reference else adapter):
-            output, width, completion_mask = self.completion_forward(prompt_ids, completion_ids)
-        logits = output.logits[:, :-1, :].float()
+            logits, width, completion_mask = self.completion_logits(prompt_ids, completion_ids)
+        logits = logits.float()
         targets = completion_targets(completion_ids, width, self.pad_id)
         if temperature > 0:
             logits = logits / temperature
         # log pi(y_t) = z_t[y_t] - logsumexp(z_t): avoids materialising a second [B, L, V] tensor
         logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
         return logprobs * completion_mask, completion_mask.bool()
+
+    def completion_logits(self, prompt_ids: Sequence[list[int]],
+                          completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, int, torch.Tensor]:
+        """Logits ``[B, width, V]`` in whose state each completion token was chosen, ``width`` and the completion mask.
+
+        Rows that share a prompt (the G samples of one agent in a group) run it once: a forward over
+        the distinct prompts fills a KV cache, each row gets a copy of its prompt's cache, and a
+        second forward runs the completions on top of it; gradients flow through both. Without a
+        repeated prompt this is one :meth:`completion_forward`.
+        """
+        distinct: dict[tuple[int, ...], int] = {}
+        source = [distinct.setdefault(tuple(p), len(distinct)) for p in prompt_ids]
+        if len(distinct) == len(prompt_ids) or len(completion_ids) != len(prompt_ids):
+            output, width, completion_mask = self.completion_forward(prompt_ids, completion_ids)
+            return output.logits[:, :-1, :], width, completion_mask
+        from transformers import DynamicCache
+
+        firsts = [source.index(u) for u in range(len(distinct))]
+        width = max(1, max(len(c) for c in completion_ids))
+        ids, prompt_mask = self._left_pad([prompt_ids[r] for r in firsts])
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        prompt_out = self.forward_module(input_ids=ids, attention_mask=prompt_mask, position_ids=positions,
+                                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        expand = torch.tensor(source, dtype=torch.long)
+        logits = prompt_out.logits[:, -1:, :][expand]                  # chose completion token 0
+        completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completion_ids], dtype=torch.long)
+        if width > 1:
+            cache.batch_select_indices(expand)                         # differentiable copy to each row
+            inputs = completion_targets(completion_ids, width, self.pad_id)[:, :-1]
+            mask = torch.cat([prompt_mask[expand], completion_mask[:, :-1]], dim=1)
+            steps = positions[expand][:, -1:] + 1 + torch.arange(width - 1)
+            out = self.forward_module(input_ids=inputs, attention_mask=mask, position_ids=steps, past_key_values=cache,
+                                      use_cache=True, logits_to_keep=0)
+            logits = torch.cat([logits, out.logits], dim=1)
+        return logits, width, completion_mask
 
     def completion_forward(self, prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]], *,
                            output_hidden_states: bool = False) -> tuple[Any, int, torch.Tensor]:

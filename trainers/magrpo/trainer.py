@@ -109,7 +109,8 @@ class MAGRPOTrainer:
                                  f"adapter disabled); {agent} is fully fine-tuned: set kl_coef=0 or use LoRA")
             params = policy.trainable_parameters(adapter)
             lr = (config.agent_learning_rates or {}).get(agent, config.learning_rate)
-            optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
+            fused = all(p.device.type in ("cpu", "cuda") for p in params)   # one pass over the weights per step
+            optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay, fused=fused)
             scheduler = get_scheduler(config.lr_scheduler, optimizer, num_warmup_steps=config.warmup_steps,
                                       num_training_steps=config.max_steps * env.num_turns)
             self.optimizers[agent], self.schedulers[agent] = self.accelerator.prepare(optimizer, scheduler)
