@@ -98,3 +98,21 @@ def test_shared_prompt_scoring_matches_one_forward_per_row_with_gradients(team):
         separate_grads = [total + (row + 1) * g for total, g in zip(separate_grads, grads)]
     for a, b in zip(shared_grads, separate_grads):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_reserved_cache_returns_what_a_dynamic_cache_returns():
+    from transformers import DynamicCache
+
+    from trainers.common.policy import reserved_cache
+
+    torch.manual_seed(0)
+    reserved, dynamic = reserved_cache(room=2), DynamicCache()
+    steps = [torch.randn(2, 3, 4, 5), torch.randn(2, 3, 1, 5)]
+    for cache in (reserved, dynamic):
+        cache.update(steps[0], steps[0] + 1, 0)
+        cache.batch_select_indices(torch.tensor([0, 0, 1]))          # copy prompts to rows, as the decode loop does
+    for n in range(4):                                                 # outgrows the room: a new buffer, same values
+        token = torch.randn(3, 3, 1, 5)
+        got, want = reserved.update(token, -token, 0), dynamic.update(token, -token, 0)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert reserved.get_seq_length() == dynamic.get_seq_length() == 8

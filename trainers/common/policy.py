@@ -231,7 +231,6 @@ class HFPolicy:
         Rows with the same prompt and adapter (the G samples of one agent) are prefilled once and
         their KV cache is copied to every row that shares it: the prompt costs one row, not G.
         """
-        from transformers import DynamicCache
         from transformers.generation.logits_process import TopPLogitsWarper
 
         distinct: dict[tuple, int] = {}
@@ -249,7 +248,7 @@ class HFPolicy:
             generator = torch.Generator().manual_seed(params.seed)
         batch = len(prompts)
         expand = torch.tensor(source, dtype=torch.long)
-        cache = DynamicCache()
+        cache = reserved_cache(room=params.max_new_tokens)
         stop = torch.tensor(self.stop_ids, dtype=torch.long)
         done = torch.zeros(batch, dtype=torch.bool)
         tokens, token_logprobs = [], []
@@ -384,6 +383,43 @@ class HFPolicy:
                                      logits_to_keep=1 if output_hidden_states else width + 1,
                                      output_hidden_states=output_hidden_states)
         return output, width, mask[:, -width:]
+
+
+def reserved_cache(room: int):
+    """A transformers ``DynamicCache`` whose layers write each new token into reserved room (sampling only).
+
+    ``DynamicCache`` concatenates every step, copying the whole cache of every layer per token: with
+    long prompts and G rows that copy costs as much as the weights. Here each layer keeps a buffer
+    with ``room`` free positions and hands out views of its filled part; after
+    ``batch_select_indices`` (copying prompts to their rows) the first update moves the cache into
+    a new buffer once. The buffers are written in place, so this cache is for ``no_grad`` decoding.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    class ReservedLayer(DynamicLayer):
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self.buffers = None
+            old = self.get_seq_length()
+            end = old + key_states.shape[-2]
+            buffers = self.buffers
+            if (buffers is None or self.keys.data_ptr() != buffers[0].data_ptr() or end > buffers[0].shape[-2]
+                    or buffers[0].shape[:-2] != key_states.shape[:-2]):
+                shape = (*key_states.shape[:-2], end + room, key_states.shape[-1])
+                buffers = self.buffers = (key_states.new_empty(shape), value_states.new_empty(shape))
+                if old:
+                    buffers[0][..., :old, :] = self.keys
+                    buffers[1][..., :old, :] = self.values
+            buffers[0][..., old:end, :] = key_states
+            buffers[1][..., old:end, :] = value_states
+            self.keys, self.values = buffers[0][..., :end, :], buffers[1][..., :end, :]
+            return self.keys, self.values
+
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = ReservedLayer
+    return cache
 
 
 def completion_targets(completion_ids: Sequence[list[int]], width: int, pad_id: int) -> torch.Tensor:
