@@ -21,8 +21,27 @@ TensorBoard logs and LoRA checkpoints.
 Training stops after ``--steps`` steps or ``--train-minutes`` minutes, whichever comes first, so
 the whole run stays within about 30 minutes on 2 cores.
 
-Measured (2 cores, alone under the CPU lock): see the end of this docstring, filled in from the
-run's results.json.
+Measured with the defaults (2 cores shared with other jobs, commit c50d574, i.e. before the
+reserved KV cache that only speeds up sampling): 31 steps (62 posts) in 23.4 min, 29.7 min wall
+time in all (load, two evaluations of 32 posts of ~460 prompt tokens, plots). Held-out joint reward,
+greedy, 32 posts:
+
+=======================  ================================
+untrained team           0.545, 95% CI [0.500, 0.631]
+trained team             2.777, 95% CI [2.763, 2.788]
+difference (paired)      +2.232, 95% CI [+2.140, +2.283]; 32 of 32 posts improved
+=======================  ================================
+
+The training joint reward rose from ~0.6-1.0 (steps 1-11) to ~2.3-2.8 (steps 16-31);
+``reward_curve.png`` shows it. What the team learned is **reward hacking**, and the example is
+kept as a demonstration of that: the untrained model copies the post into both parts (length
+ratio ~1: scoring stops after the word-count level, 0.5); after training agent 0 writes
+``"SUBREDDIT:"`` ten times (10 words, 1 distinct word, short) while agent 1 writes a fluent
+first-person retelling with transition words — which satisfies every band of the heuristic
+reward (length ratio, distinct-word ratio, shared vocabulary, transitions) without a useful
+concise summary. The writing reward has no check of content or fluency; ``kl_coef > 0`` (stay
+near the base model) or ``semantic_judge=True`` on the env (embedding coverage and consistency
+terms) are the knobs against it, not measured here.
 """
 from __future__ import annotations
 
