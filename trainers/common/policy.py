@@ -326,7 +326,7 @@ class HFPolicy:
 
     def completion_logits(self, prompt_ids: Sequence[list[int]],
                           completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, int, torch.Tensor]:
-        """Logits ``[B, width, V]`` in whose state each completion token was chosen, ``width`` and the completion mask.
+        """``(logits [B, width, V], width, completion mask)``: the logits each completion token was sampled from.
 
         Rows that share a prompt (the G samples of one agent in a group) run it once: a forward over
         the distinct prompts fills a KV cache, each row gets a copy of its prompt's cache, and a
