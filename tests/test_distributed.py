@@ -107,7 +107,7 @@ def test_a_cuda_device_on_a_cpu_only_machine_is_a_clear_error(tmp_path):
 
 
 # ----------------------------------------------------------------------------- memory and precision flags
-def layer_calls_and_grads(policy, prompt, completions):
+def layer_calls_and_grads(policy, prompts, completions):
     """Decoder-layer forward calls during one loss forward+backward, and the adapter's gradients."""
     calls = []
     # a pre-hook on the layer's first sub-module: the recompute calls it again (and may stop before the layer's end)
@@ -116,7 +116,7 @@ def layer_calls_and_grads(policy, prompt, completions):
     params = policy.trainable_parameters("agent_0")
     for p in params:
         p.grad = None
-    logp, mask = policy.token_logprobs([prompt] * len(completions), completions, adapter="agent_0")
+    logp, mask = policy.token_logprobs(prompts, completions, adapter="agent_0")
     (-(logp * mask).sum()).backward()
     for hook in hooks:
         hook.remove()
@@ -132,15 +132,21 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradients(tmp_pa
         for name, p in policy.model.named_parameters():
             if "lora_B" in name:
                 p.normal_(std=0.02)
-    prompt, completions = policy.encode([{"role": "user", "content": "say 3"}]), [[18, 19, 20], [21, 22]]
-    plain_calls, plain_grads = layer_calls_and_grads(policy, prompt, completions)
+    # distinct prompts: one forward over whole rows (a shared prompt would run in a forward of its own)
+    prompts = [policy.encode([{"role": "user", "content": f"say {n}"}]) for n in (3, 4)]
+    completions = [[18, 19, 20], [21, 22]]
+    plain_calls, plain_grads = layer_calls_and_grads(policy, prompts, completions)
+    _, plain_shared_grads = layer_calls_and_grads(policy, [prompts[0]] * 2, completions)   # prompt run once, KV copied
     MAGRPOTrainer(SayNumberEnv(), team, MAGRPOConfig(num_generations=2, eval_tasks=2, output_dir=str(tmp_path),
                                                      progress=False, gradient_checkpointing=True))
-    checkpointed_calls, checkpointed_grads = layer_calls_and_grads(policy, prompt, completions)
+    checkpointed_calls, checkpointed_grads = layer_calls_and_grads(policy, prompts, completions)
+    _, checkpointed_shared_grads = layer_calls_and_grads(policy, [prompts[0]] * 2, completions)   # falls back to whole rows
     layers = len(policy.model.get_base_model().model.layers)
     assert plain_calls == layers and checkpointed_calls == 2 * layers     # each layer re-run in the backward pass
     for plain, checkpointed in zip(plain_grads, checkpointed_grads):
         torch.testing.assert_close(checkpointed, plain, rtol=1e-5, atol=1e-7)
+    for plain, checkpointed in zip(plain_shared_grads, checkpointed_shared_grads):   # same math, other summation order
+        torch.testing.assert_close(checkpointed, plain, rtol=1e-4, atol=1e-6)
     assert not any(m.training for m in policy.model.modules())          # dropout & co. stay in eval mode
     policy.generate([[{"role": "user", "content": "say 3"}]], policy_sampling())   # sampling still uses the KV cache
 

@@ -258,19 +258,26 @@ class HFPolicy:
             out.append(group)
         return out
 
+    def _adapter_kwargs(self, adapters: Sequence[str | None]) -> dict[str, Any]:
+        """``adapter_names=`` of a mixed-adapter batch (PEFT models only)."""
+        return {"adapter_names": [BASE_ADAPTER if a is None else a for a in adapters]} if self.is_peft else {}
+
     def _decode(self, prompts: list[list[int]], adapters: list[str | None], params: SamplingParams):
-        """The decode loop: prefill, then one cached forward per token; returns ids, log-probs, EOS flags."""
-        from transformers import DynamicCache
+        """The decode loop: prefill, then one cached forward per token; returns ids, log-probs, EOS flags.
+
+        Rows with the same prompt and adapter (the G samples of one agent) are prefilled once and
+        their KV cache is copied to every row that shares it: the prompt costs one row, not G.
+        """
         from transformers.generation.logits_process import TopPLogitsWarper
 
-        ids, mask = self._left_pad(prompts)
+        distinct: dict[tuple, int] = {}
+        source = [distinct.setdefault((tuple(p), a), len(distinct)) for p, a in zip(prompts, adapters)]
+        firsts = [source.index(u) for u in range(len(distinct))]        # first row of each distinct prompt
+        ids, mask = self._left_pad([prompts[r] for r in firsts])
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit is not None and ids.shape[1] + params.max_new_tokens > limit:
             raise ValueError(f"prompt of {ids.shape[1]} tokens + max_new_tokens={params.max_new_tokens} exceeds the "
                              f"model's {limit} positions; shorten the prompt or lower max_new_tokens")
-        kwargs = {}
-        if self.is_peft:
-            kwargs["adapter_names"] = [BASE_ADAPTER if a is None else a for a in adapters]
         top_p = TopPLogitsWarper(params.top_p) if params.top_p < 1.0 else None
         greedy = params.temperature == 0
         device = self.device
@@ -278,20 +285,24 @@ class HFPolicy:
         generator = None
         if params.seed is not None:
             generator = torch.Generator(device=device).manual_seed(params.seed)
-        batch = ids.shape[0]
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
+        batch = len(prompts)
+        expand = torch.tensor(source, dtype=torch.long, device=device)
+        cache = reserved_cache(room=params.max_new_tokens)
         stop = torch.tensor(self.stop_ids, dtype=torch.long, device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         tokens, token_logprobs = [], []
-        step_ids = ids
         was_training = self.model.training
         self.model.eval()
         try:
-            for _ in range(params.max_new_tokens):
-                out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
-                                 past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
-                logits = out.logits[:, -1, :].float()
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                             use_cache=True, logits_to_keep=1, **self._adapter_kwargs([adapters[r] for r in firsts]))
+            if len(firsts) < batch:                                     # copy each prompt's cache to its G rows
+                cache.batch_select_indices(expand)
+            logits = out.logits[:, -1, :].float()[expand]
+            mask, positions, step_ids = mask[expand], positions[expand], ids[expand]
+            kwargs = self._adapter_kwargs(adapters)
+            for step in range(params.max_new_tokens):
                 if greedy:
                     logprob_all = torch.log_softmax(logits, dim=-1)
                     next_ids = logits.argmax(-1)
@@ -302,16 +313,17 @@ class HFPolicy:
                     probs = torch.softmax(sample_logits, dim=-1)
                     next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
                 next_ids = torch.where(done, torch.full_like(next_ids, self.pad_id), next_ids)
-                tokens.append(next_ids)
                 token_logprobs.append(logprob_all.gather(-1, next_ids[:, None]).squeeze(-1))
-                was_done = done
+                tokens.append(torch.where(done, torch.full_like(next_ids, -1), next_ids))  # -1 marks "after EOS"
                 done = done | torch.isin(next_ids, stop)
-                tokens[-1] = torch.where(was_done, torch.full_like(next_ids, -1), next_ids)  # -1 marks "after EOS"
-                if bool(done.all()):
+                if bool(done.all()) or step == params.max_new_tokens - 1:
                     break
                 step_ids = next_ids[:, None]
                 mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
                 positions = positions[:, -1:] + 1
+                out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
+                                 past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
+                logits = out.logits[:, -1, :].float()
         finally:
             self.model.train(was_training)
         token_matrix = torch.stack(tokens, dim=1).tolist()
@@ -342,14 +354,55 @@ class HFPolicy:
         """
         context = torch.no_grad() if reference else contextlib.nullcontext()
         with context, self.using(None if reference else adapter):
-            output, width, completion_mask = self.completion_forward(prompt_ids, completion_ids)
-        logits = output.logits[:, :-1, :].float()
+            logits, width, completion_mask = self.completion_logits(prompt_ids, completion_ids)
+        logits = logits.float()
         targets = completion_targets(completion_ids, width, self.pad_id).to(logits.device)
         if temperature > 0:
             logits = logits / temperature
         # log pi(y_t) = z_t[y_t] - logsumexp(z_t): avoids materialising a second [B, L, V] tensor
         logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
         return logprobs * completion_mask, completion_mask.bool()
+
+    def completion_logits(self, prompt_ids: Sequence[list[int]],
+                          completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, int, torch.Tensor]:
+        """``(logits [B, width, V], width, completion mask)``: the logits each completion token was sampled from.
+
+        Rows that share a prompt (the G samples of one agent in a group) run it once: a forward over
+        the distinct prompts fills a KV cache, each row gets a copy of its prompt's cache, and a
+        second forward runs the completions on top of it; gradients flow through both. Without a
+        repeated prompt, or with gradient checkpointing on (it recomputes layers without a KV cache),
+        this is one :meth:`completion_forward`.
+        """
+        distinct: dict[tuple[int, ...], int] = {}
+        source = [distinct.setdefault(tuple(p), len(distinct)) for p in prompt_ids]
+        checkpointing = self.gradient_checkpointing and torch.is_grad_enabled()
+        if len(distinct) == len(prompt_ids) or len(completion_ids) != len(prompt_ids) or checkpointing:
+            output, width, completion_mask = self.completion_forward(prompt_ids, completion_ids)
+            return output.logits[:, :-1, :], width, completion_mask
+        from transformers import DynamicCache
+
+        firsts = [source.index(u) for u in range(len(distinct))]
+        width = max(1, max(len(c) for c in completion_ids))
+        device = self.device
+        ids, prompt_mask = self._left_pad([prompt_ids[r] for r in firsts])
+        ids, prompt_mask = ids.to(device), prompt_mask.to(device)
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        prompt_out = self.model(input_ids=ids, attention_mask=prompt_mask, position_ids=positions,
+                                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        expand = torch.tensor(source, dtype=torch.long, device=device)
+        logits = prompt_out.logits[:, -1:, :][expand]                  # chose completion token 0
+        completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completion_ids], dtype=torch.long,
+                                       device=device)
+        if width > 1:
+            cache.batch_select_indices(expand)                         # differentiable copy to each row
+            inputs = completion_targets(completion_ids, width, self.pad_id)[:, :-1].to(device)
+            mask = torch.cat([prompt_mask[expand], completion_mask[:, :-1]], dim=1)
+            steps = positions[expand][:, -1:] + 1 + torch.arange(width - 1, device=device)
+            out = self.model(input_ids=inputs, attention_mask=mask, position_ids=steps, past_key_values=cache,
+                                      use_cache=True, logits_to_keep=0)
+            logits = torch.cat([logits, out.logits], dim=1)
+        return logits, width, completion_mask
 
     def completion_forward(self, prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]], *,
                            output_hidden_states: bool = False) -> tuple[Any, int, torch.Tensor]:
@@ -376,6 +429,43 @@ class HFPolicy:
                                 logits_to_keep=1 if output_hidden_states else width + 1,
                                 output_hidden_states=output_hidden_states)
         return output, width, mask[:, -width:]
+
+
+def reserved_cache(room: int):
+    """A transformers ``DynamicCache`` whose layers write each new token into reserved room (sampling only).
+
+    ``DynamicCache`` concatenates every step, copying the whole cache of every layer per token: with
+    long prompts and G rows that copy costs as much as the weights. Here each layer keeps a buffer
+    with ``room`` free positions and hands out views of its filled part; after
+    ``batch_select_indices`` (copying prompts to their rows) the first update moves the cache into
+    a new buffer once. The buffers are written in place, so this cache is for ``no_grad`` decoding.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    class ReservedLayer(DynamicLayer):
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self.buffers = None
+            old = self.get_seq_length()
+            end = old + key_states.shape[-2]
+            buffers = self.buffers
+            if (buffers is None or self.keys.data_ptr() != buffers[0].data_ptr() or end > buffers[0].shape[-2]
+                    or buffers[0].shape[:-2] != key_states.shape[:-2]):
+                shape = (*key_states.shape[:-2], end + room, key_states.shape[-1])
+                buffers = self.buffers = (key_states.new_empty(shape), value_states.new_empty(shape))
+                if old:
+                    buffers[0][..., :old, :] = self.keys
+                    buffers[1][..., :old, :] = self.values
+            buffers[0][..., old:end, :] = key_states
+            buffers[1][..., old:end, :] = value_states
+            self.keys, self.values = buffers[0][..., :end, :], buffers[1][..., :end, :]
+            return self.keys, self.values
+
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = ReservedLayer
+    return cache
 
 
 def completion_targets(completion_ids: Sequence[list[int]], width: int, pad_id: int) -> torch.Tensor:

@@ -124,7 +124,8 @@ class MAGRPOTrainer:
         for agent in self.agents:
             params = team.policy(agent).trainable_parameters(team.adapter(agent))
             lr = (config.agent_learning_rates or {}).get(agent, config.learning_rate)
-            self.optimizers[agent] = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
+            fused = all(p.device.type in ("cpu", "cuda") for p in params)   # one pass over the weights per step
+            self.optimizers[agent] = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay, fused=fused)
             self.schedulers[agent] = get_scheduler(config.lr_scheduler, self.optimizers[agent],
                                                    num_warmup_steps=config.warmup_steps,
                                                    num_training_steps=config.max_steps * env.num_turns)

@@ -1,0 +1,118 @@
+"""HFPolicy's decode loop: shared-prompt prefill, mixed-adapter batches, log-probs that match a re-scoring."""
+import pytest
+import torch
+
+from llm_marl_envs.models import tiny_model
+from trainers.common.policy import HFPolicy, SamplingParams
+from trainers.common.team import Team
+
+CONVERSATIONS = [[{"role": "user", "content": "say 3"}], [{"role": "user", "content": "write a longer line, please"}]]
+
+
+@pytest.fixture()
+def team(one_torch_thread):
+    torch.manual_seed(0)
+    model, tokenizer = tiny_model(seed=0)
+    team = Team.shared_lora(model, tokenizer, 2)
+    with torch.no_grad():                      # make agent_1's adapter differ from the base (LoRA B starts at 0)
+        for name, param in team.policy("agent_0").model.named_parameters():
+            if ".agent_1." in name and "lora_B" in name:
+                param.normal_(0, 0.5)
+    return team
+
+
+def prefill_widths(policy: HFPolicy):
+    """Record the batch size of every forward call of the policy's model."""
+    sizes = []
+    handle = policy.model.register_forward_pre_hook(lambda module, args, kwargs: sizes.append(kwargs["input_ids"].shape),
+                                                    with_kwargs=True)
+    return sizes, handle
+
+
+def test_each_distinct_prompt_is_prefilled_once(team):
+    policy = team.policy("agent_0")
+    sizes, handle = prefill_widths(policy)
+    try:
+        out = policy.generate(CONVERSATIONS, SamplingParams(max_new_tokens=3, temperature=1.0, seed=0),
+                              adapters=["agent_0", "agent_1"], num_samples=4)
+    finally:
+        handle.remove()
+    assert [len(group) for group in out] == [4, 4]
+    assert sizes[0][0] == 2 and sizes[0][1] > 1          # prefill: 2 distinct (prompt, adapter) rows, whole prompts
+    assert all(size == (8, 1) for size in sizes[1:])     # then every one of the 8 rows decodes one token per step
+
+
+def test_greedy_samples_equal_a_single_sample_and_follow_their_adapter(team):
+    policy = team.policy("agent_0")
+    greedy = SamplingParams(max_new_tokens=6, temperature=0)
+    grouped = policy.generate([CONVERSATIONS[0]] * 2, greedy, adapters=["agent_0", "agent_1"], num_samples=3)
+    for adapter, group in zip(("agent_0", "agent_1"), grouped):
+        single = policy.generate([CONVERSATIONS[0]], greedy, adapters=[adapter])[0][0]
+        assert all(g.completion_ids == single.completion_ids for g in group)
+    assert grouped[0][0].completion_ids != grouped[1][0].completion_ids   # the two adapters really differ
+
+
+def test_sampled_logprobs_match_rescoring_under_each_adapter(team):
+    policy = team.policy("agent_0")
+    params = SamplingParams(max_new_tokens=5, temperature=0.7, top_p=0.9, seed=1)
+    out = policy.generate(CONVERSATIONS, params, adapters=["agent_0", "agent_1"], num_samples=3)
+    for adapter, group in zip(("agent_0", "agent_1"), out):
+        with torch.no_grad():
+            logp, mask = policy.token_logprobs([g.prompt_ids for g in group], [g.completion_ids for g in group],
+                                               adapter=adapter, temperature=params.temperature)
+        for row, g in enumerate(group):
+            n = len(g.completion_ids)
+            assert mask[row].sum() == n
+            assert torch.allclose(logp[row, :n], torch.tensor(g.logprobs), atol=1e-4)
+
+
+def test_seeded_sampling_is_reproducible(team):
+    policy = team.policy("agent_0")
+    params = SamplingParams(max_new_tokens=5, temperature=1.0, seed=7)
+    first = policy.generate(CONVERSATIONS, params, num_samples=2)
+    second = policy.generate(CONVERSATIONS, params, num_samples=2)
+    assert [[g.completion_ids for g in group] for group in first] == [[g.completion_ids for g in group] for group in second]
+
+
+def test_shared_prompt_scoring_matches_one_forward_per_row_with_gradients(team):
+    policy = team.policy("agent_0")
+    short, long = (policy.encode(c) for c in CONVERSATIONS)
+    prompts = [short, short, short, long, long]                       # two groups, prompts of different lengths
+    completions = [[18, 19, 20, 21], [22], [23, 24], [25, 26, 27], [28, 29]]
+    params = [p for n, p in policy.model.named_parameters() if ".agent_1." in n]
+
+    def scored(rows):
+        for p in params:
+            p.grad = None
+        logp, mask = policy.token_logprobs([prompts[r] for r in rows], [completions[r] for r in rows],
+                                           adapter="agent_1", temperature=0.7)
+        (logp.sum(-1) * torch.arange(1.0, len(rows) + 1)).sum().backward()
+        return logp.detach(), mask, [p.grad.clone() for p in params]
+
+    shared, mask, shared_grads = scored(range(5))
+    assert mask.sum(-1).tolist() == [4, 1, 2, 3, 2]
+    separate_grads = [torch.zeros_like(p) for p in params]
+    for row in range(5):                                              # a single row never shares its prompt
+        logp, _, grads = scored([row])
+        assert torch.allclose(shared[row, :len(completions[row])], logp[0, :len(completions[row])], atol=1e-5)
+        separate_grads = [total + (row + 1) * g for total, g in zip(separate_grads, grads)]
+    for a, b in zip(shared_grads, separate_grads):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_reserved_cache_returns_what_a_dynamic_cache_returns():
+    from transformers import DynamicCache
+
+    from trainers.common.policy import reserved_cache
+
+    torch.manual_seed(0)
+    reserved, dynamic = reserved_cache(room=2), DynamicCache()
+    steps = [torch.randn(2, 3, 4, 5), torch.randn(2, 3, 1, 5)]
+    for cache in (reserved, dynamic):
+        cache.update(steps[0], steps[0] + 1, 0)
+        cache.batch_select_indices(torch.tensor([0, 0, 1]))          # copy prompts to rows, as the decode loop does
+    for n in range(4):                                                 # outgrows the room: a new buffer, same values
+        token = torch.randn(3, 3, 1, 5)
+        got, want = reserved.update(token, -token, 0), dynamic.update(token, -token, 0)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert reserved.get_seq_length() == dynamic.get_seq_length() == 8
