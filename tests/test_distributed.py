@@ -146,7 +146,7 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradients(tmp_pa
     for plain, checkpointed in zip(plain_grads, checkpointed_grads):
         torch.testing.assert_close(checkpointed, plain, rtol=1e-5, atol=1e-7)
     for plain, checkpointed in zip(plain_shared_grads, checkpointed_shared_grads):   # same math, other summation order
-        torch.testing.assert_close(checkpointed, plain, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(checkpointed, plain, rtol=1e-3, atol=1e-4)
     assert not any(m.training for m in policy.model.modules())          # dropout & co. stay in eval mode
     policy.generate([[{"role": "user", "content": "say 3"}]], policy_sampling())   # sampling still uses the KV cache
 
