@@ -37,8 +37,11 @@ per-sequence KV cache operations, sampler chains):
   waiting sample, so a call with more than ``max_batch`` samples runs as a rolling batch. With
   nobody waiting, the last stream moves into the slot (``llama_memory_seq_cp``): llama.cpp decodes
   consecutive sequence ids as one micro-batch but scattered ones as several.
-* Batching changes the speed, not the tokens: greedy outputs equal one-sequence-at-a-time
-  decoding, and seeded samples do not depend on ``max_batch`` (both are tested).
+* Batching changes the speed, not the model: greedy outputs equal one-sequence-at-a-time decoding
+  and seeded samples do not depend on ``max_batch`` (both tested), up to float rounding — llama.cpp
+  computes a micro-batch of ONE token (a lone sequence's step) with other CPU kernels than one of
+  several, and logits can differ in the last bits, enough to flip a near-tie (measured: 3 of 16
+  greedy debate answers of 64 tokens differ between ``max_batch`` 16 and 1).
 * Memory: the KV cache is allocated up front, ``max_batch * n_ctx`` tokens (f16; 23 KB per token
   for SmolLM2-135M: 0.75 GB at the defaults 8 x 4096).
 * Threads: the free cores (:func:`free_cores`).
