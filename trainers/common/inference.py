@@ -1,7 +1,7 @@
 """Inference-only backends of the :class:`~trainers.common.policy.Policy` protocol, and a factory.
 
 * :class:`LlamaCppPolicy` — llama.cpp on a GGUF file (the default for the embedded SmolLM2-135M).
-  All samples of a call are decoded together in one llama.cpp context (below). On 2 CPU cores a
+  All samples of a call are decoded together in one llama.cpp context (below). On 2 quiet cores a
   2-agent debate runs 1.2-1.8x faster than on the HF backend with the same batching, ~1.4x faster
   than this backend did one prompt at a time (``benchmarks/bench_backends.py``: figures, limits).
 * :class:`OpenAIPolicy` — any OpenAI-compatible ``/v1/chat/completions`` server (vLLM, ollama,
@@ -41,8 +41,9 @@ per-sequence KV cache operations, sampler chains):
 * Batching changes the speed, not the model: greedy outputs equal one-sequence-at-a-time decoding
   and seeded samples do not depend on ``max_batch`` (both tested), up to float rounding — llama.cpp
   computes a micro-batch of ONE token (a lone sequence's step) with other CPU kernels than one of
-  several, and logits can differ in the last bits, enough to flip a near-tie (measured: 3 of 16
-  greedy debate answers of 64 tokens differ between ``max_batch`` 16 and 1).
+  several, and the rounding differences grow through the layers (last-token logits of a debate
+  prompt: up to 0.64 apart, top logit ~29), enough to flip a near-tie (measured: 3 of 16 greedy
+  debate answers of 64 tokens differ between ``max_batch`` 16 and 1).
 * Memory: the KV cache is allocated up front, ``max_batch * n_ctx`` tokens (f16; 23 KB per token
   for SmolLM2-135M: 0.75 GB at the defaults 8 x 4096).
 * Threads: the free cores (:func:`free_cores`).
