@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.common.inference import OpenAIPolicy, ServerUnreachableError, free_cores, load_policy
+from trainers.common.inference import LlamaCppPolicy, OpenAIPolicy, ServerUnreachableError, free_cores, load_policy
 from trainers.common.policy import Policy, SamplingParams
 
 QUESTION = [{"role": "user", "content": "What is 2 + 3? Answer with a number."}]
@@ -153,6 +153,123 @@ def test_llamacpp_policy_generates_seeded_samples():
         assert 0 < g.num_tokens <= 16 and g.prompt_ids and g.finish_reason in ("stop", "length")
     greedy = policy.generate([QUESTION], SamplingParams(max_new_tokens=16, temperature=0.0))
     assert greedy[0][0].text.strip()
+
+
+CONVERSATIONS = [
+    QUESTION,
+    [{"role": "user", "content": "Name a colour."}],
+    [{"role": "system", "content": "You are Agent 1. Be concise."},
+     {"role": "user", "content": "A shop sells 3 pens for 2 dollars. How much do 12 pens cost? Answer in \\boxed{}."}],
+    [{"role": "user", "content": "Write one sentence about the sea."}],
+    [{"role": "user", "content": "What is the capital of France?"}],
+]
+
+
+def check_generations(policy: LlamaCppPolicy, conversations, out, params: SamplingParams, num_samples: int) -> None:
+    """Shape, prompt ids, and the stop / length bookkeeping of every generation."""
+    assert [len(row) for row in out] == [num_samples] * len(conversations)
+    for conversation, row in zip(conversations, out):
+        for g in row:
+            assert g.prompt_ids == policy.prompt_ids(conversation)
+            assert g.logprobs is None and not set(g.completion_ids) & policy._stop_ids
+            assert 0 <= g.num_tokens <= params.max_new_tokens
+            # "length" exactly when the budget ran out; "stop" = an end-of-turn token came first
+            assert (g.finish_reason == "length") == (g.num_tokens == params.max_new_tokens)
+            assert g.text == policy._model.detokenize(g.completion_ids).decode("utf-8", errors="replace")
+
+
+class PeakBatch:
+    """Wraps a policy's batch builder to record the most sequences ever decoded together."""
+
+    def __init__(self, policy: LlamaCppPolicy) -> None:
+        self.peak = 0
+        fill = policy._fill_batch
+
+        def recording(streams):
+            self.peak = max(self.peak, len(streams))
+            return fill(streams)
+
+        policy._fill_batch = recording
+
+
+# Batched and one-at-a-time decoding agree up to float rounding: llama.cpp computes a one-token
+# micro-batch with other kernels than a multi-token one, which can flip a near-tie in the logits.
+# These prompts have none within the tested lengths, so the tokens must be equal.
+@pytest.mark.slow
+@pytest.mark.ci_slow
+def test_llamacpp_batched_greedy_equals_single_sequences_and_splits_big_calls():
+    policy = LlamaCppPolicy(smollm2_gguf(), n_ctx=1024, max_batch=4)
+    peak = PeakBatch(policy)
+    params = SamplingParams(max_new_tokens=12, temperature=0.0)
+    conversations = CONVERSATIONS[:3]
+    batched = policy.generate(conversations, params, num_samples=2)   # 6 sequences > max_batch=4
+    assert peak.peak == 4
+    check_generations(policy, conversations, batched, params, 2)
+    for conversation, row in zip(conversations, batched):
+        alone = policy.generate([conversation], params)[0][0]
+        assert [g.completion_ids for g in row] == [alone.completion_ids] * 2
+        assert {g.finish_reason for g in row} == {alone.finish_reason}
+
+
+@pytest.mark.slow
+def test_llamacpp_batched_sampling_is_valid_and_seeded_independently_of_batching():
+    params = SamplingParams(max_new_tokens=40, temperature=0.8, top_p=0.9, seed=11)
+    wide = LlamaCppPolicy(smollm2_gguf(), n_ctx=1024, max_batch=8)
+    out = wide.generate(CONVERSATIONS, params, num_samples=2)
+    check_generations(wide, CONVERSATIONS, out, params, 2)
+    assert {g.finish_reason for row in out for g in row} == {"stop", "length"}   # both endings occur in one batch
+    ids = [[g.completion_ids for g in row] for row in out]
+    assert ids == [[g.completion_ids for g in row] for row in wide.generate(CONVERSATIONS, params, num_samples=2)]
+    assert any(a != b for a, b in ids)                        # two samples of one prompt: two seeds
+    wide.close()
+    narrow = LlamaCppPolicy(smollm2_gguf(), n_ctx=1024, max_batch=3)       # same seeds, split into other batches
+    peak = PeakBatch(narrow)
+    assert ids == [[g.completion_ids for g in row] for row in narrow.generate(CONVERSATIONS, params, num_samples=2)]
+    assert peak.peak == 3
+
+
+@pytest.mark.slow
+def test_llamacpp_batched_greedy_matches_one_sequence_at_a_time():
+    params = SamplingParams(max_new_tokens=48, temperature=0.0)
+    batched = LlamaCppPolicy(smollm2_gguf(), n_ctx=1024, max_batch=8).generate(CONVERSATIONS, params)
+    single = LlamaCppPolicy(smollm2_gguf(), n_ctx=1024, max_batch=1)
+    peak = PeakBatch(single)
+    assert [[g.completion_ids for g in row] for row in batched] == \
+        [[g.completion_ids for g in row] for row in single.generate(CONVERSATIONS, params)]
+    assert peak.peak == 1
+
+
+@pytest.mark.slow
+def test_llamacpp_policy_rejects_bad_input_and_stays_usable():
+    policy = LlamaCppPolicy(smollm2_gguf(), n_ctx=64, max_batch=2)
+    assert policy.n_ctx >= 64
+    long_question = [{"role": "user", "content": "Count: " + " ".join(str(i) for i in range(200))}]
+    with pytest.raises(ValueError, match=r"prompt 1 of \d+ tokens \+ max_new_tokens=8 exceeds the context"):
+        policy.generate([QUESTION, long_question], SamplingParams(max_new_tokens=8))
+    with pytest.raises(ValueError, match="no LoRA adapters"):
+        policy.generate([QUESTION], SamplingParams(), adapters=["a"])
+    with pytest.raises(ValueError, match="num_samples must be >= 1"):
+        policy.generate([QUESTION], SamplingParams(), num_samples=0)
+    with pytest.raises(ValueError, match="conversation 1 must be a non-empty list"):
+        policy.generate([QUESTION, []], SamplingParams())
+    assert policy.generate([], SamplingParams()) == []
+    out = policy.generate([QUESTION], SamplingParams(max_new_tokens=8, temperature=0.0))
+    assert 0 < out[0][0].num_tokens <= 8
+    policy.close()
+    with pytest.raises(RuntimeError, match="was closed"):
+        policy.generate([QUESTION], SamplingParams(max_new_tokens=8))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"max_batch": 0}, "max_batch must be an int in"),
+    ({"max_batch": 2.5}, "max_batch must be an int in"),
+    ({"n_ctx": 8}, "n_ctx must be an int >= 16"),
+])
+def test_llamacpp_policy_rejects_bad_arguments_before_loading(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        LlamaCppPolicy(smollm2_gguf(), **kwargs)
+    with pytest.raises(ValueError, match="does not exist"):
+        LlamaCppPolicy("/nonexistent/model.gguf")
 
 
 @pytest.mark.slow
