@@ -317,6 +317,24 @@ def place_team(team: Team, agents: Sequence[str], agent_devices: Mapping[str, st
     return placed
 
 
+def prepare_training(config: ScalingConfig, team: Team, agents: Sequence[str], batch_size: int, batch_field: str,
+                     accelerator: Accelerator | None = None) -> DataParallel:
+    """The scale-out set-up both trainers share: accelerator, process group, device placement, checkpointing.
+
+    ``batch_size`` is the trainer's global batch (``batch_field`` names its config field); it must
+    give every launched process at least one item.
+    """
+    dp = DataParallel(build_accelerator(config, accelerator))
+    if batch_size < dp.num_processes:
+        raise ValueError(f"{batch_field}={batch_size} is global (split over the processes) and must be >= the "
+                         f"{dp.num_processes} processes launched; raise {batch_field} or launch fewer processes")
+    place_team(team, agents, config.agent_devices, dp.device, dp.num_processes)
+    if config.gradient_checkpointing:
+        for policy in team.policies():
+            policy.enable_gradient_checkpointing()
+    return dp
+
+
 def _check_available(device: str) -> None:
     parsed = torch.device(parse_device(device))
     if parsed.type != "cuda":

@@ -25,7 +25,6 @@ processes make the update one process would make on the whole batch.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -40,7 +39,7 @@ from transformers import get_scheduler
 from llm_marl_envs.core import TextEnv
 
 from ..common.checkpoint import latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
-from ..common.distributed import DataParallel, build_accelerator, place_team
+from ..common.distributed import prepare_training
 from ..common.logging import MetricsLogger
 from ..common.policy import HFPolicy, SamplingParams
 from ..common.rollout import Expansion, RolloutEngine
@@ -104,15 +103,8 @@ class MAGRPOTrainer:
             if config.kl_coef > 0 and not policy.is_peft:
                 raise ValueError(f"kl_coef={config.kl_coef} needs a LoRA policy (the reference is the base with the "
                                  f"adapter disabled); {agent} is fully fine-tuned: set kl_coef=0 or use LoRA")
-        self.accelerator = build_accelerator(config, accelerator)
-        self.dp = DataParallel(self.accelerator)
-        if config.prompts_per_step < self.dp.num_processes:
-            raise ValueError(f"prompts_per_step={config.prompts_per_step} is the global number of tasks per step and must "
-                             f"be >= the {self.dp.num_processes} processes launched; raise prompts_per_step or launch fewer")
-        place_team(team, self.agents, config.agent_devices, self.dp.device, self.dp.num_processes)
-        if config.gradient_checkpointing:
-            for policy in team.policies():
-                policy.enable_gradient_checkpointing()
+        self.dp = prepare_training(config, team, self.agents, config.prompts_per_step, "prompts_per_step", accelerator)
+        self.accelerator = self.dp.accelerator
         set_seed(config.seed, device_specific=True)     # sampling noise differs per process
         self.sampling = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                                        top_p=config.top_p)

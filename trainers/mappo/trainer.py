@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from llm_marl_envs.core import render_messages
 from trainers.common.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint
-from trainers.common.distributed import DataParallel, build_accelerator, place_team
+from trainers.common.distributed import prepare_training
 from trainers.common.episode import Episode
 from trainers.common.logging import MetricsLogger
 from trainers.common.policy import SamplingParams
@@ -121,15 +121,8 @@ class MAPPOTrainer:
                                  "MAPPO needs HF policies (Team.shared_lora or Team.separate)")
         if config.future_mean == "others" and len(self.agents) < 2:
             raise ValueError("future_mean='others' needs at least 2 agents; use future_mean='all'")
-        self.accelerator = build_accelerator(config, accelerator)
-        self.dp = DataParallel(self.accelerator)
-        if config.episodes_per_step < self.dp.num_processes:
-            raise ValueError(f"episodes_per_step={config.episodes_per_step} is the global number of episodes per step and "
-                             f"must be >= the {self.dp.num_processes} processes launched; raise it or launch fewer")
-        place_team(team, self.agents, config.agent_devices, self.dp.device, self.dp.num_processes)
-        if config.gradient_checkpointing:
-            for policy in team.policies():
-                policy.enable_gradient_checkpointing()
+        self.dp = prepare_training(config, team, self.agents, config.episodes_per_step, "episodes_per_step", accelerator)
+        self.accelerator = self.dp.accelerator
         self.verifier = verifier if verifier is not None else self._load_verifier()
 
         torch.manual_seed(config.seed)
