@@ -367,4 +367,4 @@ def _split(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tenso
     return [chunk.view_as(t) for chunk, t in zip(torch.split(flat, [t.numel() for t in like]), like)]
 
 
-__all__ = ["DataParallel", "build_accelerator", "place_team", "shard", "merge_reports", "SHARDING_ENGINES"]
+__all__ = ["DataParallel", "build_accelerator", "place_team", "prepare_training", "shard", "merge_reports", "SHARDING_ENGINES"]

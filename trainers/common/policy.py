@@ -8,7 +8,7 @@ A backend that can also score tokens (the HF policy, used for training) fills in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Hashable, Protocol, Sequence, runtime_checkable
 
 Message = dict[str, str]          # {"role": "system"|"user"|"assistant", "content": str}
 Conversation = list[Message]
@@ -270,9 +270,7 @@ class HFPolicy:
         """
         from transformers.generation.logits_process import TopPLogitsWarper
 
-        distinct: dict[tuple, int] = {}
-        source = [distinct.setdefault((tuple(p), a), len(distinct)) for p, a in zip(prompts, adapters)]
-        firsts = [source.index(u) for u in range(len(distinct))]        # first row of each distinct prompt
+        source, firsts = shared_rows([(tuple(p), a) for p, a in zip(prompts, adapters)])
         ids, mask = self._left_pad([prompts[r] for r in firsts])
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit is not None and ids.shape[1] + params.max_new_tokens > limit:
@@ -373,15 +371,13 @@ class HFPolicy:
         repeated prompt, or with gradient checkpointing on (it recomputes layers without a KV cache),
         this is one :meth:`completion_forward`.
         """
-        distinct: dict[tuple[int, ...], int] = {}
-        source = [distinct.setdefault(tuple(p), len(distinct)) for p in prompt_ids]
+        source, firsts = shared_rows([tuple(p) for p in prompt_ids])
         checkpointing = self.gradient_checkpointing and torch.is_grad_enabled()
-        if len(distinct) == len(prompt_ids) or len(completion_ids) != len(prompt_ids) or checkpointing:
+        if len(firsts) == len(prompt_ids) or len(completion_ids) != len(prompt_ids) or checkpointing:
             output, width, completion_mask = self.completion_forward(prompt_ids, completion_ids)
             return output.logits[:, :-1, :], width, completion_mask
         from transformers import DynamicCache
 
-        firsts = [source.index(u) for u in range(len(distinct))]
         width = max(1, max(len(c) for c in completion_ids))
         device = self.device
         ids, prompt_mask = self._left_pad([prompt_ids[r] for r in firsts])
@@ -389,7 +385,7 @@ class HFPolicy:
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         prompt_out = self.model(input_ids=ids, attention_mask=prompt_mask, position_ids=positions,
-                                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+                                past_key_values=cache, use_cache=True, logits_to_keep=1)
         expand = torch.tensor(source, dtype=torch.long, device=device)
         logits = prompt_out.logits[:, -1:, :][expand]                  # chose completion token 0
         completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completion_ids], dtype=torch.long,
@@ -400,7 +396,7 @@ class HFPolicy:
             mask = torch.cat([prompt_mask[expand], completion_mask[:, :-1]], dim=1)
             steps = positions[expand][:, -1:] + 1 + torch.arange(width - 1, device=device)
             out = self.model(input_ids=inputs, attention_mask=mask, position_ids=steps, past_key_values=cache,
-                                      use_cache=True, logits_to_keep=0)
+                             use_cache=True, logits_to_keep=0)
             logits = torch.cat([logits, out.logits], dim=1)
         return logits, width, completion_mask
 
@@ -429,6 +425,22 @@ class HFPolicy:
                                 logits_to_keep=1 if output_hidden_states else width + 1,
                                 output_hidden_states=output_hidden_states)
         return output, width, mask[:, -width:]
+
+
+def shared_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:
+    """Rows that share a key (a prompt, or a prompt and its adapter): ``(source, firsts)``.
+
+    ``source[row]`` is the index of the row's distinct key and ``firsts[u]`` the first row holding
+    distinct key ``u``, so a computation over ``[rows[r] for r in firsts]`` expands back with ``[source]``.
+    """
+    index: dict[Hashable, int] = {}
+    source, firsts = [], []
+    for row, key in enumerate(keys):
+        if key not in index:
+            index[key] = len(firsts)
+            firsts.append(row)
+        source.append(index[key])
+    return source, firsts
 
 
 def reserved_cache(room: int):

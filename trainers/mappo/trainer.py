@@ -95,10 +95,6 @@ def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True)
 
 
-def _mask(rows: Sequence[torch.Tensor]) -> torch.Tensor:
-    return _pad([torch.ones(len(r)) for r in rows])
-
-
 def _step_seed(seed: int, step: int, salt: int = 0, process: int = 0) -> int:
     """A deterministic 31-bit seed for ``(seed, step, salt)`` (and the process index, when not the main one)."""
     entropy = [seed, step, salt] + ([process] if process else [])
