@@ -43,34 +43,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # spinning OpenMP workers collapse on a shared CPU
 
+from trainers.common.distributed import local_launch_command  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    """A free local TCP port for the launcher's rendezvous."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_launch(num_processes: int, threads: int, args: argparse.Namespace, out: Path) -> dict:
     """``accelerate launch`` this script in worker mode on ``num_processes`` processes; returns the main's report."""
-    multi = ["--multi_gpu"] if num_processes > 1 else []     # torchrun; on a GPU-less machine the processes use gloo
-    command = [sys.executable, "-m", "accelerate.commands.launch", *multi, "--num_processes", str(num_processes),
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               "--main_process_port", str(free_port()), __file__, "--worker", str(out),
-               "--model", args.model, "--env", args.env, "--steps", str(args.steps), "--warmup", str(args.warmup),
-               "--prompts-per-step", str(args.prompts_per_step), "--num-generations", str(args.num_generations),
-               "--max-new-tokens", str(args.max_new_tokens), "--num-turns", str(args.num_turns), "--seed", str(args.seed)]
+    command = local_launch_command(
+        num_processes, __file__, "--worker", str(out),
+        "--model", args.model, "--env", args.env, "--steps", str(args.steps), "--warmup", str(args.warmup),
+        "--prompts-per-step", str(args.prompts_per_step), "--num-generations", str(args.num_generations),
+        "--max-new-tokens", str(args.max_new_tokens), "--num-turns", str(args.num_turns), "--seed", str(args.seed))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -94,11 +85,12 @@ def worker(args: argparse.Namespace) -> None:
     env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="train")
     out = Path(args.worker)
     config = MAGRPOConfig(num_generations=args.num_generations, max_new_tokens=args.max_new_tokens,
-                          prompts_per_step=args.prompts_per_step, micro_batch_size=16, max_steps=args.warmup,
+                          prompts_per_step=args.prompts_per_step, micro_batch_size=16, max_steps=max(1, args.warmup),
                           learning_rate=1e-5, eval_tasks=4, output_dir=str(out / "run"), report_to=("jsonl",),
                           progress=False, seed=args.seed)
     trainer = MAGRPOTrainer(env, team, config)
-    trainer.train()                                   # warm-up: first-call overheads, caches
+    if args.warmup:
+        trainer.train()                               # warm-up: first-call overheads, caches
     trainer.config.max_steps = args.warmup + args.steps
     trainer.dp.barrier()
     started = time.perf_counter()
@@ -127,6 +119,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.steps < 1 or args.warmup < 0:
+        parser.error(f"--steps must be >= 1 and --warmup >= 0, got {args.steps} and {args.warmup}")
     if args.worker is not None:
         worker(args)
         return

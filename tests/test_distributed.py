@@ -6,9 +6,7 @@ this GPU-less machine the trainers join the processes with the gloo backend) on 
 import json
 import os
 import pickle
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from tests.ddp_worker import build_mappo, build_trainer, mappo_trainable, run_ma
 from tests.toy_env import SayNumberEnv
 from trainers.common import Team
 from trainers.common.checkpoint import load_checkpoint, rng_state, save_checkpoint
-from trainers.common.distributed import build_accelerator, merge_reports, place_team, shard
+from trainers.common.distributed import build_accelerator, local_launch_command, merge_reports, place_team, shard
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig
 
@@ -206,17 +204,9 @@ def test_checkpoints_hold_every_process_rng_and_each_process_gets_its_own_back(t
 
 
 # ----------------------------------------------------------------------------- 2 real processes
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def launch(out: Path, *jobs: str) -> None:
     """``accelerate launch --multi_gpu --num_processes 2 tests/ddp_worker.py OUT JOBS`` (gloo on this machine)."""
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               "--main_process_port", str(free_port()), str(ROOT / "tests" / "ddp_worker.py"), str(out), *jobs]
+    command = local_launch_command(2, str(ROOT / "tests" / "ddp_worker.py"), str(out), *jobs)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import sys
 from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 import torch
@@ -335,6 +337,22 @@ def prepare_training(config: ScalingConfig, team: Team, agents: Sequence[str], b
     return dp
 
 
+def local_launch_command(num_processes: int, script: str, *script_args: str) -> list[str]:
+    """``accelerate launch`` of ``script`` on ``num_processes`` processes of this machine, as an argv list.
+
+    Uses ``--multi_gpu`` (torchrun) even without GPUs: the trainers' ``Accelerator(cpu=True)`` then
+    joins the processes with gloo, whereas accelerate's ``--cpu`` multi-process mode needs MPI and
+    silently runs one process without it. The rendezvous port is a free local one.
+    """
+    multi = ["--multi_gpu"] if num_processes > 1 else []
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return [sys.executable, "-m", "accelerate.commands.launch", *multi, "--num_processes", str(num_processes),
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", str(port), script, *script_args]
+
+
 def _check_available(device: str) -> None:
     parsed = torch.device(parse_device(device))
     if parsed.type != "cuda":
@@ -367,4 +385,4 @@ def _split(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tenso
     return [chunk.view_as(t) for chunk, t in zip(torch.split(flat, [t.numel() for t in like]), like)]
 
 
-__all__ = ["DataParallel", "build_accelerator", "place_team", "prepare_training", "shard", "merge_reports", "SHARDING_ENGINES"]
+__all__ = ["DataParallel", "build_accelerator", "place_team", "prepare_training", "local_launch_command", "shard", "merge_reports", "SHARDING_ENGINES"]
