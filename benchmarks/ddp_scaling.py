@@ -9,6 +9,7 @@ step costs (rollouts, losses, gradient all-reduce, logging) is.
 
     flock /work/cpu.lock python benchmarks/ddp_scaling.py                      # SmolLM2-135M
     python benchmarks/ddp_scaling.py --model tiny --steps 4                    # a 2-layer random model, quick
+    python benchmarks/ddp_scaling.py --fsdp                                    # 2 processes sharding the team (FSDP2)
 
 The last line is ``ratio=<2-process steps/s / 1-process steps/s>``.
 
@@ -43,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import tempfile
 import time
@@ -61,7 +63,8 @@ def run_launch(num_processes: int, threads: int, args: argparse.Namespace, out: 
         num_processes, __file__, "--worker", str(out),
         "--model", args.model, "--env", args.env, "--steps", str(args.steps), "--warmup", str(args.warmup),
         "--prompts-per-step", str(args.prompts_per_step), "--num-generations", str(args.num_generations),
-        "--max-new-tokens", str(args.max_new_tokens), "--num-turns", str(args.num_turns), "--seed", str(args.seed))
+        "--max-new-tokens", str(args.max_new_tokens), "--num-turns", str(args.num_turns), "--seed", str(args.seed),
+        *(["--fsdp"] if args.fsdp else []))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -87,7 +90,7 @@ def worker(args: argparse.Namespace) -> None:
     config = MAGRPOConfig(num_generations=args.num_generations, max_new_tokens=args.max_new_tokens,
                           prompts_per_step=args.prompts_per_step, micro_batch_size=16, max_steps=max(1, args.warmup),
                           learning_rate=1e-5, eval_tasks=4, output_dir=str(out / "run"), report_to=("jsonl",),
-                          progress=False, seed=args.seed)
+                          progress=False, seed=args.seed, fsdp=args.fsdp)
     trainer = MAGRPOTrainer(env, team, config)
     if args.warmup:
         trainer.train()                               # warm-up: first-call overheads, caches
@@ -97,11 +100,13 @@ def worker(args: argparse.Namespace) -> None:
     history = trainer.train()
     trainer.dp.barrier()
     elapsed = time.perf_counter() - started
+    peak_mib = max(trainer.dp.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))   # Linux: KiB
     if trainer.dp.is_main:
         report = {"num_processes": trainer.dp.num_processes, "threads": torch.get_num_threads(), "steps": args.steps,
                   "seconds": elapsed, "steps_per_s": args.steps / elapsed,
                   "rollout_s": sum(h["rollout_s"] for h in history) / len(history),
-                  "tokens_per_s": sum(h["tokens_per_s"] for h in history) / len(history)}
+                  "tokens_per_s": sum(h["tokens_per_s"] for h in history) / len(history), "peak_rss_mib": peak_mib,
+                  "sharded": trainer.dp.sharded}
         (out / "report.json").write_text(json.dumps(report))
 
 
@@ -117,6 +122,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--num-turns", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fsdp", action="store_true",
+                        help="shard the 2-process run's weights, gradients and optimizer states (FSDP2)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps < 1 or args.warmup < 0:
@@ -140,7 +147,8 @@ def main() -> None:
         results[num_processes] = report
         print(f"{num_processes} process(es) x {report['threads']} thread(s): {report['steps_per_s']:.4f} steps/s "
               f"({report['seconds']:.1f} s for {report['steps']} steps; rollout {report['rollout_s']:.1f} s/step, "
-              f"{report['tokens_per_s']:.0f} tok/s)", flush=True)
+              f"{report['tokens_per_s']:.0f} tok/s; peak RSS {report['peak_rss_mib']:.0f} MiB per process"
+              f"{', sharded (FSDP2)' if report['sharded'] else ''})", flush=True)
     print(f"ratio={results[2]['steps_per_s'] / results[1]['steps_per_s']:.3f}")
 
 

@@ -6,7 +6,8 @@ Jobs run in order, each with a fresh trainer on the same tiny model and toy env:
 
 - ``update``: one ``MAGRPOTrainer.update`` on the pre-collected batch ``OUT/batch.pkl`` (tree roots),
   each process taking its shard of the roots; writes ``OUT/update-rank<r>.pt`` (gradients left by
-  the update, trainable weights, fingerprint).
+  the update, trainable weights, fingerprint). ``fsdp-update``: the same with the weights sharded
+  (``fsdp=True``), into ``OUT/fsdp-update-rank<r>.pt``; ``fsdp-train`` / ``fsdp-resume`` likewise.
 - ``train:NAME:STEPS``: train ``STEPS`` steps into ``OUT/NAME`` (checkpoint every step);
   ``resume:NAME:STEPS`` continues ``OUT/NAME`` from its latest checkpoint. Both write
   ``OUT/NAME/rank<r>.json`` (weights fingerprint, tasks this process collected) and, on the main
@@ -26,10 +27,12 @@ import sys
 from pathlib import Path
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from llm_marl_envs.models import tiny_model
 from tests.toy_env import SayNumberEnv
 from trainers.common import Team
+from trainers.common.sharding import full_tensor
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 
@@ -132,24 +135,30 @@ def run_mappo_update(out: Path, batch_file: Path) -> dict:
             "advantages": [r.advantages for r in responses], "num_processes": trainer.dp.num_processes, "stats": stats}
 
 
-def run_update(out: Path, batch_file: Path) -> dict:
-    """One update on this process's shard of the pre-collected roots; returns what it left."""
-    trainer = build_trainer(out / "update-run", max_steps=1)
+def run_update(out: Path, batch_file: Path, fsdp: bool = False) -> dict:
+    """One update on this process's shard of the pre-collected roots; returns what it left (whole tensors)."""
+    trainer = build_trainer(out / ("fsdp-update-run" if fsdp else "update-run"), max_steps=1, fsdp=fsdp)
     roots = pickle.loads(batch_file.read_bytes())
     trainer.update(trainer.dp.shard(roots))
     weights = trainable(trainer)
     named = adapter_parameters(trainer.team.policy("agent_0").model, trainer.agents)
-    return {"gradients": gradients(named), "weights": weights, "fingerprint": trainer.dp.fingerprint(weights.values()),
-            "num_processes": trainer.dp.num_processes, "roots": len(trainer.dp.shard(roots))}
+    grads = {name: full_tensor(g) for name, g in gradients(named).items()}
+    return {"gradients": grads, "weights": weights, "fingerprint": trainer.dp.fingerprint(weights.values()),
+            "num_processes": trainer.dp.num_processes, "roots": len(trainer.dp.shard(roots)),
+            "sharded": sorted(name for name, p in named.items() if isinstance(p, DTensor)),
+            "local_numel": sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in named.values()),
+            "numel": sum(p.numel() for p in named.values())}
 
 
-def run_training(out: Path, name: str, steps: int, resume: bool) -> None:
+def run_training(out: Path, name: str, steps: int, resume: bool, fsdp: bool = False) -> None:
     """Train (or resume) ``OUT/NAME`` to ``steps``; write this process's report."""
-    trainer = build_trainer(out / name, max_steps=steps, resume=resume)
+    trainer = build_trainer(out / name, max_steps=steps, resume=resume, fsdp=fsdp)
     trainer.train()
     weights = trainable(trainer)
+    evaluation = trainer.evaluate()                  # the 2 held-out tasks, one per process
     report = {"rank": trainer.dp.rank, "num_processes": trainer.dp.num_processes, "step": trainer.step,
-              "fingerprint": trainer.dp.fingerprint(weights.values()), "tasks": getattr(trainer, "collected", [])}
+              "fingerprint": trainer.dp.fingerprint(weights.values()), "tasks": getattr(trainer, "collected", []),
+              "eval_rewards": evaluation["rewards"]}
     (out / name / f"rank{trainer.dp.rank}.json").write_text(json.dumps(report))
     if trainer.dp.is_main:
         torch.save(weights, out / name / "weights.pt")
@@ -168,9 +177,9 @@ def run_mappo_training(out: Path, name: str, steps: int) -> None:
 def main() -> None:
     out, jobs = Path(sys.argv[1]), sys.argv[2:]
     for job in jobs:
-        if job == "update":
-            result = run_update(out, out / "batch.pkl")
-            torch.save(result, out / f"update-rank{rank()}.pt")
+        if job in ("update", "fsdp-update"):
+            result = run_update(out, out / "batch.pkl", fsdp=job == "fsdp-update")
+            torch.save(result, out / f"{job}-rank{rank()}.pt")
         elif job == "mappo-update":
             result = run_mappo_update(out, out / "mappo-batch.pkl")
             torch.save(result, out / f"mappo-update-rank{rank()}.pt")
@@ -178,8 +187,8 @@ def main() -> None:
             _, name, steps = job.split(":")
             run_mappo_training(out, name, int(steps))
         else:
-            kind, name, steps = job.split(":")
-            run_training(out, name, int(steps), resume=kind == "resume")
+            kind, name, steps = job.split(":")       # train, resume, fsdp-train or fsdp-resume
+            run_training(out, name, int(steps), resume=kind.endswith("resume"), fsdp=kind.startswith("fsdp-"))
 
 
 if __name__ == "__main__":

@@ -11,13 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from accelerate.utils import DistributedType
+from safetensors.torch import load_file
 
 from llm_marl_envs.models import tiny_model
 from tests.ddp_worker import build_mappo, build_trainer, mappo_trainable, run_mappo_update, run_update, strip_envs, trainable
 from tests.toy_env import SayNumberEnv
 from trainers.common import Team
 from trainers.common.checkpoint import load_checkpoint, rng_state, save_checkpoint
-from trainers.common.distributed import build_accelerator, local_launch_command, merge_reports, place_team, shard
+from trainers.common.distributed import (DataParallel, build_accelerator, local_launch_command, merge_reports, place_team,
+                                        shard)
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig
 
@@ -31,6 +34,8 @@ def test_scaling_fields_are_validated_with_the_fix_in_the_message(config_cls):
         config_cls(mixed_precision="fp8")
     with pytest.raises(ValueError, match="gradient_checkpointing must be true or false"):
         config_cls(gradient_checkpointing="yes")
+    with pytest.raises(ValueError, match="fsdp must be true or false"):
+        config_cls(fsdp="yes")
     with pytest.raises(ValueError, match=r"agent_devices\['agent_1'\] = 'gpu1' is not a device; use 'cpu', 'cuda' or 'cuda:N'"):
         config_cls(agent_devices={"agent_0": "cpu", "agent_1": "gpu1"})
     with pytest.raises(ValueError, match="device type 'meta' is not supported"):
@@ -55,6 +60,36 @@ def test_fp16_and_launch_precision_mismatch_are_refused(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- work split and metrics
+@pytest.mark.parametrize("engine, fsdp_version, match", [
+    (DistributedType.DEEPSPEED, None, "owns one optimizer per model.*--fsdp_version 2"),
+    (DistributedType.MEGATRON_LM, None, "owns one optimizer per model"),
+    (DistributedType.FSDP, 1, "FSDP version 1.*--fsdp_version 2"),
+])
+def test_launches_the_trainers_cannot_honour_are_refused_with_the_supported_ones_named(engine, fsdp_version, match):
+    from types import SimpleNamespace
+
+    launched = SimpleNamespace(distributed_type=engine, state=SimpleNamespace(fsdp_plugin=SimpleNamespace(fsdp_version=fsdp_version)),
+                               num_processes=1, gradient_accumulation_steps=1)
+    with pytest.raises(ValueError, match=match):
+        DataParallel(launched)
+
+
+def test_fsdp_in_one_process_trains_unsharded_and_mappo_refuses_fsdp(tmp_path, one_torch_thread):
+    trainer = build_trainer(tmp_path / "magrpo", max_steps=1, fsdp=True)
+    assert trainer.config.fsdp and not trainer.dp.sharded          # nothing to shard over one process
+    before = {n: t.clone() for n, t in trainable(trainer).items()}
+    trainer.train()
+    after = trainable(trainer)
+    assert any(not torch.equal(after[n], t) for n, t in before.items())
+    assert not any(type(p).__name__ == "DTensor" for p in trainer.team.policy("agent_0").model.parameters())
+    with pytest.raises(ValueError, match="MAPPOTrainer does not shard"):
+        from trainers.mappo import MAPPOTrainer
+
+        model, tokenizer = tiny_model(seed=0)
+        MAPPOTrainer(SayNumberEnv(num_turns=1), Team.shared_lora(model, tokenizer, 2),
+                     MAPPOConfig(fsdp=True, output_dir=str(tmp_path / "mappo"), progress=False))
+
+
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 10])
 @pytest.mark.parametrize("num_processes", [1, 2, 3, 4])
 def test_shards_are_contiguous_balanced_and_cover_the_global_batch(n, num_processes):
@@ -254,8 +289,9 @@ def launched(tmp_path_factory):
         mappo_whole = {"initial": mappo_trainable(mappo), **run_mappo_update(out, out / "mappo-batch.pkl")}
     finally:
         torch.set_num_threads(previous)
-    launch(out, "update", "mappo-update", "train:straight:3", "train:resumed:1", "mappo-train:mappo:1")
-    launch(out, "resume:resumed:3")
+    launch(out, "update", "mappo-update", "train:straight:3", "train:resumed:1", "mappo-train:mappo:1",
+           "fsdp-update", "fsdp-train:fsdp-straight:3", "fsdp-train:fsdp-resumed:1")
+    launch(out, "resume:resumed:3", "fsdp-resume:fsdp-resumed:3")
     return out, whole, mappo_whole
 
 
@@ -313,3 +349,39 @@ def test_mappo_on_two_processes_matches_one_process_and_stays_identical(launched
     trained = reports(out / "mappo")
     assert [r["num_processes"] for r in trained] == [2, 2] and trained[0]["fingerprint"] == trained[1]["fingerprint"]
     assert trained[0]["history"] == trained[1]["history"]               # one merged record per step on every process
+
+
+@pytest.mark.slow
+@pytest.mark.ci_slow
+def test_magrpo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
+    out, whole, _ = launched
+    split = [torch.load(out / f"fsdp-update-rank{r}.pt", weights_only=False) for r in range(2)]
+
+    # 1. every LoRA weight is a DTensor of which each process holds about half
+    assert split[0]["sharded"] == sorted(whole["gradients"]) and len(split[0]["sharded"]) == 56
+    assert [s["numel"] for s in split] == [whole_numel := sum(w.numel() for w in whole["weights"].values())] * 2
+    assert sum(s["local_numel"] for s in split) == whole_numel and max(s["local_numel"] for s in split) < 0.6 * whole_numel
+
+    # 2. one update on the fixed batch (2 trees + 1 tree) with sharded weights = the whole-batch update in one process
+    assert [s["roots"] for s in split] == [2, 1]
+    assert_same_update(split[0], whole, weight_atol=1e-4)
+
+    # 3. training: rollouts on gathered weights, lockstep losses, evaluation, checkpoints of whole tensors
+    straight = reports(out / "fsdp-straight")
+    assert [r["step"] for r in straight] == [3, 3]
+    assert [len(t) for t in straight[0]["tasks"]] == [2, 2, 2] and [len(t) for t in straight[1]["tasks"]] == [1, 1, 1]
+    assert straight[0]["eval_rewards"] == straight[1]["eval_rewards"] and len(straight[0]["eval_rewards"]) == 2
+    metrics = [json.loads(line) for line in (out / "fsdp-straight" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    saved = load_file(str(out / "fsdp-straight" / "checkpoints" / "step-000003" / "agents" / "agent_0.safetensors"))
+    final = torch.load(out / "fsdp-straight" / "weights.pt")
+    assert {n: t.shape for n, t in saved.items()} == {n.split("/", 1)[1]: t.shape for n, t in final.items()
+                                                      if n.startswith("agent_0/")}
+    assert any(not torch.equal(t, whole["initial"][n]) for n, t in final.items())
+
+    # 4. resumed from step 1 under the same launch: the same tasks and the same final weights
+    resumed = reports(out / "fsdp-resumed")
+    assert resumed[0]["tasks"] == straight[0]["tasks"][1:] and resumed[1]["tasks"] == straight[1]["tasks"][1:]
+    final_resumed = torch.load(out / "fsdp-resumed" / "weights.pt")
+    for name, weight in final.items():
+        torch.testing.assert_close(final_resumed[name], weight, rtol=0, atol=1e-7, msg=name)

@@ -9,7 +9,8 @@ Layout of ``<output_dir>/checkpoints/step-000012/``::
 
 A checkpoint is written to a hidden temp dir and renamed into place, so a crash at any
 moment leaves the previous checkpoint intact and never a half-written one. In a multi-process
-run only the main process writes (the replicas' weights and optimizer states are identical);
+run only the main process writes (the replicas' weights and optimizer states are identical;
+sharded ones are gathered whole first, so the files are the same either way);
 ``rng`` holds the main process's RNG states and ``process_rng`` those of every process, so a
 run resumed under the same launch gives every process its own sampling stream back.
 """
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from .sharding import shard_optimizer_state
 from .team import Team
 
 PREFIX = "step-"
@@ -76,21 +78,27 @@ def resolve_checkpoint(resume: str | os.PathLike, output_dir: str | os.PathLike)
 
 def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimizers: Mapping[str, Any],
                     schedulers: Mapping[str, Any], config: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
-                    process_rng: Sequence[Mapping[str, Any]] | None = None) -> Path:
+                    process_rng: Sequence[Mapping[str, Any]] | None = None,
+                    tensors: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None) -> Path:
     """Write checkpoint ``step`` atomically (temp dir + rename) and return its path.
 
     ``process_rng``: the RNG states of every process of a multi-process run, in process order
-    (``DataParallel.rng_states()``); by default, this process's.
+    (``DataParallel.rng_states()``); by default, this process's. ``tensors``: ``(weights per agent,
+    optimizer state per agent)`` already gathered (``DataParallel.checkpoint_tensors``, needed when the
+    weights are sharded); by default they are read from ``team`` and ``optimizers``.
     """
+    if tensors is None:
+        tensors = ({agent: team.policy(agent).trainable_state_dict(team.adapter(agent)) for agent in optimizers},
+                   {agent: optimizer.state_dict() for agent, optimizer in optimizers.items()})
+    weights, optimizer_states = tensors
     target = checkpoint_dir(output_dir, step)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}.", dir=target.parent))
     try:
         (tmp / "agents").mkdir()
         for agent in optimizers:
-            state = team.policy(agent).trainable_state_dict(team.adapter(agent))
-            save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "agents" / f"{agent}.safetensors"))
-        torch.save({a: o.state_dict() for a, o in optimizers.items()}, tmp / "optimizers.pt")
+            save_file({k: v.contiguous() for k, v in weights[agent].items()}, str(tmp / "agents" / f"{agent}.safetensors"))
+        torch.save(dict(optimizer_states), tmp / "optimizers.pt")
         torch.save({a: s.state_dict() for a, s in schedulers.items()}, tmp / "schedulers.pt")
         process_rng = list(process_rng) if process_rng is not None else [rng_state()]
         torch.save({"step": step, "rng": process_rng[0], "process_rng": process_rng, "extra": dict(extra or {})},
@@ -124,7 +132,7 @@ def load_checkpoint(path: str | os.PathLike, team: Team, optimizers: Mapping[str
     for name, objects in (("optimizers.pt", optimizers), ("schedulers.pt", schedulers)):
         states = torch.load(path / name, weights_only=False)
         for agent, obj in objects.items():
-            obj.load_state_dict(states[agent])
+            obj.load_state_dict(shard_optimizer_state(obj, states[agent]) if name == "optimizers.pt" else states[agent])
     state = torch.load(path / "trainer_state.pt", weights_only=False)
     process_rng = state.get("process_rng", [state["rng"]])
     if len(process_rng) == num_processes:

@@ -25,6 +25,9 @@ class ScalingConfig:
         agent_devices: ``{agent: device}`` to put agents on different devices in ONE process
             (e.g. ``{"agent_0": "cuda:0", "agent_1": "cuda:1"}``); needs one model per agent
             (``Team.separate``). Agents not listed use the process's device.
+        fsdp: shard every policy's weights, gradients and optimizer states over the launched
+            processes with torch FSDP2 (each process holds 1/N); implied by an
+            ``accelerate launch --use_fsdp --fsdp_version 2``. MAGRPO only.
     """
 
     mixed_precision: str = field(default="no", metadata={
@@ -38,11 +41,16 @@ class ScalingConfig:
                 "agent (Team.separate): agents sharing a base (Team.shared_lora) must share its device. Unlisted agents "
                 "use the process's device. Not combinable with several processes per machine."})
 
+    fsdp: bool = field(default=False, metadata={
+        "help": "Shard weights, gradients and AdamW states over the launched processes with FSDP2 (torch fully_shard); "
+                "rollouts gather the full weights once per step. Needs >= 2 processes to do anything; MAGRPO only."})
+
     def __post_init__(self) -> None:
         if self.mixed_precision not in MIXED_PRECISION:
             raise ValueError(f"mixed_precision must be one of {MIXED_PRECISION}, got {self.mixed_precision!r}")
-        if not isinstance(self.gradient_checkpointing, bool):
-            raise ValueError(f"gradient_checkpointing must be true or false, got {self.gradient_checkpointing!r}")
+        for name in ("gradient_checkpointing", "fsdp"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.agent_devices is not None:
             if not isinstance(self.agent_devices, dict) or not self.agent_devices:
                 raise ValueError(f"agent_devices must be a non-empty mapping {{agent: device}} (or None), "

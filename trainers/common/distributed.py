@@ -35,14 +35,27 @@ Why an explicit all-reduce rather than wrapping the models in DDP:
 - the arithmetic is DDP's (a sum of gradients; DDP then divides by N, we divide the loss by the
   global count instead), at the cost of one flattened all-reduce per agent update.
 
-Sharding engines (DeepSpeed ZeRO, FSDP) need the same lockstep forward/backward sequence and own
-the optimizer (one per model), which the per-agent design does not have; the trainers refuse such
-a launch with an error instead of training wrongly. What scales a big team instead: one GPU per
-process (``--multi_gpu``), ``agent_devices`` (one model per agent, each on its GPU),
-``mixed_precision="bf16"`` and ``gradient_checkpointing``.
+Sharding (FSDP2, ``fsdp=True`` or an ``accelerate launch --use_fsdp --fsdp_version 2`` launch;
+MAGRPO only for now): each policy's decoder layers and the model around them are wrapped with
+torch's ``fully_shard``, so every process holds 1/N of the weights, gradients and AdamW states of
+the team. What that changes, all of it in this module and the policy, none of it in the loop:
+
+- **rollouts** run inside :meth:`DataParallel.full_weights`: the weights are gathered once (one
+  collective on every process), sampling runs without collectives, so processes may generate
+  different numbers of tokens, and the weights are freed after;
+- **losses** run in lockstep: every process runs the same number of micro-batch forward/backward
+  passes (:meth:`DataParallel.lockstep`; a process short of rows runs a zero-weighted one), each as
+  ONE forward (``HFPolicy.lockstep``), and FSDP reduce-scatters the gradients (summed, as here);
+- **checkpoints** gather the full tensors on every process; the main process writes the same
+  files as an unsharded run, and loading shards them again.
+
+Each agent keeps its own optimizer over its own (sharded) parameters, so per-agent updates stay
+exactly as without sharding. DeepSpeed (its engine owns one optimizer per model and steps all its
+parameters at once) and FSDP1 are refused with an error naming the supported launches.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -52,15 +65,18 @@ from typing import Any, Iterable, Mapping, Sequence, TypeVar
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, broadcast, gather_object, reduce
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
 
 from .checkpoint import rng_state
 from .config import ScalingConfig, parse_device
 from .policy import HFPolicy
+from .sharding import full_state, full_tensor
 from .team import Team
 
 T = TypeVar("T")
 
-SHARDING_ENGINES = (DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.MEGATRON_LM)
+SHARDING_ENGINES = (DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM)   # refused; FSDP2 is supported
 BUCKET_NUMEL = 25_000_000     # gradients are all-reduced in flat buckets of at most this many elements
 
 
@@ -94,14 +110,21 @@ class DataParallel:
     the same code and the same arithmetic.
     """
 
-    def __init__(self, accelerator: Accelerator) -> None:
+    def __init__(self, accelerator: Accelerator, fsdp: bool = False) -> None:
         self.accelerator = accelerator
         if accelerator.distributed_type in SHARDING_ENGINES:
-            raise ValueError(f"accelerate was launched with {accelerator.distributed_type.value}, which shards models and "
-                             f"optimizers; these trainers keep one replica of the team per process and all-reduce each "
-                             f"agent's gradients themselves (trainers/common/distributed.py). Launch with --multi_gpu "
-                             f"(or examples/accelerate/multi_gpu.yaml) and use agent_devices, mixed_precision='bf16' and "
-                             f"gradient_checkpointing to fit large models")
+            raise ValueError(f"accelerate was launched with {accelerator.distributed_type.value}, whose engine owns one "
+                             f"optimizer per model and steps all of its parameters at once; these trainers step each "
+                             f"agent's optimizer on its own (trainers/common/distributed.py). Launch with --multi_gpu "
+                             f"(one replica per process), or shard with FSDP2: --use_fsdp --fsdp_version 2 "
+                             f"(examples/accelerate/fsdp2.yaml) or fsdp=True in the config")
+        if accelerator.distributed_type == DistributedType.FSDP:
+            plugin = accelerator.state.fsdp_plugin
+            if getattr(plugin, "fsdp_version", 1) != 2:
+                raise ValueError("accelerate was launched with FSDP version 1; the trainers shard with FSDP2 "
+                                 "(torch fully_shard, per-parameter sharding that keeps each agent's optimizer): "
+                                 "launch with --fsdp_version 2 (examples/accelerate/fsdp2.yaml)")
+            fsdp = True
         launched = int(os.environ.get("WORLD_SIZE", "1"))
         if launched != accelerator.num_processes:
             raise ValueError(f"{launched} processes were launched (WORLD_SIZE) but the accelerator joined "
@@ -110,6 +133,8 @@ class DataParallel:
         if accelerator.gradient_accumulation_steps != 1:
             raise ValueError(f"the accelerator has gradient_accumulation_steps={accelerator.gradient_accumulation_steps}; "
                              f"the trainers accumulate micro-batches themselves: build it with the default 1")
+        self.sharded = fsdp and accelerator.num_processes > 1   # one process holds everything: nothing to shard
+        self._sharded_roots: list[torch.nn.Module] = []
 
     # ------------------------------------------------------------------ who am I
     @property
@@ -169,10 +194,68 @@ class DataParallel:
         """Wait until every process gets here."""
         self.accelerator.wait_for_everyone()
 
+    def lockstep(self, count: int) -> int:
+        """How many forward/backward passes to run when this process has ``count``: the most any process has when
+        the weights are sharded (every pass is a collective then), ``count`` otherwise."""
+        return self.max(count) if self.sharded else int(count)
+
+    # ------------------------------------------------------------------ FSDP2
+    def shard_team(self, team: Team) -> None:
+        """Wrap each trainable policy with FSDP2 (``fully_shard`` per decoder layer, then the whole model).
+
+        Call after the replicas were made identical (each process keeps its 1/N of its own copy) and
+        before optimizers are built (they must hold the sharded parameters).
+        """
+        if not self.sharded:
+            return
+        for policy in team.policies():
+            if not isinstance(policy, HFPolicy):
+                continue
+            model = policy.model.get_base_model() if policy.is_peft else policy.model
+            layer_types = set(getattr(model, "_no_split_modules", None) or ())
+            layers = [m for m in model.modules() if type(m).__name__ in layer_types]
+            if not layers:
+                raise ValueError(f"cannot shard {type(model).__name__}: it names no decoder-layer class "
+                                 f"(_no_split_modules); train it with fsdp=False")
+            for layer in layers:
+                fully_shard(layer)
+            fully_shard(model)
+            for unit in [*layers, model]:     # per unit: a plain SUM over processes (losses use global counts)
+                unit.set_gradient_divide_factor(1.0)
+                unit.set_force_sum_reduction_for_comms(True)   # gloo has no pre-multiplied sum
+            policy.lockstep = True
+            self._sharded_roots.append(model)
+
+    @contextlib.contextmanager
+    def full_weights(self):
+        """Context with every sharded model's full weights on each process and forwards free of collectives.
+
+        Sampling runs in it: processes may then make different numbers of forward calls (episodes end
+        early, answers differ in length). Gathering is one collective, so every process must enter.
+        Without sharding it does nothing.
+        """
+        if not self._sharded_roots:
+            yield
+            return
+        units = [m for root in self._sharded_roots for m in root.modules() if isinstance(m, FSDPModule)]
+        for root in self._sharded_roots:
+            root.set_reshard_after_forward(False)
+        for unit in units:                       # unshard() and reshard() act on one unit, not its children
+            unit.unshard()
+        try:
+            yield
+        finally:
+            for unit in units:
+                unit.reshard()
+            for root in self._sharded_roots:
+                root.set_reshard_after_forward(True)
+                root.set_reshard_after_forward(False, recurse=False)   # FSDP's default for the root
+
     # ------------------------------------------------------------------ parameters and gradients
     def broadcast_parameters(self, params: Sequence[torch.nn.Parameter]) -> None:
         """Copy the main process's values of ``params`` to every process (replicas start identical)."""
-        if self.num_processes == 1:
+        params = [p for p in params if not isinstance(p, DTensor)]   # a sharded parameter has one copy, not replicas
+        if self.num_processes == 1 or not params:
             return
         with torch.no_grad():
             for bucket in _buckets(params):
@@ -186,6 +269,7 @@ class DataParallel:
         A process without a gradient for a parameter contributes zeros; a parameter no process has a
         gradient for keeps ``None`` (so AdamW skips it, exactly as in a single-process run).
         """
+        params = [p for p in params if not isinstance(p, DTensor)]   # FSDP reduce-scattered those in backward
         if self.num_processes == 1 or not params:
             return
         present = self.sum_tensor(torch.tensor([float(p.grad is not None) for p in params], device=self.device))
@@ -218,11 +302,9 @@ class DataParallel:
                 continue
             if scaler is not None:
                 scaler.unscale_(optimizer)
-            if max_grad_norm is not None:
-                norm = torch.nn.utils.clip_grad_norm_(grads, max_grad_norm)
-            else:
-                norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in grads]))
-            norms.append(float(norm))
+            # with max_norm=inf this only measures; on sharded gradients the norm is over the full tensors
+            norm = torch.nn.utils.clip_grad_norm_(grads, max_grad_norm if max_grad_norm is not None else float("inf"))
+            norms.append(float(full_tensor(norm)))
             if scaler is not None:
                 scaler.step(optimizer)
             else:
@@ -235,6 +317,7 @@ class DataParallel:
         """SHA-256 of the tensors' bytes (equal on every process iff the replicas hold identical weights)."""
         digest = hashlib.sha256()
         for tensor in tensors:
+            tensor = full_tensor(tensor)
             digest.update(tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()
 
@@ -253,6 +336,16 @@ class DataParallel:
     def rng_states(self) -> list[dict[str, Any]]:
         """Every process's RNG states, in process order (what a checkpoint needs to resume each one)."""
         return self.gather(rng_state())
+
+    def checkpoint_tensors(self, team: Team, optimizers: Mapping[str, torch.optim.Optimizer]) -> tuple[dict, dict] | None:
+        """``(weights, optimizer states)`` as whole tensors for the main process to write: every agent's trainable
+        state dict and every optimizer's state dict. Sharded, every process must call it (the tensors are gathered)
+        and gets them; unsharded, the main process gets them and the others ``None``.
+        """
+        if not (self.sharded or self.is_main):
+            return None
+        weights = {agent: team.policy(agent).trainable_state_dict(team.adapter(agent)) for agent in optimizers}
+        return weights, {agent: full_state(optimizer.state_dict()) for agent, optimizer in optimizers.items()}
 
 
 def shard(items: Sequence[T], rank: int, num_processes: int) -> list[T]:
@@ -326,14 +419,20 @@ def prepare_training(config: ScalingConfig, team: Team, agents: Sequence[str], b
     ``batch_size`` is the trainer's global batch (``batch_field`` names its config field); it must
     give every launched process at least one item.
     """
-    dp = DataParallel(build_accelerator(config, accelerator))
+    dp = DataParallel(build_accelerator(config, accelerator), fsdp=config.fsdp)
     if batch_size < dp.num_processes:
         raise ValueError(f"{batch_field}={batch_size} is global (split over the processes) and must be >= the "
                          f"{dp.num_processes} processes launched; raise {batch_field} or launch fewer processes")
+    if dp.sharded and config.agent_devices:
+        raise ValueError("fsdp shards each model over the processes; agent_devices places whole models in one process: "
+                         "use one or the other")
     place_team(team, agents, config.agent_devices, dp.device, dp.num_processes)
     if config.gradient_checkpointing:
         for policy in team.policies():
             policy.enable_gradient_checkpointing()
+    # the replicas start identical (LoRA initialisation is random per process), then are sharded
+    dp.broadcast_parameters([p for agent in agents for p in team.policy(agent).trainable_parameters(team.adapter(agent))])
+    dp.shard_team(team)
     return dp
 
 
@@ -385,4 +484,5 @@ def _split(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tenso
     return [chunk.view_as(t) for chunk, t in zip(torch.split(flat, [t.numel() for t in like]), like)]
 
 
-__all__ = ["DataParallel", "build_accelerator", "place_team", "prepare_training", "local_launch_command", "shard", "merge_reports", "SHARDING_ENGINES"]
+__all__ = ["DataParallel", "build_accelerator", "place_team", "prepare_training", "local_launch_command", "shard",
+           "merge_reports", "SHARDING_ENGINES"]

@@ -76,6 +76,8 @@ import contextlib  # noqa: E402  (kept beside the class that needs it)
 
 import torch  # noqa: E402
 
+from .sharding import full_tensor, shard_like  # noqa: E402
+
 BASE_ADAPTER = "__base__"   # PEFT's name for "no adapter" inside a mixed-adapter batch
 
 
@@ -105,6 +107,7 @@ class HFPolicy:
         self._template_cache_size = template_cache_size
         self.generate_calls = 0          # batched generate calls made (the rollout engine batches across agents)
         self.gradient_checkpointing = False
+        self.lockstep = False            # sharded weights (FSDP): scoring is always ONE forward, the same on every process
         model.eval()
 
     @property
@@ -183,15 +186,17 @@ class HFPolicy:
 
     def trainable_state_dict(self, adapter: str | None) -> dict[str, torch.Tensor]:
         """Tensors a checkpoint must hold for ``adapter`` (or the whole plain model)."""
+        # sharded weights (FSDP) are gathered whole: a collective, so every process must call this
         if adapter is None:
-            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            return {k: full_tensor(v.detach()).clone() for k, v in self.model.state_dict().items()}
         self._check_adapter(adapter)
-        return {n: p.detach().clone() for n, p in self.model.named_parameters() if f".{adapter}." in n}
+        return {n: full_tensor(p.detach()).clone() for n, p in self.model.named_parameters() if f".{adapter}." in n}
 
     def load_trainable_state_dict(self, adapter: str | None, state: dict[str, torch.Tensor]) -> None:
-        """Inverse of :meth:`trainable_state_dict`."""
+        """Inverse of :meth:`trainable_state_dict` (each process keeps its shard of sharded weights)."""
         if adapter is None:
-            self.model.load_state_dict(state)
+            current = self.model.state_dict()
+            self.model.load_state_dict({k: shard_like(v, current[k]) if k in current else v for k, v in state.items()})
             return
         params = dict(self.model.named_parameters())
         missing = sorted(set(n for n in params if f".{adapter}." in n) - set(state))
@@ -199,7 +204,7 @@ class HFPolicy:
             raise ValueError(f"checkpoint for adapter {adapter!r} lacks {len(missing)} tensors, e.g. {missing[0]}")
         with torch.no_grad():
             for n, value in state.items():
-                params[n].copy_(value)
+                params[n].copy_(shard_like(value, params[n]))
 
     # ------------------------------------------------------------------ prompts
     def encode(self, conversation: Conversation) -> list[int]:
@@ -369,11 +374,12 @@ class HFPolicy:
         the distinct prompts fills a KV cache, each row gets a copy of its prompt's cache, and a
         second forward runs the completions on top of it; gradients flow through both. Without a
         repeated prompt, or with gradient checkpointing on (it recomputes layers without a KV cache),
-        this is one :meth:`completion_forward`.
+        this is one :meth:`completion_forward` (always, under ``lockstep``: sharded weights need every process
+        to make the same forward calls).
         """
         source, firsts = shared_rows([tuple(p) for p in prompt_ids])
         checkpointing = self.gradient_checkpointing and torch.is_grad_enabled()
-        if len(firsts) == len(prompt_ids) or len(completion_ids) != len(prompt_ids) or checkpointing:
+        if len(firsts) == len(prompt_ids) or len(completion_ids) != len(prompt_ids) or checkpointing or self.lockstep:
             output, width, completion_mask = self.completion_forward(prompt_ids, completion_ids)
             return output.logits[:, :-1, :], width, completion_mask
         from transformers import DynamicCache

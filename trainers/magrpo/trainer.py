@@ -122,7 +122,6 @@ class MAGRPOTrainer:
                                                    num_warmup_steps=config.warmup_steps,
                                                    num_training_steps=config.max_steps * env.num_turns)
             self.parameters[agent] = params
-        self.dp.broadcast_parameters([p for params in self.parameters.values() for p in params])
         self.step = 0
         self.logger = MetricsLogger(config.output_dir, config.report_to, enabled=self.dp.is_main,
                                     run_config=config.to_dict())
@@ -236,13 +235,16 @@ class MAGRPOTrainer:
         loss_sum, kl_sum = 0.0, 0.0
         if cfg.kl_coef == 0:      # zero-advantage samples add nothing to the gradient: skip their forward pass
             rows = [row for row in rows if row[2] != 0.0]
-        for start in range(0, len(rows), cfg.micro_batch_size):
-            chunk = rows[start:start + cfg.micro_batch_size]
+        chunks = [rows[start:start + cfg.micro_batch_size] for start in range(0, len(rows), cfg.micro_batch_size)]
+        # sharded weights: every process runs as many passes as the busiest; the extra ones weigh 0
+        idle = [([self.team.policy(agent).pad_id], [self.team.policy(agent).pad_id], 0.0)]
+        for index in range(self.dp.lockstep(len(chunks))):
+            chunk, weight = (chunks[index], 1.0) if index < len(chunks) else (idle, 0.0)
             with self.accelerator.autocast():
                 loss, kl = self.loss(agent, [r[0] for r in chunk], [r[1] for r in chunk],
                                      torch.tensor([r[2] for r in chunk]), total)
-            self.accelerator.backward(loss)
-            loss_sum, kl_sum = loss_sum + float(loss.detach()), kl_sum + float(kl)
+            self.accelerator.backward(loss * weight)
+            loss_sum, kl_sum = loss_sum + weight * float(loss.detach()), kl_sum + weight * float(kl)
         # Σ over processes of the agent's gradients, clip, step (trainers.common.distributed)
         grad_norm, = self.dp.optimizer_step([(optimizer, self.parameters[agent])], cfg.max_grad_norm)
         self.schedulers[agent].step()
@@ -260,7 +262,7 @@ class MAGRPOTrainer:
         for _ in bar:
             self.step += 1
             started = time.perf_counter()
-            with self.accelerator.autocast():
+            with self.accelerator.autocast(), self.dp.full_weights():   # sharded weights are gathered for sampling
                 roots = self.collect()
             rollout_time = time.perf_counter() - started
             for root in roots:
@@ -296,10 +298,11 @@ class MAGRPOTrainer:
         seeds = [self.config.seed + i for i in range(len(tasks))]
         local_tasks, local_seeds = self.dp.shard(tasks), self.dp.shard(seeds)
         local = []
-        if local_tasks:
-            with torch.random.fork_rng(), self.accelerator.autocast():
-                local = self.eval_engine.collect(task_indices=local_tasks, seeds=local_seeds, params=params,
-                                                 desc="evaluate")
+        with self.dp.full_weights():                   # a collective when sharded: every process enters
+            if local_tasks:
+                with torch.random.fork_rng(), self.accelerator.autocast():
+                    local = self.eval_engine.collect(task_indices=local_tasks, seeds=local_seeds, params=params,
+                                                     desc="evaluate")
         episodes = self.dp.unshard(local)
         rewards = [e.team_reward for e in episodes]
         mean, low, high = bootstrap_ci(rewards)
@@ -310,10 +313,11 @@ class MAGRPOTrainer:
     def save(self) -> None:
         """Write a checkpoint of the current step (main process only; every process's RNG states in it)."""
         process_rng = self.dp.rng_states()
+        tensors = self.dp.checkpoint_tensors(self.team, self.optimizers)
         if self.dp.is_main:
             save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, self.schedulers,
                             self.config.to_dict(), extra={"task_rng": self.task_rng.bit_generator.state},
-                            process_rng=process_rng)
+                            process_rng=process_rng, tensors=tensors)
         self.dp.barrier()
 
     def load(self, path) -> None:

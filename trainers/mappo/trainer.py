@@ -29,6 +29,7 @@ gradients are summed over processes before their optimizer steps.
 """
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,10 @@ class MAPPOTrainer:
                                  "MAPPO needs HF policies (Team.shared_lora or Team.separate)")
         if config.future_mean == "others" and len(self.agents) < 2:
             raise ValueError("future_mean='others' needs at least 2 agents; use future_mean='all'")
+        if config.fsdp or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+            raise ValueError("MAPPOTrainer does not shard yet (its critic adapter joins the actors' base after set-up, "
+                             "and its PPO epochs are not run in lockstep); train MAPPO with one replica per process "
+                             "(fsdp=False, accelerate launch --multi_gpu), or shard with MAGRPOTrainer")
         self.dp = prepare_training(config, team, self.agents, config.episodes_per_step, "episodes_per_step", accelerator)
         self.accelerator = self.dp.accelerator
         self.verifier = verifier if verifier is not None else self._load_verifier()
@@ -129,7 +134,7 @@ class MAPPOTrainer:
         self.optimizers = {a: torch.optim.AdamW(params, lr=config.learning_rate) for a, params in self.actor_params.items()}
         self.critic_params = self.critic.trainable_parameters()
         self.critic_optimizer = torch.optim.AdamW(self.critic_params, lr=config.critic_learning_rate)
-        self.dp.broadcast_parameters([p for params in self.actor_params.values() for p in params] + self.critic_params)
+        self.dp.broadcast_parameters(self.critic_params)     # the actors' were synchronised by prepare_training
         self.step = 0
         self.history: list[dict[str, float]] = []
         if config.resume_from_checkpoint is not None:
