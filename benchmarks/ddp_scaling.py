@@ -10,6 +10,7 @@ step costs (rollouts, losses, gradient all-reduce, logging) is.
     flock /work/cpu.lock python benchmarks/ddp_scaling.py                      # SmolLM2-135M
     python benchmarks/ddp_scaling.py --model tiny --steps 4                    # a 2-layer random model, quick
     python benchmarks/ddp_scaling.py --fsdp                                    # 2 processes sharding the team (FSDP2)
+    python benchmarks/ddp_scaling.py --fsdp --full-finetune                    # ... each agent a whole model, all trained
 
 The last line is ``ratio=<2-process steps/s / 1-process steps/s>``.
 
@@ -64,7 +65,7 @@ def run_launch(num_processes: int, threads: int, args: argparse.Namespace, out: 
         "--model", args.model, "--env", args.env, "--steps", str(args.steps), "--warmup", str(args.warmup),
         "--prompts-per-step", str(args.prompts_per_step), "--num-generations", str(args.num_generations),
         "--max-new-tokens", str(args.max_new_tokens), "--num-turns", str(args.num_turns), "--seed", str(args.seed),
-        *(["--fsdp"] if args.fsdp else []))
+        *(["--fsdp"] if args.fsdp else []), *(["--full-finetune"] if args.full_finetune else []))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -83,8 +84,10 @@ def worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     torch.manual_seed(args.seed)
-    model, tokenizer = tiny_model(seed=0) if args.model == "tiny" else load(args.model)
-    team = Team.shared_lora(model, tokenizer, 2)
+    def build():
+        return tiny_model(seed=0) if args.model == "tiny" else load(args.model)
+
+    team = Team.separate([build(), build()]) if args.full_finetune else Team.shared_lora(*build(), 2)
     env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="train")
     out = Path(args.worker)
     config = MAGRPOConfig(num_generations=args.num_generations, max_new_tokens=args.max_new_tokens,
@@ -124,6 +127,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fsdp", action="store_true",
                         help="shard the 2-process run's weights, gradients and optimizer states (FSDP2)")
+    parser.add_argument("--full-finetune", action="store_true",
+                        help="one full model per agent, all weights trained (default: a shared base, one LoRA each)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps < 1 or args.warmup < 0:
@@ -136,7 +141,7 @@ def main() -> None:
         from llm_marl_envs.models import resolve
 
         resolve(args.model)                           # convert/cache the embedded model once, before the launches
-    print(f"model={args.model} env={args.env} agents=2 turns={args.num_turns} prompts_per_step={args.prompts_per_step} "
+    print(f"model={args.model} {'full fine-tune' if args.full_finetune else 'LoRA'} env={args.env} agents=2 turns={args.num_turns} prompts_per_step={args.prompts_per_step} "
           f"G={args.num_generations} max_new_tokens={args.max_new_tokens} steps={args.steps}+{args.warmup} warm-up "
           f"cores={cores} load={os.getloadavg()[0]:.1f} OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}", flush=True)
     results = {}

@@ -15,6 +15,7 @@ Jobs run in order, each with a fresh trainer on the same tiny model and toy env:
 - ``mappo-update``: MAPPO's advantage pass and one update on this process's shard of the
   pre-collected responses ``OUT/mappo-batch.pkl``; writes ``OUT/mappo-update-rank<r>.pt``.
 - ``mappo-train:NAME:STEPS``: MAPPO training into ``OUT/NAME``; writes ``OUT/NAME/rank<r>.json``.
+  ``mappo-fsdp-update``, ``mappo-fsdp-train`` and ``mappo-fsdp-resume``: the same with sharded weights.
 
 Every process initialises the LoRA adapters from its OWN seed (rank), so replicas only agree if the
 trainer synchronises them.
@@ -95,7 +96,8 @@ def strip_envs(roots):
     return roots
 
 
-def build_mappo(output_dir: str | Path, max_steps: int = 2, init_seed: int | None = None) -> MAPPOTrainer:
+def build_mappo(output_dir: str | Path, max_steps: int = 2, init_seed: int | None = None, fsdp: bool = False,
+                resume: bool = False) -> MAPPOTrainer:
     """2 agents x 2 turns of arithmetic debate on a tiny shared base, scored by a tiny learned verifier."""
     import llm_marl_envs
     from verifiers.reward_model import RewardModel
@@ -109,7 +111,8 @@ def build_mappo(output_dir: str | Path, max_steps: int = 2, init_seed: int | Non
     env = llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=2, num_tasks=20, split="train")
     config = MAPPOConfig(max_new_tokens=6, episodes_per_step=3, minibatch_size=5, ppo_epochs=2, learning_rate=1e-3,
                          critic_learning_rate=1e-3, max_steps=max_steps, output_dir=str(output_dir), progress=False,
-                         report_to=("jsonl",), eval_tasks=2, alpha1=0.5, beta1=0.5)
+                         report_to=("jsonl",), eval_tasks=2, alpha1=0.5, beta1=0.5, fsdp=fsdp,
+                         resume_from_checkpoint="latest" if resume else None)
     return MAPPOTrainer(env, team, config, verifier=verifier)
 
 
@@ -121,16 +124,19 @@ def mappo_trainable(trainer: MAPPOTrainer) -> dict[str, torch.Tensor]:
     return weights
 
 
-def run_mappo_update(out: Path, batch_file: Path) -> dict:
+def run_mappo_update(out: Path, batch_file: Path, fsdp: bool = False) -> dict:
     """Advantages and one PPO update (all epochs and minibatches) on this process's shard of the responses."""
-    trainer = build_mappo(out / "mappo-update-run", max_steps=1)
+    trainer = build_mappo(out / ("mappo-fsdp-update-run" if fsdp else "mappo-update-run"), max_steps=1, fsdp=fsdp)
     responses = trainer.dp.shard(pickle.loads(batch_file.read_bytes()))
-    stats = trainer.compute_advantages(responses)
+    with trainer.dp.full_weights():
+        stats = trainer.compute_advantages(responses)
     trainer.update(responses, step=1)
     weights = mappo_trainable(trainer)
     named = adapter_parameters(trainer.critic.policy.model, [*trainer.agents, trainer.critic.adapter])
     named.update({f"head/{n}": p for n, p in trainer.critic.head.named_parameters()})
-    return {"gradients": gradients(named), "weights": weights, "fingerprint": trainer.dp.fingerprint(weights.values()),
+    grads = {name: full_tensor(g) for name, g in gradients(named).items()}
+    return {"gradients": grads, "weights": weights, "fingerprint": trainer.dp.fingerprint(weights.values()),
+            "sharded": sorted(name for name, p in named.items() if isinstance(p, DTensor)),
             "responses": len(responses),
             "advantages": [r.advantages for r in responses], "num_processes": trainer.dp.num_processes, "stats": stats}
 
@@ -164,14 +170,18 @@ def run_training(out: Path, name: str, steps: int, resume: bool, fsdp: bool = Fa
         torch.save(weights, out / name / "weights.pt")
 
 
-def run_mappo_training(out: Path, name: str, steps: int) -> None:
-    """MAPPO training into ``OUT/NAME``; writes this process's report."""
-    trainer = build_mappo(out / name, max_steps=steps)
+def run_mappo_training(out: Path, name: str, steps: int, fsdp: bool = False, resume: bool = False) -> None:
+    """MAPPO training (or its resumption) into ``OUT/NAME``; writes this process's report (and, main, the weights)."""
+    trainer = build_mappo(out / name, max_steps=steps, fsdp=fsdp, resume=resume)
     history = trainer.train()
     weights = mappo_trainable(trainer)
+    evaluation = trainer.evaluate()
     report = {"rank": trainer.dp.rank, "num_processes": trainer.dp.num_processes, "step": trainer.step,
-              "fingerprint": trainer.dp.fingerprint(weights.values()), "history": history}
+              "fingerprint": trainer.dp.fingerprint(weights.values()), "history": history,
+              "eval_tasks": [e["task_id"] for e in evaluation["episodes"]]}
     (out / name / f"rank{trainer.dp.rank}.json").write_text(json.dumps(report))
+    if trainer.dp.is_main:
+        torch.save(weights, out / name / "weights.pt")
 
 
 def main() -> None:
@@ -180,12 +190,12 @@ def main() -> None:
         if job in ("update", "fsdp-update"):
             result = run_update(out, out / "batch.pkl", fsdp=job == "fsdp-update")
             torch.save(result, out / f"{job}-rank{rank()}.pt")
-        elif job == "mappo-update":
-            result = run_mappo_update(out, out / "mappo-batch.pkl")
-            torch.save(result, out / f"mappo-update-rank{rank()}.pt")
-        elif job.startswith("mappo-train:"):
-            _, name, steps = job.split(":")
-            run_mappo_training(out, name, int(steps))
+        elif job in ("mappo-update", "mappo-fsdp-update"):
+            result = run_mappo_update(out, out / "mappo-batch.pkl", fsdp="fsdp" in job)
+            torch.save(result, out / f"{job}-rank{rank()}.pt")
+        elif job.startswith("mappo-"):                 # mappo-train, mappo-fsdp-train, mappo-fsdp-resume
+            kind, name, steps = job.split(":")
+            run_mappo_training(out, name, int(steps), fsdp="fsdp" in kind, resume=kind.endswith("resume"))
         else:
             kind, name, steps = job.split(":")       # train, resume, fsdp-train or fsdp-resume
             run_training(out, name, int(steps), resume=kind.endswith("resume"), fsdp=kind.startswith("fsdp-"))

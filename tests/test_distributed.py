@@ -19,8 +19,8 @@ from tests.ddp_worker import build_mappo, build_trainer, mappo_trainable, run_ma
 from tests.toy_env import SayNumberEnv
 from trainers.common import Team
 from trainers.common.checkpoint import load_checkpoint, rng_state, save_checkpoint
-from trainers.common.distributed import (DataParallel, build_accelerator, local_launch_command, merge_reports, place_team,
-                                        shard)
+from trainers.common.distributed import (DataParallel, build_accelerator, clip_gradients, local_launch_command, merge_reports,
+                                        place_team, shard)
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig
 
@@ -74,7 +74,7 @@ def test_launches_the_trainers_cannot_honour_are_refused_with_the_supported_ones
         DataParallel(launched)
 
 
-def test_fsdp_in_one_process_trains_unsharded_and_mappo_refuses_fsdp(tmp_path, one_torch_thread):
+def test_fsdp_in_one_process_trains_unsharded(tmp_path, one_torch_thread):
     trainer = build_trainer(tmp_path / "magrpo", max_steps=1, fsdp=True)
     assert trainer.config.fsdp and not trainer.dp.sharded          # nothing to shard over one process
     before = {n: t.clone() for n, t in trainable(trainer).items()}
@@ -82,12 +82,6 @@ def test_fsdp_in_one_process_trains_unsharded_and_mappo_refuses_fsdp(tmp_path, o
     after = trainable(trainer)
     assert any(not torch.equal(after[n], t) for n, t in before.items())
     assert not any(type(p).__name__ == "DTensor" for p in trainer.team.policy("agent_0").model.parameters())
-    with pytest.raises(ValueError, match="MAPPOTrainer does not shard"):
-        from trainers.mappo import MAPPOTrainer
-
-        model, tokenizer = tiny_model(seed=0)
-        MAPPOTrainer(SayNumberEnv(num_turns=1), Team.shared_lora(model, tokenizer, 2),
-                     MAPPOConfig(fsdp=True, output_dir=str(tmp_path / "mappo"), progress=False))
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 10])
@@ -100,6 +94,23 @@ def test_shards_are_contiguous_balanced_and_cover_the_global_batch(n, num_proces
     assert [len(p) for p in parts] == sorted((len(p) for p in parts), reverse=True)   # the first processes get the extra
     with pytest.raises(ValueError, match="rank must be in"):
         shard(items, num_processes, num_processes)
+
+
+@pytest.mark.parametrize("max_norm", [None, 0.5, 100.0])
+def test_gradient_clipping_matches_torch_clip_grad_norm(max_norm):
+    torch.manual_seed(0)
+    grads = [torch.randn(4, 3), torch.randn(7)]
+    expected = [g.clone() for g in grads]
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in expected]
+    for p, g in zip(params, expected):
+        p.grad = g
+    reference = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm is not None else float("inf"))
+    norm = clip_gradients(grads, max_norm)
+    assert norm == pytest.approx(float(reference), rel=1e-6) and norm > 1.0
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+    if max_norm == 0.5:
+        assert float(torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in grads]))) == pytest.approx(0.5, rel=1e-4)
 
 
 def test_merged_metrics_sum_partial_losses_and_average_the_rest():
@@ -290,8 +301,9 @@ def launched(tmp_path_factory):
     finally:
         torch.set_num_threads(previous)
     launch(out, "update", "mappo-update", "train:straight:3", "train:resumed:1", "mappo-train:mappo:1",
-           "fsdp-update", "fsdp-train:fsdp-straight:3", "fsdp-train:fsdp-resumed:1")
-    launch(out, "resume:resumed:3", "fsdp-resume:fsdp-resumed:3")
+           "fsdp-update", "fsdp-train:fsdp-straight:3", "fsdp-train:fsdp-resumed:1",
+           "mappo-fsdp-update", "mappo-fsdp-train:mappo-fsdp-straight:2", "mappo-fsdp-train:mappo-fsdp-resumed:1")
+    launch(out, "resume:resumed:3", "fsdp-resume:fsdp-resumed:3", "mappo-fsdp-resume:mappo-fsdp-resumed:2")
     return out, whole, mappo_whole
 
 
@@ -385,3 +397,26 @@ def test_magrpo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
     final_resumed = torch.load(out / "fsdp-resumed" / "weights.pt")
     for name, weight in final.items():
         torch.testing.assert_close(final_resumed[name], weight, rtol=0, atol=1e-7, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.ci_slow
+def test_mappo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
+    out, _, whole = launched
+    split = [torch.load(out / f"mappo-fsdp-update-rank{r}.pt", weights_only=False) for r in range(2)]
+    # actors' and critic's LoRA weights sharded, the value head (outside the base) replicated
+    assert split[0]["sharded"] == sorted(n for n in whole["gradients"] if not n.startswith("head/"))
+    assert [s["responses"] for s in split] == [6, 6]
+    torch.testing.assert_close(torch.cat(split[0]["advantages"] + split[1]["advantages"]),
+                               torch.cat(whole["advantages"]), rtol=0, atol=1e-5)
+    assert_same_update(split[0], whole, weight_atol=1e-5)
+
+    straight, resumed = reports(out / "mappo-fsdp-straight"), reports(out / "mappo-fsdp-resumed")
+    assert [r["step"] for r in straight] == [2, 2] and straight[0]["history"] == straight[1]["history"]
+    assert straight[0]["eval_tasks"] == straight[1]["eval_tasks"] and len(straight[0]["eval_tasks"]) == 2
+    assert [h["step"] for h in resumed[0]["history"]] == [1, 2]           # step 1 from the checkpoint, step 2 re-run
+    assert resumed[0]["history"][-1]["loss"] == pytest.approx(straight[0]["history"][-1]["loss"], rel=1e-5)
+    final, final_resumed = (torch.load(out / run / "weights.pt") for run in ("mappo-fsdp-straight", "mappo-fsdp-resumed"))
+    assert any(not torch.equal(w, whole["initial"][n]) for n, w in final.items())
+    for name, weight in final.items():
+        torch.testing.assert_close(final_resumed[name], weight, rtol=0, atol=1e-6, msg=name)

@@ -27,7 +27,7 @@ class ScalingConfig:
             (``Team.separate``). Agents not listed use the process's device.
         fsdp: shard every policy's weights, gradients and optimizer states over the launched
             processes with torch FSDP2 (each process holds 1/N); implied by an
-            ``accelerate launch --use_fsdp --fsdp_version 2``. MAGRPO only.
+            ``accelerate launch --use_fsdp --fsdp_version 2``.
     """
 
     mixed_precision: str = field(default="no", metadata={
@@ -43,7 +43,7 @@ class ScalingConfig:
 
     fsdp: bool = field(default=False, metadata={
         "help": "Shard weights, gradients and AdamW states over the launched processes with FSDP2 (torch fully_shard); "
-                "rollouts gather the full weights once per step. Needs >= 2 processes to do anything; MAGRPO only."})
+                "rollouts gather the full weights once per step. Needs >= 2 processes to do anything."})
 
     def __post_init__(self) -> None:
         if self.mixed_precision not in MIXED_PRECISION:

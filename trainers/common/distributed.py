@@ -35,8 +35,8 @@ Why an explicit all-reduce rather than wrapping the models in DDP:
 - the arithmetic is DDP's (a sum of gradients; DDP then divides by N, we divide the loss by the
   global count instead), at the cost of one flattened all-reduce per agent update.
 
-Sharding (FSDP2, ``fsdp=True`` or an ``accelerate launch --use_fsdp --fsdp_version 2`` launch;
-MAGRPO only for now): each policy's decoder layers and the model around them are wrapped with
+Sharding (FSDP2, ``fsdp=True`` or an ``accelerate launch --use_fsdp --fsdp_version 2`` launch):
+each policy's decoder layers and the model around them are wrapped with
 torch's ``fully_shard``, so every process holds 1/N of the weights, gradients and AdamW states of
 the team. What that changes, all of it in this module and the policy, none of it in the loop:
 
@@ -302,9 +302,7 @@ class DataParallel:
                 continue
             if scaler is not None:
                 scaler.unscale_(optimizer)
-            # with max_norm=inf this only measures; on sharded gradients the norm is over the full tensors
-            norm = torch.nn.utils.clip_grad_norm_(grads, max_grad_norm if max_grad_norm is not None else float("inf"))
-            norms.append(float(full_tensor(norm)))
+            norms.append(clip_gradients([p.grad for p in grads], max_grad_norm))
             if scaler is not None:
                 scaler.step(optimizer)
             else:
@@ -346,6 +344,24 @@ class DataParallel:
             return None
         weights = {agent: team.policy(agent).trainable_state_dict(team.adapter(agent)) for agent in optimizers}
         return weights, {agent: full_state(optimizer.state_dict()) for agent, optimizer in optimizers.items()}
+
+
+def clip_gradients(grads: Sequence[torch.Tensor], max_norm: float | None) -> float:
+    """Scale ``grads`` in place so their global L2 norm is at most ``max_norm`` (if given); returns the norm before.
+
+    As ``torch.nn.utils.clip_grad_norm_``, but the gradients may mix sharded ``DTensor``s (whose norm
+    is over the whole tensors) and plain tensors (e.g. MAPPO's critic adapter and value head).
+    """
+    squares = 0.0
+    for group in ([g for g in grads if isinstance(g, DTensor)], [g for g in grads if not isinstance(g, DTensor)]):
+        if group:
+            squares += float(full_tensor(torch.nn.utils.get_total_norm(group))) ** 2
+    norm = squares ** 0.5
+    if max_norm is not None and max_norm / (norm + 1e-6) < 1.0:
+        scale = max_norm / (norm + 1e-6)
+        for g in grads:
+            g.mul_(scale)
+    return norm
 
 
 def shard(items: Sequence[T], rank: int, num_processes: int) -> list[T]:
@@ -413,11 +429,14 @@ def place_team(team: Team, agents: Sequence[str], agent_devices: Mapping[str, st
 
 
 def prepare_training(config: ScalingConfig, team: Team, agents: Sequence[str], batch_size: int, batch_field: str,
-                     accelerator: Accelerator | None = None) -> DataParallel:
-    """The scale-out set-up both trainers share: accelerator, process group, device placement, checkpointing.
+                     accelerator: Accelerator | None = None,
+                     extra_parameters: Sequence[torch.nn.Parameter] = ()) -> DataParallel:
+    """The scale-out set-up both trainers share: accelerator, process group, device placement, checkpointing,
+    identical replicas, then (``fsdp``) sharding.
 
     ``batch_size`` is the trainer's global batch (``batch_field`` names its config field); it must
-    give every launched process at least one item.
+    give every launched process at least one item. ``extra_parameters``: other trainable weights
+    (e.g. a critic adapter on the team's base) to synchronise with the agents' before sharding.
     """
     dp = DataParallel(build_accelerator(config, accelerator), fsdp=config.fsdp)
     if batch_size < dp.num_processes:
@@ -431,7 +450,8 @@ def prepare_training(config: ScalingConfig, team: Team, agents: Sequence[str], b
         for policy in team.policies():
             policy.enable_gradient_checkpointing()
     # the replicas start identical (LoRA initialisation is random per process), then are sharded
-    dp.broadcast_parameters([p for agent in agents for p in team.policy(agent).trainable_parameters(team.adapter(agent))])
+    dp.broadcast_parameters([p for agent in agents for p in team.policy(agent).trainable_parameters(team.adapter(agent))]
+                            + list(extra_parameters))
     dp.shard_team(team)
     return dp
 
@@ -485,4 +505,4 @@ def _split(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tenso
 
 
 __all__ = ["DataParallel", "build_accelerator", "place_team", "prepare_training", "local_launch_command", "shard",
-           "merge_reports", "SHARDING_ENGINES"]
+           "merge_reports", "clip_gradients", "SHARDING_ENGINES"]

@@ -29,7 +29,6 @@ gradients are summed over processes before their optimizer steps.
 """
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ from tqdm.auto import tqdm
 from llm_marl_envs.core import render_messages
 from trainers.common.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint
 from trainers.common.distributed import prepare_training
+from trainers.common.sharding import full_state, shard_optimizer_state
 from trainers.common.episode import Episode
 from trainers.common.logging import MetricsLogger
 from trainers.common.policy import SamplingParams
@@ -118,23 +118,19 @@ class MAPPOTrainer:
                                  "MAPPO needs HF policies (Team.shared_lora or Team.separate)")
         if config.future_mean == "others" and len(self.agents) < 2:
             raise ValueError("future_mean='others' needs at least 2 agents; use future_mean='all'")
-        if config.fsdp or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
-            raise ValueError("MAPPOTrainer does not shard yet (its critic adapter joins the actors' base after set-up, "
-                             "and its PPO epochs are not run in lockstep); train MAPPO with one replica per process "
-                             "(fsdp=False, accelerate launch --multi_gpu), or shard with MAGRPOTrainer")
-        self.dp = prepare_training(config, team, self.agents, config.episodes_per_step, "episodes_per_step", accelerator)
-        self.accelerator = self.dp.accelerator
-        self.verifier = verifier if verifier is not None else self._load_verifier()
-
         torch.manual_seed(config.seed)
+        # the critic's adapter joins the actors' base before set-up: sharding (fsdp) wraps the model as it is then
         self.critic = CentralizedCritic(team.policy(self.agents[0]), adapter=CRITIC_ADAPTER, lora_r=config.critic_lora_r,
                                         max_context_tokens=config.critic_max_context_tokens, seed=config.seed)
+        self.dp = prepare_training(config, team, self.agents, config.episodes_per_step, "episodes_per_step", accelerator,
+                                   extra_parameters=self.critic.trainable_parameters())
+        self.accelerator = self.dp.accelerator
+        self.verifier = verifier if verifier is not None else self._load_verifier()
         self.critic.head.to(self.critic.policy.device)
         self.actor_params = {a: team.policy(a).trainable_parameters(team.adapter(a)) for a in self.agents}
         self.optimizers = {a: torch.optim.AdamW(params, lr=config.learning_rate) for a, params in self.actor_params.items()}
         self.critic_params = self.critic.trainable_parameters()
         self.critic_optimizer = torch.optim.AdamW(self.critic_params, lr=config.critic_learning_rate)
-        self.dp.broadcast_parameters(self.critic_params)     # the actors' were synchronised by prepare_training
         self.step = 0
         self.history: list[dict[str, float]] = []
         if config.resume_from_checkpoint is not None:
@@ -150,11 +146,13 @@ class MAPPOTrainer:
         """
         process_rng = self.dp.rng_states()
         path = checkpoint_dir(self.config.output_dir, self.step)
+        tensors = self.dp.checkpoint_tensors(self.team, self.optimizers)     # sharded: gathered on every process
+        critic = None if tensors is None else (self.critic.trainable_state_dict(),
+                                               full_state(self.critic_optimizer.state_dict()))
         if self.dp.is_main:
-            extra = {"critic": self.critic.trainable_state_dict(), "critic_optimizer": self.critic_optimizer.state_dict(),
-                     "history": self.history}
+            extra = {"critic": critic[0], "critic_optimizer": critic[1], "history": self.history}
             path = save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, {},
-                                   self.config.to_dict(), extra, process_rng=process_rng)
+                                   self.config.to_dict(), extra, process_rng=process_rng, tensors=tensors)
         self.dp.barrier()
         return path
 
@@ -165,7 +163,7 @@ class MAPPOTrainer:
         if "critic" not in state["extra"]:
             raise ValueError(f"{path} is not a MAPPO checkpoint (no critic state); resume it with the trainer that wrote it")
         self.critic.load_trainable_state_dict(state["extra"]["critic"])
-        self.critic_optimizer.load_state_dict(state["extra"]["critic_optimizer"])
+        self.critic_optimizer.load_state_dict(shard_optimizer_state(self.critic_optimizer, state["extra"]["critic_optimizer"]))
         self.history = list(state["extra"].get("history", []))
         self.step = int(state["step"])
 
@@ -348,12 +346,16 @@ class MAPPOTrainer:
                     counts.setdefault(agent, [0, 0])
                     counts[agent][0] += 1
                     counts[agent][1] += n
-                local = [responses[i] for rank, i, _, _ in batch if rank == self.dp.rank]
+                local = self._by_agent([responses[i] for rank, i, _, _ in batch if rank == self.dp.rank])
                 for optimizer, _ in steps:
                     optimizer.zero_grad(set_to_none=True)
-                for agent, group in self._by_agent(local).items():
+                for agent in self.agents:
+                    # sharded weights: a process without this agent's responses still runs its passes, weighted 0
+                    if agent not in local and not (self.dp.sharded and agent in counts):
+                        continue
                     size, tokens = counts[agent]
-                    weight = size / len(batch)          # the minibatch loss is a mean over responses
+                    group = local.get(agent) or [_idle_response(agent, self.team.policy(agent).pad_id)]
+                    weight = size / len(batch) if agent in local else 0.0   # the minibatch loss is a mean over responses
                     # backward right after each forward: PEFT marks only the active adapter trainable
                     with self.accelerator.autocast():
                         actor_loss, actor_stats = self.policy_loss(agent, group, tokens)
@@ -361,6 +363,8 @@ class MAPPOTrainer:
                     with self.accelerator.autocast():
                         critic_loss, critic_stats = self.value_loss(group, tokens)
                     self.accelerator.backward(weight * c.vf_coef * critic_loss)
+                    if agent not in local:
+                        continue
                     stats = {**actor_stats, **critic_stats}
                     stats["loss"] = stats["policy_loss"] + c.vf_coef * stats["value_loss"]
                     for key, value in stats.items():
@@ -373,12 +377,13 @@ class MAPPOTrainer:
     def train_step(self) -> dict[str, float]:
         """Collect, reward, advantage, update once; returns the step's metrics (merged over processes)."""
         step = self.step + 1
-        episodes = self.collect(step)
-        responses = self.compute_rewards(episodes)
-        if self.dp.sum([len(responses)])[0] == 0:
-            raise RuntimeError(f"step {step}: every response was empty; raise max_new_tokens or check the policy")
         local: dict[str, float] = {}
-        local.update(self.compute_advantages(responses))
+        with self.dp.full_weights():          # sharded weights are gathered for the gradient-free passes
+            episodes = self.collect(step)
+            responses = self.compute_rewards(episodes)
+            if self.dp.sum([len(responses)])[0] == 0:
+                raise RuntimeError(f"step {step}: every response was empty; raise max_new_tokens or check the policy")
+            local.update(self.compute_advantages(responses))
         local.update(self.update(responses, step))
         local["train_accuracy"] = float(np.mean([bool(c) for e in episodes for turn in e.correct for c in turn.values()]))
         metrics: dict[str, float] = {"step": step, **self.dp.merge_metrics(local)}
@@ -413,14 +418,22 @@ class MAPPOTrainer:
         engine = RolloutEngine(self.eval_env, self.team, params, progress=False)
         seeds, tasks = self.dp.shard([self.config.seed + i for i in range(n)]), self.dp.shard(list(range(n)))
         local = []
-        if tasks:
-            with self.accelerator.autocast():
-                local = engine.collect(seeds=seeds, task_indices=tasks, desc="eval")
+        with self.dp.full_weights():          # a collective when sharded: every process enters
+            if tasks:
+                with self.accelerator.autocast():
+                    local = engine.collect(seeds=seeds, task_indices=tasks, desc="eval")
         records = [episode_record(e) for e in self.dp.unshard(local)]
         turns = self.eval_env.num_turns
         per_turn = np.array([r["accuracy_per_turn"] + [r["accuracy_per_turn"][-1]] * (turns - len(r["accuracy_per_turn"]))
                              for r in records])
         return {"episodes": records, "accuracy_per_turn": per_turn.mean(axis=0).tolist()}
+
+
+def _idle_response(agent: str, pad_id: int) -> Response:
+    """A one-token stand-in for the loss passes a process runs without responses of ``agent`` (weighted 0)."""
+    zero = torch.zeros(1)
+    return Response(agent, 0, [pad_id], [pad_id], [pad_id], old_logprobs=zero, old_values=zero, advantages=zero,
+                    value_targets=zero, kl=zero)
 
 
 def episode_record(episode: Episode) -> dict[str, Any]:
