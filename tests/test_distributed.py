@@ -276,6 +276,15 @@ def assert_same_update(split: dict, whole: dict, weight_atol: float) -> None:
         torch.testing.assert_close(split["weights"][name], weight, rtol=0, atol=weight_atol, msg=name)
 
 
+def assert_resumed_run_ends_alike(out: Path, straight: str, resumed: str, atol: float) -> dict[str, torch.Tensor]:
+    """The final weights (main process's ``weights.pt``) of a resumed run equal the straight run's; returns the latter."""
+    final, final_resumed = (torch.load(out / run / "weights.pt") for run in (straight, resumed))
+    assert final_resumed.keys() == final.keys()
+    for name, weight in final.items():
+        torch.testing.assert_close(final_resumed[name], weight, rtol=0, atol=atol, msg=name)
+    return final
+
+
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
     """Fixed batches collected here in one process, their whole-batch updates, then 2 launches of 2 processes each."""
@@ -338,10 +347,7 @@ def test_magrpo_on_two_processes_matches_one_process_stays_identical_and_resumes
     assert [m["step"] for m in resumed_metrics] == [1, 2, 3]
     for step in (2, 3):
         assert summed_loss(resumed_metrics[step - 1]) == pytest.approx(summed_loss(metrics[step - 1]), rel=1e-6, abs=1e-9)
-    final_straight = torch.load(out / "straight" / "weights.pt")
-    final_resumed = torch.load(out / "resumed" / "weights.pt")
-    for name, weight in final_straight.items():
-        torch.testing.assert_close(final_resumed[name], weight, rtol=0, atol=1e-7, msg=name)
+    assert_resumed_run_ends_alike(out, "straight", "resumed", atol=1e-7)
 
 
 @pytest.mark.slow
@@ -378,25 +384,23 @@ def test_magrpo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
     assert [s["roots"] for s in split] == [2, 1]
     assert_same_update(split[0], whole, weight_atol=1e-4)
 
-    # 3. training: rollouts on gathered weights, lockstep losses, evaluation, checkpoints of whole tensors
+    # 3. training: rollouts on gathered weights, lockstep losses, evaluation
     straight = reports(out / "fsdp-straight")
     assert [r["step"] for r in straight] == [3, 3]
     assert [len(t) for t in straight[0]["tasks"]] == [2, 2, 2] and [len(t) for t in straight[1]["tasks"]] == [1, 1, 1]
     assert straight[0]["eval_rewards"] == straight[1]["eval_rewards"] and len(straight[0]["eval_rewards"]) == 2
     metrics = [json.loads(line) for line in (out / "fsdp-straight" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3]
-    saved = load_file(str(out / "fsdp-straight" / "checkpoints" / "step-000003" / "agents" / "agent_0.safetensors"))
-    final = torch.load(out / "fsdp-straight" / "weights.pt")
-    assert {n: t.shape for n, t in saved.items()} == {n.split("/", 1)[1]: t.shape for n, t in final.items()
-                                                      if n.startswith("agent_0/")}
-    assert any(not torch.equal(t, whole["initial"][n]) for n, t in final.items())
 
-    # 4. resumed from step 1 under the same launch: the same tasks and the same final weights
+    # 4. resumed from step 1 under the same launch: the same tasks and the same final weights; checkpoints hold
+    #    whole tensors
     resumed = reports(out / "fsdp-resumed")
     assert resumed[0]["tasks"] == straight[0]["tasks"][1:] and resumed[1]["tasks"] == straight[1]["tasks"][1:]
-    final_resumed = torch.load(out / "fsdp-resumed" / "weights.pt")
-    for name, weight in final.items():
-        torch.testing.assert_close(final_resumed[name], weight, rtol=0, atol=1e-7, msg=name)
+    final = assert_resumed_run_ends_alike(out, "fsdp-straight", "fsdp-resumed", atol=1e-7)
+    assert any(not torch.equal(t, whole["initial"][n]) for n, t in final.items())
+    saved = load_file(str(out / "fsdp-straight" / "checkpoints" / "step-000003" / "agents" / "agent_0.safetensors"))
+    assert {n: t.shape for n, t in saved.items()} == {n.split("/", 1)[1]: t.shape for n, t in final.items()
+                                                      if n.startswith("agent_0/")}   # whole tensors, not shards
 
 
 @pytest.mark.slow
@@ -416,7 +420,5 @@ def test_mappo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
     assert straight[0]["eval_tasks"] == straight[1]["eval_tasks"] and len(straight[0]["eval_tasks"]) == 2
     assert [h["step"] for h in resumed[0]["history"]] == [1, 2]           # step 1 from the checkpoint, step 2 re-run
     assert resumed[0]["history"][-1]["loss"] == pytest.approx(straight[0]["history"][-1]["loss"], rel=1e-5)
-    final, final_resumed = (torch.load(out / run / "weights.pt") for run in ("mappo-fsdp-straight", "mappo-fsdp-resumed"))
+    final = assert_resumed_run_ends_alike(out, "mappo-fsdp-straight", "mappo-fsdp-resumed", atol=1e-6)
     assert any(not torch.equal(w, whole["initial"][n]) for n, w in final.items())
-    for name, weight in final.items():
-        torch.testing.assert_close(final_resumed[name], weight, rtol=0, atol=1e-6, msg=name)

@@ -100,6 +100,25 @@ def test_shared_prompt_scoring_matches_one_forward_per_row_with_gradients(team):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
 
 
+@pytest.mark.parametrize("completions", [[[18], [19], [20]], [[18, 19, 20], [21], [22, 23]]])
+def test_lockstep_scoring_makes_the_same_two_forward_calls_and_the_same_logprobs(team, completions):
+    policy = team.policy("agent_0")
+    short, long = (policy.encode(c) for c in CONVERSATIONS)
+    prompts = [short, long, list(reversed(short))]                   # no prompt repeats: usually one forward
+    expected, expected_mask = policy.token_logprobs(prompts, completions, adapter="agent_1")
+    policy.lockstep = True                                            # as under FSDP sharding
+    try:
+        sizes, handle = prefill_widths(policy)
+        logp, mask = policy.token_logprobs(prompts, completions, adapter="agent_1")
+        handle.remove()
+    finally:
+        policy.lockstep = False
+    assert len(sizes) == 2                                            # prompts, then completions: whatever the rows
+    width = expected.shape[1]
+    assert mask[:, :width].tolist() == expected_mask.tolist() and not mask[:, width:].any()
+    torch.testing.assert_close(logp[:, :width], expected, rtol=0, atol=1e-5)
+
+
 def test_reserved_cache_returns_what_a_dynamic_cache_returns():
     from transformers import DynamicCache
 

@@ -44,8 +44,9 @@ the team. What that changes, all of it in this module and the policy, none of it
   collective on every process), sampling runs without collectives, so processes may generate
   different numbers of tokens, and the weights are freed after;
 - **losses** run in lockstep: every process runs the same number of micro-batch forward/backward
-  passes (:meth:`DataParallel.lockstep`; a process short of rows runs a zero-weighted one), each as
-  ONE forward (``HFPolicy.lockstep``), and FSDP reduce-scatters the gradients (summed, as here);
+  passes (:meth:`DataParallel.lockstep`; a process short of rows runs a zero-weighted one), each
+  with the same forward calls (``HFPolicy.lockstep``), and FSDP reduce-scatters the gradients
+  (summed, as here);
 - **checkpoints** gather the full tensors on every process; the main process writes the same
   files as an unsharded run, and loading shards them again.
 
@@ -56,6 +57,7 @@ parameters at once) and FSDP1 are refused with an error naming the supported lau
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import os
 import socket
@@ -250,6 +252,8 @@ class DataParallel:
             for root in self._sharded_roots:
                 root.set_reshard_after_forward(True)
                 root.set_reshard_after_forward(False, recurse=False)   # FSDP's default for the root
+            if self.device.type == "cpu":
+                release_free_memory()
 
     # ------------------------------------------------------------------ parameters and gradients
     def broadcast_parameters(self, params: Sequence[torch.nn.Parameter]) -> None:
@@ -309,6 +313,8 @@ class DataParallel:
                 optimizer.step()
         if scaler is not None:
             scaler.update()
+        if self.sharded and self.device.type == "cpu":
+            release_free_memory()
         return norms
 
     def fingerprint(self, tensors: Iterable[torch.Tensor]) -> str:
@@ -344,6 +350,26 @@ class DataParallel:
             return None
         weights = {agent: team.policy(agent).trainable_state_dict(team.adapter(agent)) for agent in optimizers}
         return weights, {agent: full_state(optimizer.state_dict()) for agent, optimizer in optimizers.items()}
+
+
+def release_free_memory() -> None:
+    """Give the heap memory that was freed back to the OS (glibc ``malloc_trim``; elsewhere nothing).
+
+    Sharded training on a CPU frees whole gathered layers at every step, and glibc keeps such
+    blocks in its heap. Measured on SmolLM2-135M (2 agents, full fine-tune, 2 processes), resident
+    memory after the first step went from 3746 to 2570 MiB when trimmed.
+    """
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM = None
 
 
 def clip_gradients(grads: Sequence[torch.Tensor], max_norm: float | None) -> float:

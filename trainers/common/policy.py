@@ -374,17 +374,20 @@ class HFPolicy:
         the distinct prompts fills a KV cache, each row gets a copy of its prompt's cache, and a
         second forward runs the completions on top of it; gradients flow through both. Without a
         repeated prompt, or with gradient checkpointing on (it recomputes layers without a KV cache),
-        this is one :meth:`completion_forward` (always, under ``lockstep``: sharded weights need every process
-        to make the same forward calls).
+        this is one :meth:`completion_forward`. Under ``lockstep`` (sharded weights: every process must
+        make the same forward calls) it is always the two forwards, unless checkpointing.
         """
         source, firsts = shared_rows([tuple(p) for p in prompt_ids])
         checkpointing = self.gradient_checkpointing and torch.is_grad_enabled()
-        if len(firsts) == len(prompt_ids) or len(completion_ids) != len(prompt_ids) or checkpointing or self.lockstep:
+        distinct = len(firsts) == len(prompt_ids) and not self.lockstep
+        if distinct or len(completion_ids) != len(prompt_ids) or checkpointing:
             output, width, completion_mask = self.completion_forward(prompt_ids, completion_ids)
             return output.logits[:, :-1, :], width, completion_mask
         from transformers import DynamicCache
 
         width = max(1, max(len(c) for c in completion_ids))
+        if self.lockstep:
+            width = max(width, 2)     # always both forwards: every process makes the same calls
         device = self.device
         ids, prompt_mask = self._left_pad([prompt_ids[r] for r in firsts])
         ids, prompt_mask = ids.to(device), prompt_mask.to(device)
