@@ -103,12 +103,12 @@ def worker(args: argparse.Namespace) -> None:
     history = trainer.train()
     trainer.dp.barrier()
     elapsed = time.perf_counter() - started
-    peak_mib = max(trainer.dp.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))   # Linux: KiB
+    peaks_mib = trainer.dp.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)   # Linux: KiB
     if trainer.dp.is_main:
         report = {"num_processes": trainer.dp.num_processes, "threads": torch.get_num_threads(), "steps": args.steps,
                   "seconds": elapsed, "steps_per_s": args.steps / elapsed,
                   "rollout_s": sum(h["rollout_s"] for h in history) / len(history),
-                  "tokens_per_s": sum(h["tokens_per_s"] for h in history) / len(history), "peak_rss_mib": peak_mib,
+                  "tokens_per_s": sum(h["tokens_per_s"] for h in history) / len(history), "peak_rss_mib": peaks_mib,
                   "sharded": trainer.dp.sharded}
         (out / "report.json").write_text(json.dumps(report))
 
@@ -152,7 +152,7 @@ def main() -> None:
         results[num_processes] = report
         print(f"{num_processes} process(es) x {report['threads']} thread(s): {report['steps_per_s']:.4f} steps/s "
               f"({report['seconds']:.1f} s for {report['steps']} steps; rollout {report['rollout_s']:.1f} s/step, "
-              f"{report['tokens_per_s']:.0f} tok/s; peak RSS {report['peak_rss_mib']:.0f} MiB per process"
+              f"{report['tokens_per_s']:.0f} tok/s; peak RSS {'/'.join(f'{m:.0f}' for m in report['peak_rss_mib'])} MiB"
               f"{', sharded (FSDP2)' if report['sharded'] else ''})", flush=True)
     print(f"ratio={results[2]['steps_per_s'] / results[1]['steps_per_s']:.3f}")
 

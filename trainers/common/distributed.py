@@ -341,15 +341,23 @@ class DataParallel:
         """Every process's RNG states, in process order (what a checkpoint needs to resume each one)."""
         return self.gather(rng_state())
 
-    def checkpoint_tensors(self, team: Team, optimizers: Mapping[str, torch.optim.Optimizer]) -> tuple[dict, dict] | None:
-        """``(weights, optimizer states)`` as whole tensors for the main process to write: every agent's trainable
-        state dict and every optimizer's state dict. Sharded, every process must call it (the tensors are gathered)
-        and gets them; unsharded, the main process gets them and the others ``None``.
+    def checkpoint_tensors(self, team: Team, optimizers: Mapping[str, torch.optim.Optimizer],
+                           extra: Mapping[str, Any] | None = None) -> tuple[dict, dict, dict] | None:
+        """``(weights, optimizer states, extra)`` with whole tensors, on the main process (the others get ``None``).
+
+        Weights are every agent's trainable state dict, optimizer states every optimizer's state dict;
+        ``extra`` is any other state (e.g. a critic's), gathered the same way. Every process must call
+        it: sharded tensors are gathered one at a time, and a process that does not write drops each
+        one at once, so it never holds the whole team.
         """
         if not (self.sharded or self.is_main):
             return None
-        weights = {agent: team.policy(agent).trainable_state_dict(team.adapter(agent)) for agent in optimizers}
-        return weights, {agent: full_state(optimizer.state_dict()) for agent, optimizer in optimizers.items()}
+        keep = self.is_main
+        weights = {agent: full_state(team.policy(agent).trainable_state_dict(team.adapter(agent), whole=False), keep)
+                   for agent in optimizers}
+        states = {agent: full_state(optimizer.state_dict(), keep) for agent, optimizer in optimizers.items()}
+        gathered = full_state(dict(extra or {}), keep)
+        return (weights, states, gathered) if keep else None
 
 
 def release_free_memory() -> None:

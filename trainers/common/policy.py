@@ -76,6 +76,8 @@ import contextlib  # noqa: E402  (kept beside the class that needs it)
 
 import torch  # noqa: E402
 
+from torch.distributed.tensor import DTensor  # noqa: E402
+
 from .sharding import full_tensor, shard_like  # noqa: E402
 
 BASE_ADAPTER = "__base__"   # PEFT's name for "no adapter" inside a mixed-adapter batch
@@ -184,13 +186,22 @@ class HFPolicy:
             return [p for p in self.model.parameters()]
         return [p for n, p in self.model.named_parameters() if f".{adapter}." in n]
 
-    def trainable_state_dict(self, adapter: str | None) -> dict[str, torch.Tensor]:
-        """Tensors a checkpoint must hold for ``adapter`` (or the whole plain model)."""
-        # sharded weights (FSDP) are gathered whole: a collective, so every process must call this
+    def trainable_state_dict(self, adapter: str | None, whole: bool = True) -> dict[str, torch.Tensor]:
+        """Tensors a checkpoint must hold for ``adapter`` (or the whole plain model), as copies.
+
+        Sharded weights (FSDP) are gathered whole, a collective that every process must join;
+        ``whole=False`` leaves them as this process's shards, uncopied (for callers that gather
+        themselves, see ``DataParallel.checkpoint_tensors``).
+        """
+        def take(t: torch.Tensor) -> torch.Tensor:
+            if isinstance(t, DTensor) and not whole:
+                return t.detach()
+            return full_tensor(t.detach()).clone()   # a copy: tied weights must not share memory in a file
+
         if adapter is None:
-            return {k: full_tensor(v.detach()).clone() for k, v in self.model.state_dict().items()}
+            return {k: take(v) for k, v in self.model.state_dict().items()}
         self._check_adapter(adapter)
-        return {n: full_tensor(p.detach()).clone() for n, p in self.model.named_parameters() if f".{adapter}." in n}
+        return {n: take(p) for n, p in self.model.named_parameters() if f".{adapter}." in n}
 
     def load_trainable_state_dict(self, adapter: str | None, state: dict[str, torch.Tensor]) -> None:
         """Inverse of :meth:`trainable_state_dict` (each process keeps its shard of sharded weights)."""

@@ -19,15 +19,22 @@ def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-def full_state(state: Any) -> Any:
-    """``state`` (nested dicts, lists and tuples) with every ``DTensor`` replaced by its whole tensor."""
+def full_state(state: Any, keep: bool = True) -> Any:
+    """``state`` (nested dicts, lists and tuples) with every ``DTensor`` replaced by its whole tensor.
+
+    ``keep=False``: take part in the gathering (a process that will not write) but drop each whole
+    tensor at once, so only one is held at a time; returns ``None``.
+    """
     if isinstance(state, DTensor):
-        return state.full_tensor()
+        whole = state.full_tensor()
+        return whole if keep else None
     if isinstance(state, dict):
-        return {k: full_state(v) for k, v in state.items()}
-    if isinstance(state, (list, tuple)):
-        return type(state)(full_state(v) for v in state)
-    return state
+        gathered = {k: full_state(v, keep) for k, v in state.items()}
+    elif isinstance(state, (list, tuple)):
+        gathered = type(state)(full_state(v, keep) for v in state)
+    else:
+        gathered = state
+    return gathered if keep else None
 
 
 def shard_like(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

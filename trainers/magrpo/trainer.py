@@ -313,11 +313,12 @@ class MAGRPOTrainer:
     def save(self) -> None:
         """Write a checkpoint of the current step (main process only; every process's RNG states in it)."""
         process_rng = self.dp.rng_states()
-        tensors = self.dp.checkpoint_tensors(self.team, self.optimizers)
+        gathered = self.dp.checkpoint_tensors(self.team, self.optimizers)     # every process: sharded ones are gathered
         if self.dp.is_main:
+            weights, optimizer_states, _ = gathered
             save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, self.schedulers,
                             self.config.to_dict(), extra={"task_rng": self.task_rng.bit_generator.state},
-                            process_rng=process_rng, tensors=tensors)
+                            process_rng=process_rng, tensors=(weights, optimizer_states))
         self.dp.barrier()
 
     def load(self, path) -> None:

@@ -89,9 +89,9 @@ class CentralizedCritic(torch.nn.Module):
         """The critic adapter's LoRA weights and the value head."""
         return self.policy.trainable_parameters(self.adapter) + list(self.head.parameters())
 
-    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        """What a checkpoint holds for the critic."""
-        state = {f"adapter.{k}": v for k, v in self.policy.trainable_state_dict(self.adapter).items()}
+    def trainable_state_dict(self, whole: bool = True) -> dict[str, torch.Tensor]:
+        """What a checkpoint holds for the critic (``whole``: see ``HFPolicy.trainable_state_dict``)."""
+        state = {f"adapter.{k}": v for k, v in self.policy.trainable_state_dict(self.adapter, whole=whole).items()}
         state.update({f"head.{k}": v.detach().clone() for k, v in self.head.state_dict().items()})
         return state
 

@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from llm_marl_envs.core import render_messages
 from trainers.common.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint
 from trainers.common.distributed import prepare_training
-from trainers.common.sharding import full_state, shard_optimizer_state
+from trainers.common.sharding import shard_optimizer_state
 from trainers.common.episode import Episode
 from trainers.common.logging import MetricsLogger
 from trainers.common.policy import SamplingParams
@@ -146,13 +146,14 @@ class MAPPOTrainer:
         """
         process_rng = self.dp.rng_states()
         path = checkpoint_dir(self.config.output_dir, self.step)
-        tensors = self.dp.checkpoint_tensors(self.team, self.optimizers)     # sharded: gathered on every process
-        critic = None if tensors is None else (self.critic.trainable_state_dict(),
-                                               full_state(self.critic_optimizer.state_dict()))
+        critic = {"critic": self.critic.trainable_state_dict(whole=False),
+                  "critic_optimizer": self.critic_optimizer.state_dict()}
+        gathered = self.dp.checkpoint_tensors(self.team, self.optimizers, extra=critic)   # every process
         if self.dp.is_main:
-            extra = {"critic": critic[0], "critic_optimizer": critic[1], "history": self.history}
+            weights, optimizer_states, critic = gathered
             path = save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, {},
-                                   self.config.to_dict(), extra, process_rng=process_rng, tensors=tensors)
+                                   self.config.to_dict(), {**critic, "history": self.history}, process_rng=process_rng,
+                                   tensors=(weights, optimizer_states))
         self.dp.barrier()
         return path
 
