@@ -30,6 +30,15 @@ under ``flock /work/cpu.lock``; defaults: SmolLM2-135M, 2 agents x 1 turn of ari
 
     --model tiny --steps 4 (load 1.8): 0.2437 vs 0.2915 steps/s, ratio=1.196
 
+Sharded (``--fsdp``: FSDP2, each process holds half of the weights, gradients and AdamW states),
+same defaults, quiet machine; peak RSS of the main / other process (the main one writes the final
+checkpoint of whole tensors):
+
+    LoRA team:        1 process 0.0549 steps/s, 2348 MiB; 2 sharded 0.0415 steps/s, 2499 MiB (max); ratio=0.755
+                      (2 replicas, the run above with per-process RSS: 0.0643 steps/s, 2270 MiB)
+    --full-finetune:  1 process 0.0499 steps/s, 6137 MiB; 2 sharded 0.0321 steps/s, 5897 / 4446 MiB; ratio=0.642
+                      2 replicas: 0.0410 steps/s, 5910 / 5438 MiB; ratio=0.923
+
 Interpretation: two processes on two cores cannot add compute that one process with two threads
 does not already have; there is little to gain, and the figures say so (+6% on a quiet machine,
 -13% on a busy one, where the run depended on what the other jobs were doing). The small gain
