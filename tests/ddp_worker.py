@@ -8,6 +8,8 @@ Jobs run in order, each with a fresh trainer on the same tiny model and toy env:
   each process taking its shard of the roots; writes ``OUT/update-rank<r>.pt`` (gradients left by
   the update, trainable weights, fingerprint). ``fsdp-update``: the same with the weights sharded
   (``fsdp=True``), into ``OUT/fsdp-update-rank<r>.pt``; ``fsdp-train`` / ``fsdp-resume`` likewise.
+- ``fsdp-agent-devices``: builds a sharded trainer with ``agent_devices``; writes the error to
+  ``OUT/fsdp-agent-devices-rank<r>.txt``.
 - ``train:NAME:STEPS``: train ``STEPS`` steps into ``OUT/NAME`` (checkpoint every step);
   ``resume:NAME:STEPS`` continues ``OUT/NAME`` from its latest checkpoint. Both write
   ``OUT/NAME/rank<r>.json`` (weights fingerprint, tasks this process collected) and, on the main
@@ -190,6 +192,13 @@ def main() -> None:
         if job in ("update", "fsdp-update"):
             result = run_update(out, out / "batch.pkl", fsdp=job == "fsdp-update")
             torch.save(result, out / f"{job}-rank{rank()}.pt")
+        elif job == "fsdp-agent-devices":               # refused: sharding and per-agent placement exclude each other
+            try:
+                build_trainer(out / job, fsdp=True, agent_devices={"agent_0": "cpu"})
+                message = "accepted"
+            except ValueError as err:
+                message = str(err)
+            (out / f"{job}-rank{rank()}.txt").write_text(message)
         elif job in ("mappo-update", "mappo-fsdp-update"):
             result = run_mappo_update(out, out / "mappo-batch.pkl", fsdp="fsdp" in job)
             torch.save(result, out / f"{job}-rank{rank()}.pt")

@@ -311,7 +311,8 @@ def launched(tmp_path_factory):
         torch.set_num_threads(previous)
     launch(out, "update", "mappo-update", "train:straight:3", "train:resumed:1", "mappo-train:mappo:1",
            "fsdp-update", "fsdp-train:fsdp-straight:3", "fsdp-train:fsdp-resumed:1",
-           "mappo-fsdp-update", "mappo-fsdp-train:mappo-fsdp-straight:2", "mappo-fsdp-train:mappo-fsdp-resumed:1")
+           "mappo-fsdp-update", "mappo-fsdp-train:mappo-fsdp-straight:2", "mappo-fsdp-train:mappo-fsdp-resumed:1",
+           "fsdp-agent-devices")
     launch(out, "resume:resumed:3", "fsdp-resume:fsdp-resumed:3", "mappo-fsdp-resume:mappo-fsdp-resumed:2")
     return out, whole, mappo_whole
 
@@ -383,6 +384,10 @@ def test_magrpo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
     # 2. one update on the fixed batch (2 trees + 1 tree) with sharded weights = the whole-batch update in one process
     assert [s["roots"] for s in split] == [2, 1]
     assert_same_update(split[0], whole, weight_atol=1e-4)
+
+    # sharding and agent_devices (whole models placed inside one process) exclude each other
+    for r in range(2):
+        assert "fsdp shards each model over the processes; agent_devices" in (out / f"fsdp-agent-devices-rank{r}.txt").read_text()
 
     # 3. training: rollouts on gathered weights, lockstep losses, evaluation
     straight = reports(out / "fsdp-straight")
