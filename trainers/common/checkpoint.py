@@ -76,6 +76,16 @@ def resolve_checkpoint(resume: str | os.PathLike, output_dir: str | os.PathLike)
     return path
 
 
+def training_tensors(team: Team, optimizers: Mapping[str, Any], whole: bool = True) -> tuple[dict, dict]:
+    """What a checkpoint holds of the training: ``(weights, optimizer states)``, one entry per agent of ``optimizers``.
+
+    ``whole=False`` leaves sharded weights as this process's shards (see ``HFPolicy.trainable_state_dict``);
+    optimizer states are the optimizers' own state dicts, sharded or not.
+    """
+    weights = {agent: team.policy(agent).trainable_state_dict(team.adapter(agent), whole=whole) for agent in optimizers}
+    return weights, {agent: optimizer.state_dict() for agent, optimizer in optimizers.items()}
+
+
 def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimizers: Mapping[str, Any],
                     schedulers: Mapping[str, Any], config: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
                     process_rng: Sequence[Mapping[str, Any]] | None = None,
@@ -87,10 +97,7 @@ def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimi
     optimizer state per agent)`` already gathered (``DataParallel.checkpoint_tensors``, needed when the
     weights are sharded); by default they are read from ``team`` and ``optimizers``.
     """
-    if tensors is None:
-        tensors = ({agent: team.policy(agent).trainable_state_dict(team.adapter(agent)) for agent in optimizers},
-                   {agent: optimizer.state_dict() for agent, optimizer in optimizers.items()})
-    weights, optimizer_states = tensors
+    weights, optimizer_states = tensors if tensors is not None else training_tensors(team, optimizers)
     target = checkpoint_dir(output_dir, step)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}.", dir=target.parent))

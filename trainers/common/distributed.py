@@ -70,7 +70,7 @@ from accelerate.utils import DistributedType, broadcast, gather_object, reduce
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
-from .checkpoint import rng_state
+from .checkpoint import rng_state, training_tensors
 from .config import ScalingConfig, parse_device
 from .policy import HFPolicy
 from .sharding import full_state, full_tensor
@@ -196,10 +196,13 @@ class DataParallel:
         """Wait until every process gets here."""
         self.accelerator.wait_for_everyone()
 
-    def lockstep(self, count: int) -> int:
+    def lockstep(self, count: int, most: int | None = None) -> int:
         """How many forward/backward passes to run when this process has ``count``: the most any process has when
-        the weights are sharded (every pass is a collective then), ``count`` otherwise."""
-        return self.max(count) if self.sharded else int(count)
+        the weights are sharded (every pass is a collective then), ``count`` otherwise. ``most``: that maximum,
+        when the caller already knows it (no communication then)."""
+        if not self.sharded:
+            return int(count)
+        return int(most) if most is not None else self.max(count)
 
     # ------------------------------------------------------------------ FSDP2
     def shard_team(self, team: Team) -> None:
@@ -352,12 +355,8 @@ class DataParallel:
         """
         if not (self.sharded or self.is_main):
             return None
-        keep = self.is_main
-        weights = {agent: full_state(team.policy(agent).trainable_state_dict(team.adapter(agent), whole=False), keep)
-                   for agent in optimizers}
-        states = {agent: full_state(optimizer.state_dict(), keep) for agent, optimizer in optimizers.items()}
-        gathered = full_state(dict(extra or {}), keep)
-        return (weights, states, gathered) if keep else None
+        weights, states = training_tensors(team, optimizers, whole=False)
+        return full_state((weights, states, dict(extra or {})), keep=self.is_main)
 
 
 def release_free_memory() -> None:
@@ -391,8 +390,8 @@ def clip_gradients(grads: Sequence[torch.Tensor], max_norm: float | None) -> flo
         if group:
             squares += float(full_tensor(torch.nn.utils.get_total_norm(group))) ** 2
     norm = squares ** 0.5
-    if max_norm is not None and max_norm / (norm + 1e-6) < 1.0:
-        scale = max_norm / (norm + 1e-6)
+    scale = 1.0 if max_norm is None else max_norm / (norm + 1e-6)
+    if scale < 1.0:
         for g in grads:
             g.mul_(scale)
     return norm

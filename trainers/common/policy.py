@@ -109,7 +109,7 @@ class HFPolicy:
         self._template_cache_size = template_cache_size
         self.generate_calls = 0          # batched generate calls made (the rollout engine batches across agents)
         self.gradient_checkpointing = False
-        self.lockstep = False            # sharded weights (FSDP): scoring is always ONE forward, the same on every process
+        self.lockstep = False            # sharded weights (FSDP): scoring makes the same forward calls on every process
         model.eval()
 
     @property

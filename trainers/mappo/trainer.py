@@ -352,7 +352,7 @@ class MAPPOTrainer:
                     optimizer.zero_grad(set_to_none=True)
                 for agent in self.agents:
                     # sharded weights: a process without this agent's responses still runs its passes, weighted 0
-                    if agent not in local and not (self.dp.sharded and agent in counts):
+                    if not self.dp.lockstep(int(agent in local), most=int(agent in counts)):
                         continue
                     size, tokens = counts[agent]
                     group = local.get(agent) or [_idle_response(agent, self.team.policy(agent).pad_id)]
