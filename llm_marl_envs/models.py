@@ -68,12 +68,11 @@ def _write_atomically(target: Path, write) -> Path:
     return target
 
 
-def _convert_embedded(name: str, root: Path) -> Path:
-    """Dequantize the embedded GGUF once into ``root/models/<name>`` (plain safetensors + tokenizer)."""
+def _convert_gguf(path: Path, target: Path) -> Path:
+    """Dequantize the GGUF file ``path`` once into the directory ``target`` (plain safetensors + tokenizer)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     def write(tmp: Path) -> None:
-        path = gguf_path(name)
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         quantized = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
         # A GGUF-loaded model is flagged as quantized and refuses save_pretrained: rebuild a plain
@@ -87,14 +86,20 @@ def _convert_embedded(name: str, root: Path) -> Path:
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
 
-    return _write_atomically(root / "models" / name, write)
+    return _write_atomically(target, write)
 
 
 def resolve(name_or_path: str | os.PathLike = DEFAULT_MODEL, cache_dir: str | os.PathLike | None = None) -> str:
-    """What ``from_pretrained`` should load: the cached conversion of an embedded model, a local dir or a hub id."""
+    """What ``from_pretrained`` should load: the cached conversion of an embedded model or ``.gguf`` file, a local
+    dir or a hub id."""
     name = str(name_or_path)
     if name in EMBEDDED_MODELS:
-        return str(_convert_embedded(name, cache_root(cache_dir)))
+        return str(_convert_gguf(gguf_path(name), cache_root(cache_dir) / "models" / name))
+    if name.endswith(".gguf"):
+        path = Path(name)
+        if not path.is_file():
+            raise ValueError(f"GGUF file {name!r} does not exist; pass the path of a .gguf model file")
+        return str(_convert_gguf(path, cache_root(cache_dir) / "models" / f"{path.stem}-{path.stat().st_size}"))
     return name
 
 

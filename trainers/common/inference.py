@@ -46,7 +46,9 @@ per-sequence KV cache operations, sampler chains):
   debate answers of 64 tokens differ between ``max_batch`` 16 and 1).
 * Memory: the KV cache is allocated up front, ``max_batch * n_ctx`` tokens (f16; 23 KB per token
   for SmolLM2-135M: 0.75 GB at the defaults 8 x 4096).
-* Threads: the free cores (:func:`free_cores`).
+* Threads: the free cores (:func:`~llm_marl.hardware.free_cores`).
+* Weight buffers: llama.cpp's extra (repacked) buffer types, except on CPUs with AMX, whose ggml
+  kernel crashes (:func:`~llm_marl.hardware.llamacpp_extra_buffers`).
 """
 from __future__ import annotations
 
@@ -69,7 +71,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from llm_marl.hardware import BufferChoice, cpu_info, free_cores, llamacpp_extra_buffers
+from llm_marl.native_probe import PROBE_ENV, probe_llamacpp
+
 from .policy import Conversation, Generation, Policy, SamplingParams
+
+logger = logging.getLogger("llm_marl")
 
 BACKENDS = ("hf", "llamacpp", "openai")
 
@@ -135,22 +142,6 @@ class _InferenceBackend:
 
 
 # ---------------------------------------------------------------------------------- llama.cpp
-def free_cores() -> int:
-    """CPU cores not busy with other processes (cores minus the 1-minute load average), at least 1.
-
-    llama.cpp's worker threads spin at barriers: with more threads than free cores, generation
-    slows down by an order of magnitude (measured here on 2 cores at load ~6: 7.6 tok/s with 1
-    thread vs 1.5 tok/s with 2; with ``OMP_WAIT_POLICY=PASSIVE`` 19.9 vs 17.2), so the default
-    uses the free cores, not all of them.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        busy = os.getloadavg()[0]
-    except OSError:
-        busy = 0.0
-    return max(1, min(cores, int(cores - busy + 0.5)))
-
-
 def _close_all(resources_ref: "weakref.ref[contextlib.ExitStack]") -> None:
     resources = resources_ref()
     if resources is not None:
@@ -192,10 +183,13 @@ class LlamaCppPolicy(_InferenceBackend):
         n_threads: int | None = None,
         seed: int | None = 0,
         name: str | None = None,
+        use_extra_bufts: bool | None = None,
     ) -> None:
         """Load ``model_path`` with room for ``max_batch`` sequences of ``n_ctx`` tokens each.
 
-        ``n_threads`` defaults to the free cores (:func:`free_cores`).
+        ``n_threads`` defaults to the free cores (:func:`~llm_marl.hardware.free_cores`).
+        ``use_extra_bufts`` (llama.cpp's repacked/AMX weight buffers) defaults to
+        :func:`~llm_marl.hardware.llamacpp_extra_buffers` of this CPU: off where it has AMX.
         """
         # ggml's OpenMP workers spin-wait by default: on a busy CPU that costs 10x (see free_cores).
         # Effective only if no OpenMP runtime started yet in this process (the CLI sets it first).
@@ -225,8 +219,12 @@ class LlamaCppPolicy(_InferenceBackend):
 
         self._resources = contextlib.ExitStack()
         atexit.register(_close_all, weakref.ref(self._resources))  # before interpreter teardown breaks destructors
+        self.buffers = (llamacpp_extra_buffers(cpu_info().flags) if use_extra_bufts is None
+                        else BufferChoice(bool(use_extra_bufts), "set by the caller"))
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.use_extra_bufts = self.buffers.use_extra_bufts
         self._model = self._resources.enter_context(contextlib.closing(_internals.LlamaModel(
-            path_model=str(path), params=llama_cpp.llama_model_default_params(), verbose=False)))
+            path_model=str(path), params=model_params, verbose=False)))
         params = llama_cpp.llama_context_default_params()
         params.n_seq_max = max_batch
         params.n_ctx = n_ctx * max_batch          # total cells; each sequence gets its own n_ctx of them
@@ -498,7 +496,9 @@ def load_policy(backend: str, model: str, base_url: str | None = None, *, seed: 
     """A ready policy: ``backend`` in ``"hf" | "llamacpp" | "openai"``, ``model`` a name, path or served id.
 
     ``llamacpp`` accepts a ``.gguf`` path or a model name that :func:`llm_marl_envs.models.gguf_path`
-    knows (e.g. ``"smollm2-135m"``); ``hf`` loads through :func:`llm_marl_envs.models.load`;
+    knows (e.g. ``"smollm2-135m"``). It is first probed in a child process
+    (:func:`~llm_marl.native_probe.probe_llamacpp`); if the probe crashes, the model is loaded with
+    the ``hf`` backend instead (llama.cpp-only options dropped) and one warning names the cause. ``hf`` loads through :func:`llm_marl_envs.models.load`;
     ``openai`` needs ``base_url``. Extra keyword arguments go to the backend's constructor.
     """
     if backend not in BACKENDS:
@@ -515,7 +515,15 @@ def load_policy(backend: str, model: str, base_url: str | None = None, *, seed: 
         else:
             from llm_marl_envs.models import gguf_path
             path = gguf_path(model)
-        return LlamaCppPolicy(path, seed=seed, name=model, **kwargs)
+        buffers = llamacpp_extra_buffers(cpu_info().flags)
+        verdict = probe_llamacpp(path, buffers)
+        if not verdict.ok:
+            logger.warning("llama.cpp failed on this CPU: %s; using the 'hf' backend for %s instead (set "
+                           "LLM_MARL_LLAMACPP_EXTRA_BUFFERS=on/off to change llama.cpp's weight buffers, %s=off to "
+                           "skip this probe; verdict %s cached in $LLM_MARL_CACHE/probes)",
+                           verdict.cause, model, PROBE_ENV, verdict.key)
+            return _load_hf_policy(str(path) if str(model).endswith(".gguf") else model, seed=seed)
+        return LlamaCppPolicy(path, seed=seed, name=model, use_extra_bufts=buffers.use_extra_bufts, **kwargs)
     return _load_hf_policy(model, seed=seed, **kwargs)
 
 

@@ -1,0 +1,107 @@
+"""What this CPU can do, and the native-backend settings that follow from it.
+
+* :func:`cpu_info` — the CPU's model name and feature flags (``/proc/cpuinfo`` on Linux).
+* :func:`llamacpp_extra_buffers` — whether llama.cpp may repack weights into its "extra" CPU
+  buffer types. On CPUs with AMX those include ggml's AMX matmul path, which segfaults at the
+  first decode (llama.cpp issue 20824, "segfault in ggml_backend_amx_mul_mat"); with the extra
+  buffers off, weights stay in the plain CPU buffer and the same model runs. The environment
+  variable ``LLM_MARL_LLAMACPP_EXTRA_BUFFERS`` (``auto`` | ``on`` | ``off``) forces either choice.
+* :func:`free_cores` — cores not busy with other processes, read at each call.
+"""
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+EXTRA_BUFFERS_ENV = "LLM_MARL_LLAMACPP_EXTRA_BUFFERS"
+# CPU flags (as Linux names them) that make llama.cpp pick its AMX buffer type.
+AMX_FLAGS = frozenset({"amx_tile", "amx_int8", "amx_bf16"})
+# Flags worth reporting: the SIMD level decides which kernels ggml and torch use.
+RELEVANT_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_int8", "amx_bf16",
+                  "asimd", "sve")
+_ON, _OFF, _AUTO = ("1", "on", "true", "yes"), ("0", "off", "false", "no"), ("", "auto")
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """The CPU's model name and its feature flags (lower case, as in ``/proc/cpuinfo``)."""
+
+    model: str
+    flags: frozenset[str]
+
+    @property
+    def relevant_flags(self) -> list[str]:
+        """The flags of :data:`RELEVANT_FLAGS` this CPU has, in that order."""
+        return [f for f in RELEVANT_FLAGS if f in self.flags]
+
+    @property
+    def has_amx(self) -> bool:
+        """Whether the CPU has Intel AMX tiles."""
+        return bool(self.flags & AMX_FLAGS)
+
+
+def cpu_info(cpuinfo_path: str = "/proc/cpuinfo") -> CpuInfo:
+    """Model name and flags of the first CPU in ``cpuinfo_path``; empty flags where that file does not exist."""
+    model, flags = platform.processor() or platform.machine(), frozenset()
+    try:
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return CpuInfo(model=model, flags=flags)
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        key = key.strip().lower()
+        if not sep:
+            continue
+        if key in ("model name", "cpu model") and model in ("", platform.machine(), platform.processor()):
+            model = value.strip()
+        elif key in ("flags", "features") and not flags:      # x86 says flags, Arm says Features
+            flags = frozenset(value.lower().split())
+    return CpuInfo(model=model, flags=flags)
+
+
+@dataclass(frozen=True)
+class BufferChoice:
+    """Whether llama.cpp may use its extra CPU buffer types (repacked and AMX weights), and why."""
+
+    use_extra_bufts: bool
+    reason: str
+
+
+def llamacpp_extra_buffers(flags: Iterable[str], env: Mapping[str, str] | None = None) -> BufferChoice:
+    """Decide ``use_extra_bufts`` for llama.cpp from the CPU's ``flags`` and ``$LLM_MARL_LLAMACPP_EXTRA_BUFFERS``.
+
+    ``auto`` (the default) turns the extra buffers off exactly when the CPU has AMX, whose ggml
+    matmul crashes; elsewhere llama.cpp keeps its defaults. ``on``/``off`` force the choice.
+    """
+    env = os.environ if env is None else env
+    setting = env.get(EXTRA_BUFFERS_ENV, "").strip().lower()
+    if setting in _ON:
+        return BufferChoice(True, f"forced on by {EXTRA_BUFFERS_ENV}={env[EXTRA_BUFFERS_ENV]}")
+    if setting in _OFF:
+        return BufferChoice(False, f"forced off by {EXTRA_BUFFERS_ENV}={env[EXTRA_BUFFERS_ENV]}")
+    if setting not in _AUTO:
+        raise ValueError(f"{EXTRA_BUFFERS_ENV} must be one of auto, on, off; got {env[EXTRA_BUFFERS_ENV]!r}")
+    amx = sorted(AMX_FLAGS.intersection(f.lower() for f in flags))
+    if amx:
+        return BufferChoice(False, f"CPU has AMX ({', '.join(amx)}): ggml's AMX matmul crashes (llama.cpp issue "
+                                   f"20824), so weights stay in the plain CPU buffer; {EXTRA_BUFFERS_ENV}=on forces it")
+    return BufferChoice(True, "no AMX on this CPU: llama.cpp's default buffer types (repacked weights where it has "
+                              "kernels for them)")
+
+
+def free_cores() -> int:
+    """CPU cores not busy with other processes (usable cores minus the 1-minute load average), at least 1.
+
+    llama.cpp's worker threads spin at barriers: with more threads than free cores, generation
+    slows down by an order of magnitude (measured on 2 cores at load ~6: 7.6 tok/s with 1
+    thread vs 1.5 tok/s with 2), so backends take the free cores, not all of them.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:
+        busy = 0.0
+    return max(1, min(cores, int(cores - busy + 0.5)))
