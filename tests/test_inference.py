@@ -141,6 +141,7 @@ def smollm2_gguf() -> Path:
 
 @pytest.mark.slow
 @pytest.mark.ci_slow
+@pytest.mark.native
 def test_llamacpp_policy_generates_seeded_samples():
     policy = load_policy("llamacpp", "smollm2-135m", seed=0)
     params = SamplingParams(max_new_tokens=16, temperature=0.8, seed=5)
@@ -197,6 +198,7 @@ class PeakBatch:
 # These prompts have none within the tested lengths, so the tokens must be equal.
 @pytest.mark.slow
 @pytest.mark.ci_slow
+@pytest.mark.native
 def test_llamacpp_batched_greedy_equals_single_sequences_and_splits_big_calls():
     policy = LlamaCppPolicy(smollm2_gguf(), n_ctx=1024, max_batch=4)
     peak = PeakBatch(policy)
@@ -212,6 +214,7 @@ def test_llamacpp_batched_greedy_equals_single_sequences_and_splits_big_calls():
 
 
 @pytest.mark.slow
+@pytest.mark.native
 def test_llamacpp_batched_sampling_is_valid_and_seeded_independently_of_batching():
     params = SamplingParams(max_new_tokens=40, temperature=0.8, top_p=0.9, seed=11)
     wide = LlamaCppPolicy(smollm2_gguf(), n_ctx=1024, max_batch=8)
@@ -229,6 +232,7 @@ def test_llamacpp_batched_sampling_is_valid_and_seeded_independently_of_batching
 
 
 @pytest.mark.slow
+@pytest.mark.native
 def test_llamacpp_batched_greedy_matches_one_sequence_at_a_time():
     params = SamplingParams(max_new_tokens=48, temperature=0.0)
     batched = LlamaCppPolicy(smollm2_gguf(), n_ctx=1024, max_batch=8).generate(CONVERSATIONS, params)
@@ -240,6 +244,7 @@ def test_llamacpp_batched_greedy_matches_one_sequence_at_a_time():
 
 
 @pytest.mark.slow
+@pytest.mark.native
 def test_llamacpp_policy_rejects_bad_input_and_stays_usable():
     policy = LlamaCppPolicy(smollm2_gguf(), n_ctx=64, max_batch=2)
     assert policy.n_ctx >= 64
