@@ -5,6 +5,7 @@
     llm-marl bench anli_debate-v0 --models smollm2-135m,/path/to/other --backend hf --baseline debate
     llm-marl train magrpo tldr_writing-v0 --config cfg.yaml --set learning_rate=1e-5
     llm-marl report runs/bench/gsm_symbolic_debate-v0-debate-seed0
+    llm-marl info                      # versions, CPU features, backend choices: paste into bug reports
 
 User errors (unknown env, unreachable server, missing data, bad values) print one line that
 says what to change and exit with status 2.
@@ -194,6 +195,15 @@ def env_arguments(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None}
 
 
+# ---------------------------------------------------------------------------------- info
+def cmd_info(args: argparse.Namespace) -> int:
+    """Print versions, CPU features, threads, backend choices, directories and sandbox isolation."""
+    from llm_marl.info import environment_report, format_report
+
+    print(format_report(environment_report()))
+    return 0
+
+
 # ---------------------------------------------------------------------------------- parser
 def add_env_arguments(parser: argparse.ArgumentParser) -> None:
     """The env options shared by ``bench`` and ``train``."""
@@ -207,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``llm-marl`` and its subcommands."""
     parser = argparse.ArgumentParser(prog="llm-marl", description="Multi-agent LLM environments: list, benchmark, "
                                      "train, report.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{envs,bench,train,report}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{envs,bench,train,report,info}")
 
     envs = sub.add_parser("envs", help="list registered environments", description="List registered environments "
                           "with their default agents, turns, data source and verifier.")
@@ -260,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Recompute summary.json, report.md and plots from episodes.jsonl.")
     report.add_argument("dir", help="a bench run directory (its --out)")
     report.set_defaults(func=cmd_report)
+
+    info = sub.add_parser("info", help="describe this machine and installation (for bug reports)",
+                          description="Print Python and package versions, the CPU and its features (AVX2, AVX-512, "
+                                      "AMX), threads, the llama.cpp buffer choice and probe verdict, the data and "
+                                      "cache directories and the sandbox's isolation layers.")
+    info.set_defaults(func=cmd_info)
     return parser
 
 
