@@ -25,8 +25,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from verifiers.coding import code_context, function_signature
+
 from ..data import Record
-from .coding import CodingCollabEnv, code_context, function_signature
+from .coding import CodingCollabEnv
 
 
 def humaneval_record(row: Record, index: int) -> Record:

@@ -31,8 +31,10 @@ from __future__ import annotations
 import ast
 import re
 
+from verifiers.coding import function_signature, parse_python
+
 from ..data import DatasetSpec, Record
-from .coding import CodingCollabEnv, function_signature, parse
+from .coding import CodingCollabEnv
 
 MBPP_ID_RANGES = {"test": range(11, 511), "validation": range(511, 601), "train": range(601, 975)}
 
@@ -40,7 +42,7 @@ MBPP_ID_RANGES = {"test": range(11, 511), "validation": range(511, 601), "train"
 def mbpp_entry_point(code: str, tests: list[str]) -> str:
     """The reference solution's function that the first assert calls (else its last function)."""
     try:
-        names = [n.name for n in parse(code).body if isinstance(n, ast.FunctionDef)]
+        names = [n.name for n in parse_python(code).body if isinstance(n, ast.FunctionDef)]
     except SyntaxError:
         names = re.findall(r"^def\s+(\w+)\s*\(", code, re.MULTILINE)
     for name in names:

@@ -21,7 +21,8 @@ import os
 from typing import Any
 
 from verifiers import Verdict
-from verifiers.writing import TLDR_BANDS, SemanticJudge, WritingRewardConfig, format_feedback, score_writing
+from verifiers.semantic import SemanticJudge
+from verifiers.writing import TLDR_BANDS, WritingRewardConfig, format_writing_feedback, score_writing
 
 from ..core import DEFAULT_MAX_ACTION_CHARS, TextEnv
 from ..data import Record
@@ -93,7 +94,7 @@ class WritingCollabEnv(TextEnv):
         verdict = self.verdicts[-1][self.possible_agents[agent_index]]
         return (
             f"Feedback on the joint text after turn {self.turn} (your part is part {agent_index + 1}):\n"
-            f"{format_feedback(verdict, self.reward_config)}\n\n"
+            f"{format_writing_feedback(verdict, self.reward_config)}\n\n"
             f"Your partner wrote {self.roles[1 - agent_index]} (part {2 - agent_index}):\n"
             f"<<<\n{self.answers[-1][partner]}\n>>>\n\n"
             f"Revise {self.roles[agent_index]} to raise the joint score. Reply with your revised part only."
