@@ -66,6 +66,7 @@ class TextEnv(ParallelEnv):
     data_source: str = ""                  # one line for tables: where tasks come from
     verifier_name: str = ""                # one line for tables: what scores answers
     min_agents: int = 1
+    max_agents: int | None = None          # None: no upper bound
 
     def __init__(
         self,
@@ -76,8 +77,16 @@ class TextEnv(ParallelEnv):
         max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
         render_mode: str | None = None,
     ) -> None:
-        if not isinstance(num_agents, int) or num_agents < self.min_agents:
-            raise ValueError(f"num_agents must be an int >= {self.min_agents}, got {num_agents!r}")
+        if (not isinstance(num_agents, int) or num_agents < self.min_agents
+                or (self.max_agents is not None and num_agents > self.max_agents)):
+            if self.max_agents == self.min_agents:
+                wanted = f"exactly {self.min_agents} agents"
+            elif self.max_agents is None:
+                wanted = f"num_agents >= {self.min_agents}"
+            else:
+                wanted = f"{self.min_agents} <= num_agents <= {self.max_agents}"
+            raise ValueError(f"{type(self).__name__} needs {wanted}, got num_agents={num_agents!r}; "
+                             f"pass num_agents={self.min_agents}")
         if not isinstance(num_turns, int) or num_turns < 1:
             raise ValueError(f"num_turns must be an int >= 1, got {num_turns!r}")
         if max_action_chars < 1:

@@ -19,7 +19,6 @@ labels ``e``/``n``/``c``; the hub uses ``premise`` and 0/1/2. Both map to the sa
 """
 from __future__ import annotations
 
-from verifiers import Verdict
 from verifiers.nli import verify_label
 
 from ..data import DatasetSpec, Record
@@ -55,9 +54,10 @@ ANLI_R3 = DatasetSpec(
 class ANLIDebateEnv(DebateEnv):
     """Debate on adversarial NLI: does the premise entail, contradict, or neither?"""
 
-    metadata = {"name": "anli_debate-v0", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    metadata = {**DebateEnv.metadata, "name": "anli_debate-v0"}
     dataset = ANLI_R3
     data_source = "ANLI R3 (facebook/anli, or anli_r3/*.jsonl)"
+    verifier = verify_label
     verifier_name = "verifiers.nli.verify_label"
     answer_instruction = ("Reason step by step, then give your final label in \\boxed{} as exactly one of: "
                           "entailment, neutral, contradiction.")
@@ -66,9 +66,3 @@ class ANLIDebateEnv(DebateEnv):
         return (f"Premise: {task['premise']}\nHypothesis: {task['hypothesis']}\n\n"
                 "Does the premise entail the hypothesis (entailment), contradict it (contradiction), "
                 "or neither (neutral)?")
-
-    def verify(self, response: str, task: Record) -> Verdict:
-        return verify_label(response, task["answer"])
-
-
-parallel_env = ANLIDebateEnv

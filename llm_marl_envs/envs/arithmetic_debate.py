@@ -36,26 +36,21 @@ from .gsm_symbolic_debate import GSMSymbolicDebateEnv, reasoning_gym_records
 class ArithmeticDebateEnv(GSMSymbolicDebateEnv):
     """Debate on procedurally generated addition/subtraction chains (offline).
 
-    Shares everything but the task generator with the GSM-Symbolic debate (question text, math
-    verifier, debate arguments such as ``show_scores`` and ``stop_on_consensus``).
+    Shares everything but the task generator with the GSM-Symbolic debate.
     """
 
-    metadata = {"name": "arithmetic_debate-v0", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    metadata = {**GSMSymbolicDebateEnv.metadata, "name": "arithmetic_debate-v0"}
     data_source = "reasoning-gym chain_sum (procedural, offline)"
     answer_instruction = "Give the final answer as a number in \\boxed{}."
 
-    def __init__(self, num_agents: int = 2, num_turns: int = 3, split: str = "test", num_tasks: int = 500,
-                 min_terms: int = 2, max_terms: int = 3, min_digits: int = 1, max_digits: int = 2,
-                 **debate_kwargs: Any) -> None:
+    def __init__(self, *, min_terms: int = 2, max_terms: int = 3, min_digits: int = 1, max_digits: int = 2,
+                 **kwargs: Any) -> None:
         if not 1 <= min_terms <= max_terms or not 1 <= min_digits <= max_digits:
             raise ValueError(f"need 1 <= min_terms <= max_terms and 1 <= min_digits <= max_digits, got terms "
                              f"{min_terms}..{max_terms}, digits {min_digits}..{max_digits}")
-        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, num_tasks=num_tasks, **debate_kwargs)
+        super().__init__(**kwargs)
         self.task_config = {"min_terms": min_terms, "max_terms": max_terms, "min_digits": min_digits,
                             "max_digits": max_digits, "allow_negation": False}
 
     def load_tasks(self) -> list[Record]:
         return reasoning_gym_records("chain_sum", self.split, self.num_tasks, **self.task_config)
-
-
-parallel_env = ArithmeticDebateEnv

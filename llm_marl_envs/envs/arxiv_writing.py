@@ -87,7 +87,7 @@ ARXIV_DATASET = DatasetSpec(
 class ArxivWritingEnv(WritingCollabEnv):
     """Agent 0: background and motivation; agent 1: methodology and implications."""
 
-    metadata = {**WritingCollabEnv.metadata, "name": "arxiv_writing_v0"}
+    metadata = {**WritingCollabEnv.metadata, "name": "arxiv_writing-v0"}
     dataset = ARXIV_DATASET
     data_source = "OpenMLRL/arXiv_abstract (hub) or local arXiv cs.AI abstracts / SciTLDR-A"
     reward_config = ARXIV_BANDS
@@ -106,5 +106,3 @@ class ArxivWritingEnv(WritingCollabEnv):
             f"- Write {self.reward_config.min_words}-{self.reward_config.max_words} words of connected prose."
         )
 
-
-parallel_env = ArxivWritingEnv

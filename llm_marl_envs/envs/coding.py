@@ -29,7 +29,6 @@ Arguments shared by every coding env:
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from verifiers import Verdict
@@ -37,8 +36,9 @@ from verifiers.code import DEFAULT_TIMEOUT_S
 from verifiers.coding import (CodingRewardConfig, extract_code, format_coding_feedback, helper_names,
                               score_collaboration)
 
-from ..core import DEFAULT_MAX_ACTION_CHARS, TextEnv
+from ..core import TextEnv
 from ..data import Record
+
 
 class CodingCollabEnv(TextEnv):
     """N agents write one program: helpers first, the entry point last (see the module docstring).
@@ -48,34 +48,21 @@ class CodingCollabEnv(TextEnv):
     ``test``, ``entry_point`` and ``signature``.
     """
 
-    metadata: dict[str, Any] = {"name": "coding_collab", "render_modes": ["human", "ansi"], "is_parallelizable": True}
-    verifier_name = "joint structure/syntax/tests/cooperation reward; tests in verifiers.code.run_tests (sandbox)"
+    metadata = {**TextEnv.metadata, "name": "coding_collab"}
+    verifier_name = "verifiers.coding.score_collaboration (joint; tests in the verifiers.code sandbox)"
     min_agents = 2
     system_prompt = "You are an expert Python programmer. You write one part of a program together with other programmers."
 
-    def __init__(
-        self,
-        num_agents: int = 2,
-        num_turns: int = 2,
-        split: str = "test",
-        data_dir: str | os.PathLike | None = None,
-        reward_config: CodingRewardConfig | None = None,
-        test_timeout_s: float = DEFAULT_TIMEOUT_S,
-        max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
-        render_mode: str | None = None,
-    ) -> None:
-        if not isinstance(num_agents, int) or num_agents < 2:
-            raise ValueError(f"{type(self).__name__} needs num_agents >= 2 (helper writers + one entry-point writer), "
-                             f"got {num_agents!r}")
+    def __init__(self, *, num_turns: int = 2, reward_config: CodingRewardConfig | None = None,
+                 test_timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any) -> None:
         if reward_config is not None and not isinstance(reward_config, CodingRewardConfig):
-            raise ValueError(f"reward_config must be a CodingRewardConfig, got {type(reward_config).__name__}")
+            raise ValueError(f"reward_config must be a verifiers.coding.CodingRewardConfig, got {type(reward_config).__name__}")
         if not isinstance(test_timeout_s, (int, float)) or not 0 < test_timeout_s <= 3600:
             raise ValueError(f"test_timeout_s must be a number in (0, 3600], got {test_timeout_s!r}")
-        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, data_dir=data_dir,
-                         max_action_chars=max_action_chars, render_mode=render_mode)
+        super().__init__(num_turns=num_turns, **kwargs)
         self.reward_config = reward_config or CodingRewardConfig()
         self.test_timeout_s = float(test_timeout_s)
-        self.helpers = helper_names(num_agents)
+        self.helpers = helper_names(len(self.possible_agents))
 
     def role(self, agent_index: int) -> str:
         """The function ``agent_index`` writes: a helper name or the task's entry point."""
@@ -99,15 +86,10 @@ class CodingCollabEnv(TextEnv):
                                             "Reply with the Python code only, in one ```python code block."}]
 
     def verify_turn(self, answers: dict[str, str]) -> dict[str, Verdict]:
-        """One joint verdict of all agents' code, given to every agent."""
+        """One joint verdict of all agents' code, given to every agent: all are rewarded its score."""
         codes = [extract_code(answers[a]) for a in self.possible_agents]
         verdict = score_collaboration(codes, self.task, self.reward_config, self.test_timeout_s)
         return {agent: verdict for agent in answers}
-
-    def rewards_from_verdicts(self, verdicts: dict[str, Verdict]) -> dict[str, float]:
-        """The joint reward: every agent gets the score of the joint program."""
-        joint = float(verdicts[self.possible_agents[0]].score)
-        return {agent: joint for agent in verdicts}
 
     def next_prompt(self, agent_index: int) -> str:
         """Feedback on the joint program, the teammates' code and a revision request."""

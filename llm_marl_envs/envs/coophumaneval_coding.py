@@ -43,5 +43,3 @@ class CoopHumanEvalCodingEnv(CodingCollabEnv):
     dataset = COOP_HUMANEVAL
     data_source = "CoopHumanEval, 82 problems (OpenMLRL/CoopHumanEval or coophumaneval/test.jsonl)"
 
-
-parallel_env = CoopHumanEvalCodingEnv

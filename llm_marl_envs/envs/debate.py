@@ -24,45 +24,38 @@ one bool per agent), so transitions (correct -> incorrect, ...) can be computed 
 """
 from __future__ import annotations
 
-import os
-from typing import Any
+from typing import Any, Callable
 
 from verifiers import Verdict
 
-from ..core import DEFAULT_MAX_ACTION_CHARS, TextEnv
+from ..core import TextEnv
 from ..data import Record
 
 
 class DebateEnv(TextEnv):
-    """Base class of the debate envs; subclasses define the question text and the verifier."""
+    """Base class of the debate envs; a task module sets its data, question text and verifier."""
 
-    metadata = {"name": "debate", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    metadata = {**TextEnv.metadata, "name": "debate"}
     answer_instruction = "Think step by step, then give your final answer in \\boxed{}."
+    verifier: Callable[[str, str], Verdict] | None = None  # (response, gold answer) -> Verdict
 
-    def __init__(
-        self,
-        num_agents: int = 2,
-        num_turns: int = 3,
-        split: str = "test",
-        data_dir: str | os.PathLike | None = None,
-        show_scores: bool = False,
-        stop_on_consensus: bool = False,
-        max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
-        render_mode: str | None = None,
-    ) -> None:
-        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, data_dir=data_dir,
-                         max_action_chars=max_action_chars, render_mode=render_mode)
+    def __init__(self, *, num_turns: int = 3, show_scores: bool = False, stop_on_consensus: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(num_turns=num_turns, **kwargs)
         self.show_scores = show_scores
         self.stop_on_consensus = stop_on_consensus
 
-    # -- what a task module defines
+    # -- what a task module may override
     def question(self, task: Record) -> str:
-        """The problem statement shown at turn 0."""
-        raise NotImplementedError
+        """The problem statement shown at turn 0; default: the record's ``question``."""
+        return task["question"]
 
     def verify(self, response: str, task: Record) -> Verdict:
-        """Judge one answer against the task's gold answer."""
-        raise NotImplementedError
+        """Judge one answer with the class's ``verifier`` against the record's gold ``answer``."""
+        verifier = type(self).verifier  # read from the class: a plain function, not a bound method
+        if verifier is None:
+            raise NotImplementedError(f"{type(self).__name__} must set `verifier` or override verify()")
+        return verifier(response, task["answer"])
 
     # -- TextEnv hooks
     def first_prompt(self, agent_index: int, task: Record) -> list[dict[str, str]]:

@@ -18,7 +18,6 @@ problems) or ``"test"`` (1319).
 """
 from __future__ import annotations
 
-from verifiers import Verdict
 from verifiers.math import verify_answer
 
 from ..data import DatasetSpec, Record
@@ -50,17 +49,9 @@ GSM8K = DatasetSpec(
 class GSM8KDebateEnv(DebateEnv):
     """Debate on GSM8K grade-school math word problems."""
 
-    metadata = {"name": "gsm8k_debate-v0", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    metadata = {**DebateEnv.metadata, "name": "gsm8k_debate-v0"}
     dataset = GSM8K
     data_source = "GSM8K (openai/gsm8k main, or gsm8k/*.jsonl)"
+    verifier = verify_answer
     verifier_name = "verifiers.math.verify_answer"
     answer_instruction = "Solve it step by step, then give the final answer as a number in \\boxed{}."
-
-    def question(self, task: Record) -> str:
-        return task["question"]
-
-    def verify(self, response: str, task: Record) -> Verdict:
-        return verify_answer(response, task["answer"])
-
-
-parallel_env = GSM8KDebateEnv

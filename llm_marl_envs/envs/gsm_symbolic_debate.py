@@ -23,12 +23,10 @@ Extra arguments (beside those of :mod:`llm_marl_envs.envs.debate`):
 """
 from __future__ import annotations
 
-import os
+from typing import Any
 
-from verifiers import Verdict
 from verifiers.math import verify_answer
 
-from ..core import DEFAULT_MAX_ACTION_CHARS
 from ..data import Record
 from .debate import DebateEnv
 
@@ -51,36 +49,15 @@ def reasoning_gym_records(task_name: str, split: str, size: int, **task_config) 
 class GSMSymbolicDebateEnv(DebateEnv):
     """Debate on procedurally generated GSM-style problems (offline)."""
 
-    metadata = {"name": "gsm_symbolic_debate-v0", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    metadata = {**DebateEnv.metadata, "name": "gsm_symbolic_debate-v0"}
     data_source = "reasoning-gym gsm_symbolic (procedural, offline)"
+    verifier = verify_answer
     verifier_name = "verifiers.math.verify_answer"
     answer_instruction = "Solve it step by step, then give the final answer as a number in \\boxed{}."
 
-    def __init__(
-        self,
-        num_agents: int = 2,
-        num_turns: int = 3,
-        split: str = "test",
-        num_tasks: int = 500,
-        show_scores: bool = False,
-        stop_on_consensus: bool = False,
-        max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
-        render_mode: str | None = None,
-        data_dir: str | os.PathLike | None = None,
-    ) -> None:
-        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, data_dir=data_dir,
-                         show_scores=show_scores, stop_on_consensus=stop_on_consensus,
-                         max_action_chars=max_action_chars, render_mode=render_mode)
+    def __init__(self, *, num_tasks: int = 500, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.num_tasks = num_tasks
 
     def load_tasks(self) -> list[Record]:
         return reasoning_gym_records("gsm_symbolic", self.split, self.num_tasks)
-
-    def question(self, task: Record) -> str:
-        return task["question"]
-
-    def verify(self, response: str, task: Record) -> Verdict:
-        return verify_answer(response, task["answer"])
-
-
-parallel_env = GSMSymbolicDebateEnv

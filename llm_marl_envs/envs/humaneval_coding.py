@@ -59,5 +59,3 @@ class HumanEvalCodingEnv(CodingCollabEnv):
 
         return [humaneval_record(row, i) for i, row in enumerate(read_problems().values())]
 
-
-parallel_env = HumanEvalCodingEnv

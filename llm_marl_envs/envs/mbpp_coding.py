@@ -97,5 +97,3 @@ class MBPPCodingEnv(CodingCollabEnv):
     dataset = MBPP
     data_source = "MBPP (google-research-datasets/mbpp sanitized, or mbpp/mbpp.jsonl full set)"
 
-
-parallel_env = MBPPCodingEnv

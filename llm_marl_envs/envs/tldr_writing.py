@@ -99,7 +99,7 @@ TLDR_DATASET = DatasetSpec(
 class TLDRWritingEnv(WritingCollabEnv):
     """Agent 0: concise summary; agent 1: detailed summary (see the module docstring)."""
 
-    metadata = {**WritingCollabEnv.metadata, "name": "tldr_writing_v0"}
+    metadata = {**WritingCollabEnv.metadata, "name": "tldr_writing-v0"}
     dataset = TLDR_DATASET
     data_source = "trl-lib/tldr (hub) or local OpenAI TL;DR test sample / Reddit TIFU"
     reward_config = TLDR_BANDS
@@ -126,5 +126,3 @@ class TLDRWritingEnv(WritingCollabEnv):
             "- Connect ideas with explicit transition words (first, however, as a result, for example, overall)."
         )
 
-
-parallel_env = TLDRWritingEnv

@@ -17,14 +17,13 @@ Exactly two agents: other ``num_agents`` values raise ``ValueError``.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from verifiers import Verdict
 from verifiers.semantic import SemanticJudge
 from verifiers.writing import TLDR_BANDS, WritingRewardConfig, format_writing_feedback, score_writing
 
-from ..core import DEFAULT_MAX_ACTION_CHARS, TextEnv
+from ..core import TextEnv
 from ..data import Record
 
 
@@ -36,7 +35,7 @@ class WritingCollabEnv(TextEnv):
     :meth:`task_prompt`.
     """
 
-    metadata: dict[str, Any] = {"name": "writing_collab", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    metadata = {**TextEnv.metadata, "name": "writing_collab"}
     verifier_name = "verifiers.writing.score_writing (joint, level-gated; optional SemanticJudge)"
     min_agents = 2
     max_agents = 2
@@ -44,26 +43,13 @@ class WritingCollabEnv(TextEnv):
     system_prompt: str = "You are a careful writer collaborating with another writer on one text."
     roles: tuple[str, str] = ("the first part", "the second part")
 
-    def __init__(
-        self,
-        num_agents: int = 2,
-        num_turns: int = 1,
-        split: str = "test",
-        data_dir: str | os.PathLike | None = None,
-        max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
-        render_mode: str | None = None,
-        reward_config: WritingRewardConfig | None = None,
-        semantic_judge: bool | SemanticJudge = False,
-    ) -> None:
-        if not isinstance(num_agents, int) or not self.min_agents <= num_agents <= self.max_agents:
-            raise ValueError(f"{type(self).__name__} needs exactly 2 agents (one per part of the text), "
-                             f"got num_agents={num_agents!r}; pass num_agents=2")
+    def __init__(self, *, reward_config: WritingRewardConfig | None = None,
+                 semantic_judge: bool | SemanticJudge = False, **kwargs: Any) -> None:
         if reward_config is not None and not isinstance(reward_config, WritingRewardConfig):
             raise ValueError(f"reward_config must be a verifiers.writing.WritingRewardConfig, got {type(reward_config).__name__}")
         if not isinstance(semantic_judge, (bool, SemanticJudge)):
             raise ValueError(f"semantic_judge must be True/False or a SemanticJudge, got {type(semantic_judge).__name__}")
-        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, data_dir=data_dir,
-                         max_action_chars=max_action_chars, render_mode=render_mode)
+        super().__init__(**kwargs)
         self.reward_config = reward_config if reward_config is not None else type(self).reward_config
         self.judge: SemanticJudge | None = SemanticJudge() if semantic_judge is True else (semantic_judge or None)
 
@@ -78,15 +64,10 @@ class WritingCollabEnv(TextEnv):
                 {"role": "user", "content": self.task_prompt(agent_index, task)}]
 
     def verify_turn(self, answers: dict[str, str]) -> dict[str, Verdict]:
-        """One joint verdict of (agent 0's part, agent 1's part), given to both agents."""
+        """One joint verdict of (agent 0's part, agent 1's part), given to both: both are rewarded its score."""
         part0, part1 = (answers[a] for a in self.possible_agents)
         verdict = score_writing(part0, part1, self.reward_config, source=self.task["source"], judge=self.judge)
         return {agent: verdict for agent in answers}
-
-    def rewards_from_verdicts(self, verdicts: dict[str, Verdict]) -> dict[str, float]:
-        """The joint reward: both agents get the score of the joint text."""
-        joint = float(verdicts[self.possible_agents[0]].score)
-        return {agent: joint for agent in verdicts}
 
     def next_prompt(self, agent_index: int) -> str:
         """Feedback on the joint text (component scores), the partner's part, and a revision request."""
