@@ -1,29 +1,43 @@
-"""Arithmetic debate: short chains of additions and subtractions, generated offline by ``reasoning-gym``.
+"""# Arithmetic debate
 
-A task small models can partly solve (SmolLM2-135M-Instruct answers about 30% of the default
-problems right), with answers of a few tokens: the quick, cheap debate for trainer examples
-and smoke tests of the MAPoRL protocol on a CPU.
+Agents debate short chains of additions and subtractions generated offline by `reasoning-gym`
+(`chain_sum`), following the protocol of `llm_marl_envs.envs.debate` (MAPoRL). Small models
+can partly solve it (SmolLM2-135M-Instruct answers about 30% of the default problems right) and
+answers are a few tokens long: the quick, cheap debate for trainer examples and smoke tests on
+a CPU.
 
-| | |
+| Import | `llm_marl_envs.make("arithmetic_debate-v0")` |
 |---|---|
-| id | ``arithmetic_debate-v0`` |
-| create | ``llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=3)`` |
-| agents | ``agent_0 .. agent_{N-1}`` (default N = 2) |
-| turns | default 3 (MAPoRL protocol, see :mod:`llm_marl_envs.envs.debate`) |
-| action space | :class:`~llm_marl_envs.core.TextSpace`, up to ``max_action_chars`` (8192) characters |
-| observation space | :class:`~llm_marl_envs.core.TextSpace`: the agent's rendered chat history |
-| data | ``reasoning_gym.create_dataset("chain_sum", ...)``, e.g. "State the final answer to the following arithmetic problem: 44 + 27 - 33 =" |
-| verifier | :func:`verifiers.math.verify_answer` |
-| reward | per agent per turn: 1.0 if its answer is correct, else 0.0 |
+| Agents | `agent_0 .. agent_{N-1}`, N >= 1 (default 2) |
+| Turns | 3 by default (fewer with `stop_on_consensus`) |
+| Action space | `TextSpace(max_action_chars)`: an answer ending in `\\boxed{number}` |
+| Observation space | `TextSpace`: the agent's chat history rendered as text |
+| Data | `reasoning_gym.create_dataset("chain_sum", ...)`, e.g. "State the final answer to the following arithmetic problem: 44 + 27 - 33 =" |
+| Verifier | `verifiers.math.verify_answer` against the generator's answer |
+| Reward | per agent per turn: 1.0 if its answer is correct, else 0.0 |
 
-Extra arguments (beside those of :mod:`llm_marl_envs.envs.debate`):
+### Arguments
 
-| argument | default | meaning |
-|---|---|---|
-| ``num_tasks`` | 500 | problems generated per split |
-| ``min_terms``, ``max_terms`` | 2, 3 | numbers per problem |
-| ``min_digits``, ``max_digits`` | 1, 2 | digits per number |
-| ``split`` | ``"test"`` | ``"train"`` and ``"test"`` use different generator seeds (train 1, test 2) |
+```python
+llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=3, split="test", num_tasks=500,
+                   min_terms=2, max_terms=3, min_digits=1, max_digits=2, show_scores=False,
+                   stop_on_consensus=False, max_action_chars=8192, render_mode=None, data_dir=None)
+```
+
+`min_terms`, `max_terms`: numbers per problem.
+
+`min_digits`, `max_digits`: digits per number.
+
+`num_tasks`, `split`, `data_dir`: as in `gsm_symbolic_debate-v0` (train seed 1, test seed 2).
+reasoning-gym seeds item i of a dataset with seed + i, so for `chain_sum` train item i + 1 is test
+item i: the two splits share almost all their problems and are not a held-out pair.
+
+`show_scores`, `stop_on_consensus`: as in every debate env (`llm_marl_envs.envs.debate`); the
+remaining arguments are those of every env (`llm_marl_envs.core`).
+
+### Version History
+
+* v0: initial release
 """
 from __future__ import annotations
 

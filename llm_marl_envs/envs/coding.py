@@ -1,31 +1,29 @@
-"""Shared base of the coding-collaboration environments (MAGRPO coding tasks).
+"""# Coding collaboration: the MAGRPO coding protocol shared by every `*_coding` env
 
-Not registered itself: :mod:`~llm_marl_envs.envs.humaneval_coding`,
-:mod:`~llm_marl_envs.envs.mbpp_coding` and :mod:`~llm_marl_envs.envs.coophumaneval_coding`
-subclass :class:`CodingCollabEnv` with their data.
+N agents write one Python program for a task: agents `0 .. N-2` each write one helper
+function (`aux`, `aux_1`, ...) and the last agent writes the task's entry point, which should
+call the helpers. Every agent gets the same reward: the verdict of
+`verifiers.coding.score_collaboration` on the joint program (structure, syntax, sandboxed
+tests and cooperation; `verifiers.coding` states the rules and weights). The components are
+in `infos[a]["reward_components"]` and, with the checks behind them and the sandbox's
+per-assert results, in `infos[a]["verdict"].details`.
 
-Roles: agents ``0 .. N-2`` each write one helper function (``aux``, ``aux_1``, ...) and the last
-agent writes the task's entry point. Every agent gets the same reward, the verdict of
-:func:`verifiers.coding.score_collaboration` on the joint program; :mod:`verifiers.coding` states
-its rules and weights. The components are in ``infos[a]["reward_components"]``.
+Between turns each agent gets feedback on the joint program
+(`verifiers.coding.format_coding_feedback`): syntax errors with the agent and line, whether
+each helper and the entry point are defined and return, tests passed k/n with the first failing
+assert and its error type, warnings when the entry point ignores the helpers, only wraps one or
+discards its result, and its teammates' code.
 
-Between turns (default 2 turns) each agent gets feedback on the joint program: syntax errors
-with the agent and line, whether each helper and the entry point are defined and return, tests
-passed k/n with the first failing assert and its error type, warnings when the entry point
-ignores the helpers, only wraps one or discards its result, and its teammates' code.
+### Arguments
 
-Arguments shared by every coding env:
+Every coding env takes these, besides the arguments of `llm_marl_envs.core`
+(`num_agents` >= 2, default 2: N-1 helper writers, then the entry-point writer; `num_turns`,
+default 2 here; `split`, `data_dir`, `max_action_chars`, `render_mode`):
 
-| argument | default | meaning |
-|---|---|---|
-| ``num_agents`` | 2 | N >= 2: N-1 helper writers, then the entry-point writer |
-| ``num_turns`` | 2 | writing rounds; feedback between rounds |
-| ``split`` | ``"test"`` | dataset split |
-| ``data_dir`` | ``None`` | local data folder (else ``$LLM_MARL_DATA_DIR``, else the hub) |
-| ``reward_config`` | ``CodingRewardConfig()`` | weights of the reward (CoMLRL defaults) |
-| ``test_timeout_s`` | 10.0 | wall-clock limit of one sandboxed test run |
-| ``max_action_chars`` | 8192 | longer answers are truncated (``infos[a]["action_truncated"]``) |
-| ``render_mode`` | ``None`` | ``"human"`` prints the transcript on ``render()``, ``"ansi"`` returns it |
+`reward_config`: a `verifiers.coding.CodingRewardConfig` with the weights of the reward
+(default: CoMLRL's, max 4.0).
+
+`test_timeout_s`: wall-clock limit of one sandboxed test run, in (0, 3600] seconds (default 10).
 """
 from __future__ import annotations
 

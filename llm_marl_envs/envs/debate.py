@@ -1,26 +1,27 @@
-"""Multi-agent debate (the MAPoRL protocol): the shared machinery of every ``*_debate`` env.
+"""# Debate: the MAPoRL protocol shared by every `*_debate` env
 
 N agents answer the same question over T turns. At turn 0 each agent sees the question and an
 answer-format instruction. At turn t >= 1 each agent sees its own history (its earlier answers
 are already there as assistant messages) plus the other agents' answers from turn t-1, labelled
-``Agent k``, and is asked to weigh them, fix errors and answer again. Every answer is scored
-by the task's verifier; an agent's reward at a turn is its own verdict score.
+`Agent k`, and is asked to weigh them, fix errors and answer again. Every answer is scored
+by the task's verifier; an agent's reward at a turn is its own verdict score. With N = 1 the
+protocol is self-refinement: the agent is asked to review its own previous answer.
 
-Arguments shared by every debate env:
+Per-turn correctness of every agent is in `infos[a]["correct"]` (a list per completed turn of
+one bool per agent) and the extracted answers in `infos[a]["answers"]`, so transitions
+(correct -> incorrect, ...) can be computed from any step.
 
-| argument | default | meaning |
-|---|---|---|
-| ``num_agents`` | 2 | agents ``agent_0 .. agent_{N-1}``; any N >= 1 (N = 1 is self-refinement) |
-| ``num_turns`` | 3 | answering rounds T |
-| ``split`` | ``"test"`` | dataset split |
-| ``data_dir`` | ``None`` | local data folder (else ``$LLM_MARL_DATA_DIR``, else the hub) |
-| ``show_scores`` | ``False`` | show each other agent's verifier score next to its answer |
-| ``stop_on_consensus`` | ``False`` | end the episode early once all agents give the same answer |
-| ``max_action_chars`` | 8192 | longer answers are truncated (``infos[a]["action_truncated"]``) |
-| ``render_mode`` | ``None`` | ``"human"`` prints the transcript on ``render()``, ``"ansi"`` returns it |
+### Arguments
 
-Per-turn correctness of every agent is in ``infos[a]["correct"]`` (a list per completed turn of
-one bool per agent), so transitions (correct -> incorrect, ...) can be computed from any step.
+Every debate env takes these, besides the arguments of `llm_marl_envs.core`
+(`num_agents` >= 1, default 2; `num_turns`, default 3 here; `split`, `data_dir`,
+`max_action_chars`, `render_mode`):
+
+`show_scores`: show each other agent's verifier score next to its answer in the next prompt
+(default `False`).
+
+`stop_on_consensus`: end the episode before `num_turns` once every agent's extracted answer
+is the same (default `False`).
 """
 from __future__ import annotations
 

@@ -1,19 +1,26 @@
-"""Shared base of the two-agent writing-collaboration environments (MAGRPO writing tasks).
-
-Not registered itself: :mod:`~llm_marl_envs.envs.tldr_writing` and
-:mod:`~llm_marl_envs.envs.arxiv_writing` subclass :class:`WritingCollabEnv` with their data,
-prompts and reward bands.
+"""# Writing collaboration: the MAGRPO writing protocol shared by every `*_writing` env
 
 Two agents each write one part of a joint text about the same source (a Reddit post, an
-abstract). Both receive **one joint reward**, :func:`verifiers.writing.score_writing` of
+abstract). Both receive **one joint reward**, `verifiers.writing.score_writing` of
 (agent 0's part, agent 1's part); its components (structure, style consistency, coherence,
-and the semantic judge's terms when enabled) are in ``infos[agent]["verdict"].details``.
+and the semantic judge's terms when enabled) are in `infos[agent]["verdict"].details`.
 
-With ``num_turns > 1`` each agent then receives the component scores and measurements of the
+With `num_turns > 1` each agent then receives the component scores and measurements of the
 joint text together with its partner's part and is asked for a revision; every turn is scored
 the same way.
 
-Exactly two agents: other ``num_agents`` values raise ``ValueError``.
+### Arguments
+
+Every writing env takes these, besides the arguments of `llm_marl_envs.core`
+(`num_agents`: exactly 2, other values raise `ValueError`; `num_turns`, default 1;
+`split`, `data_dir`, `max_action_chars`, `render_mode`):
+
+`reward_config`: a `verifiers.writing.WritingRewardConfig` with the bands and weights
+of the reward (default: the env's preset, `TLDR_BANDS` or `ARXIV_BANDS`).
+
+`semantic_judge`: `True` adds the embedding terms of `verifiers.semantic.SemanticJudge`
+(coverage of the source, consistency of the two parts) to the reward; a `SemanticJudge`
+instance picks its model and device (default `False`).
 """
 from __future__ import annotations
 
