@@ -15,6 +15,25 @@ Subclasses implement four hooks: :meth:`TextEnv.load_tasks`, :meth:`TextEnv.firs
 :meth:`TextEnv.verify_turn` and :meth:`TextEnv.next_prompt` (and may override
 :meth:`TextEnv.rewards_from_verdicts` and :meth:`TextEnv.should_stop_early`).
 
+Arguments. A subclass's ``__init__`` declares only its own arguments (or one whose default it
+changes, such as ``num_turns``) as keyword-only and passes ``**kwargs`` on; ``make`` follows that
+chain, so every env takes the arguments of all its base classes. The arguments of every env:
+
+``num_agents``: agents ``agent_0 .. agent_{N-1}``; an env class bounds N with ``min_agents`` and
+``max_agents``.
+
+``num_turns``: answering rounds; the episode ends after the last one (or earlier where the env
+says so, see :meth:`TextEnv.should_stop_early`).
+
+``split``: the dataset split tasks come from (each env lists its splits).
+
+``data_dir``: local data folder, else ``$LLM_MARL_DATA_DIR``, else the dataset hub
+(:func:`~llm_marl_envs.data.load_records`).
+
+``max_action_chars``: longer actions are truncated (``infos[a]["action_truncated"]``).
+
+``render_mode``: ``"human"`` prints the transcript on ``render()``, ``"ansi"`` returns it.
+
 Bad input is refused with ``ValueError``: a non-dict or a dict whose keys are not exactly the
 live agents, a non-string action, a step after the episode ended or before ``reset``. Actions
 longer than ``max_action_chars`` are truncated (documented; ``infos[a]["action_truncated"]``).
@@ -66,6 +85,7 @@ class TextEnv(ParallelEnv):
     data_source: str = ""                  # one line for tables: where tasks come from
     verifier_name: str = ""                # one line for tables: what scores answers
     min_agents: int = 1
+    max_agents: int | None = None          # None: no upper bound
 
     def __init__(
         self,
@@ -76,8 +96,16 @@ class TextEnv(ParallelEnv):
         max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
         render_mode: str | None = None,
     ) -> None:
-        if not isinstance(num_agents, int) or num_agents < self.min_agents:
-            raise ValueError(f"num_agents must be an int >= {self.min_agents}, got {num_agents!r}")
+        if (not isinstance(num_agents, int) or num_agents < self.min_agents
+                or (self.max_agents is not None and num_agents > self.max_agents)):
+            if self.max_agents == self.min_agents:
+                wanted = f"exactly {self.min_agents} agents"
+            elif self.max_agents is None:
+                wanted = f"num_agents >= {self.min_agents}"
+            else:
+                wanted = f"{self.min_agents} <= num_agents <= {self.max_agents}"
+            raise ValueError(f"{type(self).__name__} needs {wanted}, got num_agents={num_agents!r}; "
+                             f"pass num_agents={self.min_agents}")
         if not isinstance(num_turns, int) or num_turns < 1:
             raise ValueError(f"num_turns must be an int >= 1, got {num_turns!r}")
         if max_action_chars < 1:

@@ -1,8 +1,10 @@
 """Environment registry: ``register``, ``make``, ``list_envs``, ``spec``.
 
 Entry points are ``"package.module:ClassName"`` strings (imported on first ``make``) or
-callables. ``make`` checks keyword arguments against the entry point's signature, so a typo
-is a ``TypeError`` that lists the accepted names instead of a silent default.
+callables. ``make`` checks keyword arguments against what the entry point accepts, so a typo
+is a ``TypeError`` that lists the accepted names instead of a silent default. An env class
+declares only its own arguments and passes ``**kwargs`` to its base class; the accepted names
+are therefore collected along the class's MRO until an ``__init__`` without ``**kwargs``.
 """
 from __future__ import annotations
 
@@ -12,6 +14,27 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .core import TextEnv
+
+
+def accepted_parameters(target: Callable[..., Any]) -> tuple[dict[str, inspect.Parameter], bool]:
+    """Keyword parameters ``target`` accepts, and whether it also takes any other keyword.
+
+    For a class, each ``__init__`` along the MRO adds its named parameters (the most derived
+    declaration of a name wins, so a subclass may change a default) for as long as the previous
+    one forwards ``**kwargs``. A function contributes its own named parameters; one with
+    ``**kwargs`` takes any keyword.
+    """
+    initialisers = ([vars(k)["__init__"] for k in target.__mro__ if "__init__" in vars(k)]
+                    if inspect.isclass(target) else [target])
+    params: dict[str, inspect.Parameter] = {}
+    for init in initialisers:
+        signature = inspect.signature(init)
+        for name, p in signature.parameters.items():
+            if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY):
+                params.setdefault(name, p)
+        if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+            return params, False
+    return params, not inspect.isclass(target)
 
 
 @dataclass(frozen=True)
@@ -30,10 +53,8 @@ class EnvSpec:
         return getattr(importlib.import_module(module_name), attr)
 
     def parameters(self) -> dict[str, inspect.Parameter]:
-        """Keyword parameters the entry point accepts."""
-        target = self.load()
-        sig = inspect.signature(target.__init__ if inspect.isclass(target) else target)
-        return {n: p for n, p in sig.parameters.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        """Keyword parameters the entry point accepts (its own and those its ``**kwargs`` reach)."""
+        return accepted_parameters(self.load())[0]
 
     def default(self, name: str) -> Any:
         """The value ``make`` uses for ``name`` when not overridden."""
@@ -65,12 +86,12 @@ def spec(env_id: str) -> EnvSpec:
 def make(env_id: str, **overrides: Any) -> TextEnv:
     """Build the registered environment ``env_id`` with its defaults updated by ``overrides``."""
     env_spec = spec(env_id)
-    accepted = env_spec.parameters()
-    unknown = sorted(set(overrides) - set(accepted))
+    entry_point = env_spec.load()
+    accepted, takes_any = accepted_parameters(entry_point)
+    unknown = [] if takes_any else sorted(set(overrides) - set(accepted))
     if unknown:
         raise TypeError(f"{env_id} got unknown keyword argument(s) {unknown}; accepted: {sorted(accepted)}")
-    kwargs = {**env_spec.defaults, **overrides}
-    return env_spec.load()(**kwargs)
+    return entry_point(**{**env_spec.defaults, **overrides})
 
 
 def list_envs() -> list[str]:

@@ -6,7 +6,7 @@ import time
 import pytest
 
 import llm_marl_envs
-from llm_marl_envs.envs.coding import CodingRewardConfig, extract_code, helper_names, score_collaboration
+from verifiers.coding import CodingRewardConfig, extract_code, helper_names, score_collaboration
 
 # HumanEval/0: has_close_elements(numbers, threshold) -> any two numbers closer than threshold (7 asserts)
 AUX_DISTANCE = "```python\ndef aux(a, b):\n    return abs(a - b)\n```"

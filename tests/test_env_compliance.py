@@ -1,4 +1,8 @@
-"""Every registered env passes PettingZoo's parallel API/seed tests and our text-env checks."""
+"""Every registered env passes PettingZoo's parallel API/seed tests and our text-env checks, and
+describes itself in one format: metadata named after its id, a docstring table and version history."""
+import inspect
+import re
+
 import pytest
 
 import llm_marl_envs
@@ -18,3 +22,22 @@ def test_at_least_the_documented_envs_are_registered():
     documented = {"gsm8k_debate-v0", "anli_debate-v0", "gsm_symbolic_debate-v0", "tldr_writing-v0",
                   "arxiv_writing-v0", "humaneval_coding-v0", "mbpp_coding-v0", "coophumaneval_coding-v0"}
     assert documented <= set(llm_marl_envs.list_envs())
+
+
+TABLE_ROWS = ("Import", "Agents", "Turns", "Action space", "Observation space", "Data", "Verifier", "Reward")
+
+
+@pytest.mark.parametrize("env_id", llm_marl_envs.list_envs())
+def test_registered_env_describes_itself(env_id):
+    env_cls = llm_marl_envs.spec(env_id).load()
+    assert env_cls.metadata["name"] == env_id
+    doc = inspect.getmodule(env_cls).__doc__
+    rows = re.findall(r"^\| ([^|]+?) \|", doc, re.MULTILINE)
+    assert tuple(rows) == TABLE_ROWS, f"{env_id}: the docstring table must have the rows {TABLE_ROWS}, got {rows}"
+    assert f'| Import | `llm_marl_envs.make("{env_id}")` |\n|---|---|\n' in doc, f"{env_id}: table must open with Import"
+    version = env_id.rsplit("-", 1)[1]
+    history = doc.split("### Version History", 1)
+    assert len(history) == 2 and re.search(rf"^\* {version}: ", history[1], re.MULTILINE), \
+        f"{env_id}: the docstring must end with '### Version History' listing '* {version}: ...'"
+    undocumented = [name for name in llm_marl_envs.spec(env_id).parameters() if f"{name}=" not in doc]
+    assert not undocumented, f"{env_id}: arguments missing from the docstring's make(...) call: {undocumented}"

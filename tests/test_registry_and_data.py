@@ -17,6 +17,48 @@ def test_unknown_keyword_lists_accepted_names():
         llm_marl_envs.make("gsm8k_debate-v0", num_turn=2)
 
 
+DEBATE_ENVS = [env_id for env_id in llm_marl_envs.list_envs() if env_id.endswith("_debate-v0")]
+FAMILY_OPTIONS = {"_debate-v0": {"show_scores": True, "stop_on_consensus": True},
+                  "_writing-v0": {"semantic_judge": False}, "_coding-v0": {"test_timeout_s": 5.0}}
+COMMON_OPTIONS = {"num_agents", "num_turns", "split", "data_dir", "max_action_chars", "render_mode"}
+
+
+@pytest.mark.parametrize("env_id", DEBATE_ENVS)
+def test_every_debate_env_takes_every_debate_option(env_id):
+    env = llm_marl_envs.make(env_id, show_scores=True, stop_on_consensus=True, num_agents=2, num_turns=2)
+    assert env.show_scores is True and env.stop_on_consensus is True and env.num_turns == 2
+
+
+@pytest.mark.parametrize("env_id", llm_marl_envs.list_envs())
+def test_accepted_arguments_include_the_base_classes(env_id):
+    accepted = set(llm_marl_envs.spec(env_id).parameters())
+    assert COMMON_OPTIONS <= accepted
+    for suffix, options in FAMILY_OPTIONS.items():
+        if env_id.endswith(suffix):
+            assert set(options) <= accepted
+            llm_marl_envs.make(env_id, **options)
+    with pytest.raises(TypeError, match=r"\['no_such_option'\]; accepted: \[.*'num_agents'.*'render_mode'"):
+        llm_marl_envs.make(env_id, no_such_option=1)
+
+
+def test_defaults_come_from_the_most_derived_class():
+    assert llm_marl_envs.spec("arithmetic_debate-v0").default("num_turns") == 3   # DebateEnv, not TextEnv's 1
+    assert llm_marl_envs.spec("arithmetic_debate-v0").default("num_tasks") == 500
+    assert llm_marl_envs.spec("mbpp_coding-v0").default("num_turns") == 2
+    assert llm_marl_envs.spec("tldr_writing-v0").default("num_turns") == 1
+
+
+def test_a_factory_with_open_kwargs_takes_any_keyword():
+    from llm_marl_envs.envs.gsm8k_debate import GSM8KDebateEnv
+
+    llm_marl_envs.register("test_factory-v0", lambda **kwargs: GSM8KDebateEnv(**kwargs))
+    try:
+        assert llm_marl_envs.make("test_factory-v0", show_scores=True).show_scores is True
+    finally:
+        from llm_marl_envs import registry
+        registry._REGISTRY.pop("test_factory-v0")
+
+
 def test_register_defaults_and_duplicates():
     llm_marl_envs.register("test_short_gsm8k-v0", "llm_marl_envs.envs.gsm8k_debate:GSM8KDebateEnv", num_turns=1)
     try:

@@ -309,6 +309,13 @@ def test_hub_row_shapes_normalise():
 
 
 # ------------------------------------------------------------------ semantic judge
+def test_semantic_judge_has_its_own_module_and_is_re_exported():
+    import verifiers.semantic
+
+    assert SemanticJudge is verifiers.semantic.SemanticJudge  # verifiers.writing re-exports it
+    assert verifiers.semantic.split_sentences("One. Two!\nThree") == ["One.", "Two!", "Three"]
+
+
 @pytest.mark.slow      # loading sentence-transformers + MiniLM takes 8-30 s on this machine
 @pytest.mark.ci_slow   # bounded (one model load), and it is the judge's only end-to-end check
 def test_semantic_judge_ranks_faithful_summary_above_unrelated():

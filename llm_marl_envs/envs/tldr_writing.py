@@ -1,51 +1,47 @@
-"""TL;DR writing collaboration: a concise and a detailed summary of one Reddit post.
+"""# TL;DR writing
 
-=====================  =====================================================================
-Create                 ``llm_marl_envs.make("tldr_writing-v0")``
-Agents                 exactly 2: ``agent_0`` writes a concise one-to-few-sentence summary,
-                       ``agent_1`` a more detailed summary with more distinct vocabulary and
-                       explicit transitions
-Turns                  1 by default; ``num_turns > 1`` adds feedback + revision turns
-Actions / observations text (``TextSpace``) / the agent's chat history rendered as text
-Data                   hub ``trl-lib/tldr`` (``prompt``/``completion``) or local JSONL (below)
-Verifier               ``verifiers.writing.score_writing`` with ``TLDR_BANDS`` (joint reward)
-Reward components      structure (<= 2.0), style_consistency (<= 0.6), coherence (<= 0.4);
-                       max 3.0; optional semantic_coverage / semantic_consistency
-Arguments              ``num_agents=2``, ``num_turns=1``, ``split="test"``, ``data_dir=None``,
-                       ``max_action_chars=8192``, ``render_mode=None``,
-                       ``reward_config=TLDR_BANDS``, ``semantic_judge=False``
-=====================  =====================================================================
+Two agents summarise the same Reddit post: one a concise summary, the other a detailed one, and
+share one reward for the pair, following the protocol of `llm_marl_envs.envs.writing` (MAGRPO).
 
-Reward (CoMLRL's TLDR bands; every band is a field of ``reward_config``):
+| Import | `llm_marl_envs.make("tldr_writing-v0")` |
+|---|---|
+| Agents | exactly 2: `agent_0` writes a concise one-to-few-sentence summary, `agent_1` a detailed summary with more distinct vocabulary and explicit transitions |
+| Turns | 1 by default; `num_turns > 1` adds feedback and revision turns |
+| Action space | `TextSpace(max_action_chars)`: the agent's summary |
+| Observation space | `TextSpace`: the agent's chat history rendered as text |
+| Data | hub `trl-lib/tldr` (`prompt` / `completion`) or local JSONL (see `split`) |
+| Verifier | `verifiers.writing.score_writing` with `verifiers.writing.TLDR_BANDS` (CoMLRL's TLDR reward; its bands are tabled in `verifiers.writing`) |
+| Reward | joint, the same for both agents: structure (<= 2.0), style_consistency (<= 0.6), coherence (<= 0.4), max 3.0; with `semantic_judge`, also semantic_coverage and semantic_consistency |
 
-==================================  =============  ==============  ===========  =====
-term                                full credit    linear ramps    stop if      max
-==================================  =============  ==============  ===========  =====
-words per summary (both)            8 – 256        —               outside      0.5
-char-length ratio agent1/agent0     [1.6, 3.2]     [1.1, 1.6),     < 1.1 or     1.0
-                                                   (3.2, 5.0]      > 5.0
-distinct-word ratio agent1/agent0   >= 2.0         [1.3, 2.0)      < 1.3        0.5
-Jaccard of content words            >= 0.03        [0, 0.03)       —            0.6
-transition categories in agent 1    0.4 + 0.05 per extra category  —            0.4
-==================================  =============  ==============  ===========  =====
+Every post is rendered in `trl-lib/tldr`'s prompt layout `SUBREDDIT: r/...\\n\\nTITLE: ...\\n\\nPOST: ...`
+(without the trailing `TL;DR:`); records carry `task_id`, `source` (that text) and `reference`
+(the human TL;DR, which the reward never reads).
 
-"Stop" means every later term is 0. Both agents receive the same reward.
+### Arguments
 
-Splits. Hub ``trl-lib/tldr``: ``train``/``validation``/``test`` map to the hub's splits of the
-same names. Local JSONL (``data_dir`` or ``$LLM_MARL_DATA_DIR``):
+```python
+llm_marl_envs.make("tldr_writing-v0", num_agents=2, num_turns=1, split="test", data_dir=None,
+                   reward_config=TLDR_BANDS, semantic_judge=False, max_action_chars=8192, render_mode=None)
+```
 
-* ``test`` -> ``tldr_openai_dove_test500/test.jsonl``: 500 posts of the OpenAI TL;DR test split
-  (fields ``instruction_id``, ``subreddit``, ``title``, ``instruction`` = post, ``gold_response``).
-* ``train`` -> ``reddit_tifu_superni511/train.jsonl`` (1000 posts) and ``validation`` ->
-  ``reddit_tifu_superni511/test.jsonl`` (100 posts): Reddit TIFU posts with TL;DRs (fields ``id``,
-  ``input`` = ``"Text: " + post``, ``output`` = [TL;DR]). No offline copy of the TL;DR train split
+`split`: on the hub, `"train"` / `"validation"` / `"test"` are `trl-lib/tldr`'s splits of the same
+names. Locally (`data_dir` or `$LLM_MARL_DATA_DIR`):
+
+* `"test"`: `tldr_openai_dove_test500/test.jsonl`, 500 posts of the OpenAI TL;DR test split
+  (fields `instruction_id`, `subreddit`, `title`, `instruction` = post, `gold_response`).
+* `"train"`: `reddit_tifu_superni511/train.jsonl` (1000 posts) and `"validation"`:
+  `reddit_tifu_superni511/test.jsonl` (100 posts): Reddit TIFU posts with TL;DRs (fields `id`,
+  `input` = `"Text: " + post`, `output` = [TL;DR]). No offline copy of the TL;DR train split
   exists; TIFU posts are the same genre (Reddit posts with author TL;DRs, median ~300 words), so
-  they serve for training and model selection. They are lowercased and from r/tifu only. The
+  they serve for training and model selection. They are lowercased and from r/tifu only; the
   reward never reads the reference summary, so the shift affects only the input distribution.
 
-Every post is rendered in ``trl-lib/tldr``'s prompt form ``SUBREDDIT: r/...\\n\\nTITLE: ...\\n\\n
-POST: ...`` (without the trailing ``TL;DR:``); records carry ``task_id``, ``source`` (that text)
-and ``reference`` (the human TL;DR).
+`reward_config`, `semantic_judge`: as in every writing env (`llm_marl_envs.envs.writing`); the
+remaining arguments are those of every env (`llm_marl_envs.core`).
+
+### Version History
+
+* v0: initial release
 """
 from __future__ import annotations
 
@@ -99,7 +95,7 @@ TLDR_DATASET = DatasetSpec(
 class TLDRWritingEnv(WritingCollabEnv):
     """Agent 0: concise summary; agent 1: detailed summary (see the module docstring)."""
 
-    metadata = {**WritingCollabEnv.metadata, "name": "tldr_writing_v0"}
+    metadata = {**WritingCollabEnv.metadata, "name": "tldr_writing-v0"}
     dataset = TLDR_DATASET
     data_source = "trl-lib/tldr (hub) or local OpenAI TL;DR test sample / Reddit TIFU"
     reward_config = TLDR_BANDS
@@ -126,5 +122,3 @@ class TLDRWritingEnv(WritingCollabEnv):
             "- Connect ideas with explicit transition words (first, however, as a result, for example, overall)."
         )
 
-
-parallel_env = TLDRWritingEnv

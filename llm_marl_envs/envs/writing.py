@@ -1,29 +1,36 @@
-"""Shared base of the two-agent writing-collaboration environments (MAGRPO writing tasks).
-
-Not registered itself: :mod:`~llm_marl_envs.envs.tldr_writing` and
-:mod:`~llm_marl_envs.envs.arxiv_writing` subclass :class:`WritingCollabEnv` with their data,
-prompts and reward bands.
+"""# Writing collaboration: the MAGRPO writing protocol shared by every `*_writing` env
 
 Two agents each write one part of a joint text about the same source (a Reddit post, an
-abstract). Both receive **one joint reward**, :func:`verifiers.writing.score_writing` of
+abstract). Both receive **one joint reward**, `verifiers.writing.score_writing` of
 (agent 0's part, agent 1's part); its components (structure, style consistency, coherence,
-and the semantic judge's terms when enabled) are in ``infos[agent]["verdict"].details``.
+and the semantic judge's terms when enabled) are in `infos[agent]["verdict"].details`.
 
-With ``num_turns > 1`` each agent then receives the component scores and measurements of the
+With `num_turns > 1` each agent then receives the component scores and measurements of the
 joint text together with its partner's part and is asked for a revision; every turn is scored
 the same way.
 
-Exactly two agents: other ``num_agents`` values raise ``ValueError``.
+### Arguments
+
+Every writing env takes these, besides the arguments of `llm_marl_envs.core`
+(`num_agents`: exactly 2, other values raise `ValueError`; `num_turns`, default 1;
+`split`, `data_dir`, `max_action_chars`, `render_mode`):
+
+`reward_config`: a `verifiers.writing.WritingRewardConfig` with the bands and weights
+of the reward (default: the env's preset, `TLDR_BANDS` or `ARXIV_BANDS`).
+
+`semantic_judge`: `True` adds the embedding terms of `verifiers.semantic.SemanticJudge`
+(coverage of the source, consistency of the two parts) to the reward; a `SemanticJudge`
+instance picks its model and device (default `False`).
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from verifiers import Verdict
-from verifiers.writing import TLDR_BANDS, SemanticJudge, WritingRewardConfig, format_feedback, score_writing
+from verifiers.semantic import SemanticJudge
+from verifiers.writing import TLDR_BANDS, WritingRewardConfig, format_writing_feedback, score_writing
 
-from ..core import DEFAULT_MAX_ACTION_CHARS, TextEnv
+from ..core import TextEnv
 from ..data import Record
 
 
@@ -35,7 +42,7 @@ class WritingCollabEnv(TextEnv):
     :meth:`task_prompt`.
     """
 
-    metadata: dict[str, Any] = {"name": "writing_collab", "render_modes": ["human", "ansi"], "is_parallelizable": True}
+    metadata = {**TextEnv.metadata, "name": "writing_collab"}
     verifier_name = "verifiers.writing.score_writing (joint, level-gated; optional SemanticJudge)"
     min_agents = 2
     max_agents = 2
@@ -43,26 +50,13 @@ class WritingCollabEnv(TextEnv):
     system_prompt: str = "You are a careful writer collaborating with another writer on one text."
     roles: tuple[str, str] = ("the first part", "the second part")
 
-    def __init__(
-        self,
-        num_agents: int = 2,
-        num_turns: int = 1,
-        split: str = "test",
-        data_dir: str | os.PathLike | None = None,
-        max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
-        render_mode: str | None = None,
-        reward_config: WritingRewardConfig | None = None,
-        semantic_judge: bool | SemanticJudge = False,
-    ) -> None:
-        if not isinstance(num_agents, int) or not self.min_agents <= num_agents <= self.max_agents:
-            raise ValueError(f"{type(self).__name__} needs exactly 2 agents (one per part of the text), "
-                             f"got num_agents={num_agents!r}; pass num_agents=2")
+    def __init__(self, *, reward_config: WritingRewardConfig | None = None,
+                 semantic_judge: bool | SemanticJudge = False, **kwargs: Any) -> None:
         if reward_config is not None and not isinstance(reward_config, WritingRewardConfig):
             raise ValueError(f"reward_config must be a verifiers.writing.WritingRewardConfig, got {type(reward_config).__name__}")
         if not isinstance(semantic_judge, (bool, SemanticJudge)):
             raise ValueError(f"semantic_judge must be True/False or a SemanticJudge, got {type(semantic_judge).__name__}")
-        super().__init__(num_agents=num_agents, num_turns=num_turns, split=split, data_dir=data_dir,
-                         max_action_chars=max_action_chars, render_mode=render_mode)
+        super().__init__(**kwargs)
         self.reward_config = reward_config if reward_config is not None else type(self).reward_config
         self.judge: SemanticJudge | None = SemanticJudge() if semantic_judge is True else (semantic_judge or None)
 
@@ -77,15 +71,10 @@ class WritingCollabEnv(TextEnv):
                 {"role": "user", "content": self.task_prompt(agent_index, task)}]
 
     def verify_turn(self, answers: dict[str, str]) -> dict[str, Verdict]:
-        """One joint verdict of (agent 0's part, agent 1's part), given to both agents."""
+        """One joint verdict of (agent 0's part, agent 1's part), given to both: both are rewarded its score."""
         part0, part1 = (answers[a] for a in self.possible_agents)
         verdict = score_writing(part0, part1, self.reward_config, source=self.task["source"], judge=self.judge)
         return {agent: verdict for agent in answers}
-
-    def rewards_from_verdicts(self, verdicts: dict[str, Verdict]) -> dict[str, float]:
-        """The joint reward: both agents get the score of the joint text."""
-        joint = float(verdicts[self.possible_agents[0]].score)
-        return {agent: joint for agent in verdicts}
 
     def next_prompt(self, agent_index: int) -> str:
         """Feedback on the joint text (component scores), the partner's part, and a revision request."""
@@ -93,7 +82,7 @@ class WritingCollabEnv(TextEnv):
         verdict = self.verdicts[-1][self.possible_agents[agent_index]]
         return (
             f"Feedback on the joint text after turn {self.turn} (your part is part {agent_index + 1}):\n"
-            f"{format_feedback(verdict, self.reward_config)}\n\n"
+            f"{format_writing_feedback(verdict, self.reward_config)}\n\n"
             f"Your partner wrote {self.roles[1 - agent_index]} (part {2 - agent_index}):\n"
             f"<<<\n{self.answers[-1][partner]}\n>>>\n\n"
             f"Revise {self.roles[agent_index]} to raise the joint score. Reply with your revised part only."
