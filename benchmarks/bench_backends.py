@@ -1,6 +1,6 @@
 """Episodes per second of the llama.cpp backend vs the HF backend, same env, model, episodes and seed.
 
-Both runs go through the benchmark harness (:func:`llm_marl_envs.benchmark.run_benchmark`, i.e.
+Both runs go through the benchmark harness (:func:`llm_marl.benchmark.run_benchmark`, i.e.
 the shared rollout engine), into fresh temporary run directories. Model loading is excluded
 from the timing (both policies are loaded first); everything else an episode costs — prompt
 formatting, generation, verification, record writing — is included.
@@ -58,8 +58,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # both backends: no spinnin
 
 import torch  # noqa: E402
 
-from llm_marl_envs.benchmark import BenchConfig, run_benchmark  # noqa: E402
-from trainers.common.inference import free_cores, load_policy  # noqa: E402
+from llm_marl.benchmark import BenchConfig, run_benchmark  # noqa: E402
+from llm_marl.hardware import free_cores  # noqa: E402
+from llm_marl.backends import load_policy  # noqa: E402
 
 
 def episodes_per_second(config: BenchConfig, policy) -> tuple[float, float, dict]:

@@ -87,8 +87,8 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     import llm_marl_envs
-    from llm_marl_envs.models import load, tiny_model
-    from trainers.common import Team
+    from llm_marl.models import load, tiny_model
+    from llm_marl.team import Team
     from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -147,7 +147,7 @@ def main() -> None:
         return
     cores = os.cpu_count() or 1
     if args.model != "tiny":
-        from llm_marl_envs.models import resolve
+        from llm_marl.models import resolve
 
         resolve(args.model)                           # convert/cache the embedded model once, before the launches
     print(f"model={args.model} {'full fine-tune' if args.full_finetune else 'LoRA'} env={args.env} agents=2 turns={args.num_turns} prompts_per_step={args.prompts_per_step} "

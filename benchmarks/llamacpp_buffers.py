@@ -20,9 +20,9 @@ import time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from llm_marl.hardware import cpu_info, free_cores, llamacpp_extra_buffers  # noqa: E402
-from llm_marl_envs.models import gguf_path  # noqa: E402
-from trainers.common.inference import LlamaCppPolicy  # noqa: E402
-from trainers.common.policy import SamplingParams  # noqa: E402
+from llm_marl.models import gguf_path  # noqa: E402
+from llm_marl.backends import LlamaCppPolicy  # noqa: E402
+from llm_marl.policy import SamplingParams  # noqa: E402
 
 PROMPTS = [[{"role": "user", "content": f"What is {a} + {b}? Think step by step, then answer."}]
            for a, b in [(3, 4), (12, 9), (25, 17), (8, 8), (41, 3), (6, 15), (30, 12), (7, 28)]]

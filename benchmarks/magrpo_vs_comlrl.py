@@ -147,8 +147,8 @@ def time_ours(prompts: int, new_tokens: int, generations: int, seed: int = 0) ->
     import numpy as np
     import torch
 
-    from llm_marl_envs.models import load
-    from trainers.common.team import Team
+    from llm_marl.models import load
+    from llm_marl.team import Team
     from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
     torch.manual_seed(seed)
@@ -205,7 +205,7 @@ def parse_peer_line(output: str) -> dict[str, float]:
 
 def time_comlrl(python: str, prompts: int, new_tokens: int, generations: int) -> dict[str, float]:
     """Run the peer script in comlrl's virtualenv and parse its timing line."""
-    from llm_marl_envs.models import gguf_path
+    from llm_marl.models import gguf_path
 
     if not PEER_SCRIPT.is_file():
         raise SystemExit(f"peer script {PEER_SCRIPT} is missing (it lives in shared/peers beside the checkout)")
@@ -235,8 +235,8 @@ def memory_worker(kind: str, agents: int, new_tokens: int, generations: int) -> 
     """In this (fresh) process: load, one generate, one REINFORCE step per agent; peak RSS in MiB."""
     import torch
 
-    from llm_marl_envs.models import load
-    from trainers.common.team import Team
+    from llm_marl.models import load
+    from llm_marl.team import Team
 
     torch.manual_seed(0)
     after_imports = peak_mib()
@@ -246,7 +246,7 @@ def memory_worker(kind: str, agents: int, new_tokens: int, generations: int) -> 
         kind = "lora1"
     policy = team.policy(team.agents[0])
     requests = [[{"role": "user", "content": PEER_PREFIXES[min(i, 1)] + PEER_TEXT}] for i in range(len(team.agents))]
-    from trainers.common.policy import SamplingParams
+    from llm_marl.policy import SamplingParams
 
     samples = policy.generate(requests, SamplingParams(max_new_tokens=new_tokens, temperature=0.7, top_p=0.9),
                               adapters=[team.adapter(a) for a in team.agents], num_samples=generations)

@@ -12,7 +12,7 @@ import platform
 import sys
 
 from llm_marl_envs.data import DATA_DIR_ENV
-from llm_marl_envs.models import cache_root
+from llm_marl.models import cache_root
 
 from .hardware import EXTRA_BUFFERS_ENV, cpu_info, free_cores, llamacpp_extra_buffers
 from .native_probe import PROBE_ENV, probe_cache_dir, probe_key
@@ -40,7 +40,7 @@ def _llamacpp_build() -> str:
 
 def _probe_line() -> str:
     """The cached probe verdict for the embedded model, without probing."""
-    from llm_marl_envs.models import DEFAULT_MODEL, gguf_path
+    from llm_marl.models import DEFAULT_MODEL, gguf_path
 
     if os.environ.get(PROBE_ENV, "").strip().lower() in ("0", "off", "false", "no"):
         return f"skipped ({PROBE_ENV}={os.environ[PROBE_ENV]})"

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from llm_marl_envs.models import cache_root
+from llm_marl.models import cache_root
 
 from .hardware import BufferChoice, cpu_info
 

@@ -32,10 +32,10 @@ from pathlib import Path
 import torch
 from torch.distributed.tensor import DTensor
 
-from llm_marl_envs.models import tiny_model
+from llm_marl.models import tiny_model
 from tests.toy_env import SayNumberEnv
-from trainers.common import Team
-from trainers.common.sharding import full_tensor
+from llm_marl.team import Team
+from llm_marl.sharding import full_tensor
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 

@@ -6,9 +6,9 @@ import sys
 
 import torch
 
-from llm_marl_envs.models import tiny_model
+from llm_marl.models import tiny_model
 from tests.toy_env import SayNumberEnv
-from trainers.common import Team
+from llm_marl.team import Team
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llm_marl_envs import list_envs
-from llm_marl_envs.cli import build_config, main, parse_overrides, UserError
+from llm_marl.cli import build_config, main, parse_overrides, UserError
 
 
 @pytest.mark.parametrize("argv", [[], ["envs"], ["bench"], ["train"], ["report"]])
@@ -22,7 +22,7 @@ def test_help_everywhere(argv, capsys):
 
 
 def test_console_script_entry_point_runs():
-    result = subprocess.run([sys.executable, "-m", "llm_marl_envs.cli", "envs"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "llm_marl.cli", "envs"], capture_output=True, text=True,
                             timeout=120, cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stderr
     assert "gsm_symbolic_debate-v0" in result.stdout
@@ -104,7 +104,7 @@ def test_train_missing_config_file_is_a_user_error(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny random Llama with the SmolLM2 tokenizer, saved as a local HF model directory."""
-    from llm_marl_envs.models import tiny_model
+    from llm_marl.models import tiny_model
 
     model, tokenizer = tiny_model(seed=0)
     path = tmp_path_factory.mktemp("tiny-llama")

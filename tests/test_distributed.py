@@ -14,10 +14,10 @@ import torch
 from accelerate.utils import DistributedType
 from safetensors.torch import load_file
 
-from llm_marl_envs.models import tiny_model
+from llm_marl.models import tiny_model
 from tests.ddp_worker import build_mappo, build_trainer, mappo_trainable, run_mappo_update, run_update, strip_envs, trainable
 from tests.toy_env import SayNumberEnv
-from trainers.common import Team
+from llm_marl.team import Team
 from trainers.common.checkpoint import load_checkpoint, rng_state, save_checkpoint
 from trainers.common.distributed import (DataParallel, build_accelerator, clip_gradients, local_launch_command, merge_reports,
                                         place_team, shard)
@@ -196,7 +196,7 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradients(tmp_pa
 
 
 def policy_sampling():
-    from trainers.common.policy import SamplingParams
+    from llm_marl.policy import SamplingParams
 
     return SamplingParams(max_new_tokens=3, temperature=0)
 

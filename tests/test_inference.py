@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from trainers.common.inference import LlamaCppPolicy, OpenAIPolicy, ServerUnreachableError, free_cores, load_policy
-from trainers.common.policy import Policy, SamplingParams
+from llm_marl.backends import LlamaCppPolicy, OpenAIPolicy, ServerUnreachableError, load_policy
+from llm_marl.hardware import free_cores
+from llm_marl.policy import Policy, SamplingParams
 
 QUESTION = [{"role": "user", "content": "What is 2 + 3? Answer with a number."}]
 
@@ -135,7 +136,7 @@ def test_load_policy_rejects_bad_backend_and_missing_url():
 
 # ------------------------------------------------------------------ real model (SmolLM2 GGUF)
 def smollm2_gguf() -> Path:
-    from llm_marl_envs.models import gguf_path
+    from llm_marl.models import gguf_path
     return Path(gguf_path("smollm2-135m"))
 
 
@@ -306,7 +307,7 @@ def test_openai_policy_against_real_llama_cpp_server(tmp_path):
         for row in out:
             assert row[0].text.strip() and 0 < row[0].num_tokens <= 12
         # the benchmark harness through the served model: token counts survive the rollout engine
-        from llm_marl_envs.benchmark import BenchConfig, run_benchmark
+        from llm_marl.benchmark import BenchConfig, run_benchmark
         config = BenchConfig(env_id="gsm_symbolic_debate-v0", models=["smollm2-135m"], backend="openai",
                              base_url=base_url, num_agents=2, num_turns=1, episodes=1, max_new_tokens=16,
                              env_kwargs={"num_tasks": 5})

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from llm_marl_envs import models
+from llm_marl import models
 
 
 def test_gguf_path_points_into_the_installed_package():

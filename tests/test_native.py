@@ -114,8 +114,9 @@ def test_probe_can_be_switched_off(tmp_path, monkeypatch, probe_dir):
 @pytest.mark.slow
 @pytest.mark.ci_slow
 def test_crashing_probe_falls_back_to_hf_with_one_warning(tmp_path, monkeypatch, probe_dir, caplog):
-    from trainers.common.inference import load_policy
-    from trainers.common.policy import HFPolicy, SamplingParams
+    from llm_marl.backends import load_policy
+    from llm_marl.backends.hf import HFPolicy
+    from llm_marl.policy import SamplingParams
 
     monkeypatch.setattr(native_probe, "probe_command", crashing_child(tmp_path / "runs"))
     with caplog.at_level(logging.WARNING, logger="llm_marl"):
@@ -133,7 +134,7 @@ def test_crashing_probe_falls_back_to_hf_with_one_warning(tmp_path, monkeypatch,
 @pytest.mark.ci_slow
 @pytest.mark.parametrize("extra_buffers", [True, False])
 def test_real_probe_passes_on_this_machine_with_either_buffer_choice(probe_dir, extra_buffers):
-    from llm_marl_envs.models import gguf_path
+    from llm_marl.models import gguf_path
 
     choice = llamacpp_extra_buffers([], env={EXTRA_BUFFERS_ENV: "on" if extra_buffers else "off"})
     verdict = probe_llamacpp(gguf_path("smollm2-135m"), choice)
@@ -166,7 +167,7 @@ def test_a_native_crash_fails_one_test_and_the_suite_goes_on(tmp_path):
 
 # ------------------------------------------------------------------------------------------ llm-marl info
 def test_info_reports_versions_cpu_and_backend_choice():
-    done = subprocess.run([sys.executable, "-m", "llm_marl_envs.cli", "info"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "llm_marl.cli", "info"], capture_output=True, text=True,
                           timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr
     out = done.stdout

@@ -2,9 +2,10 @@
 import pytest
 import torch
 
-from llm_marl_envs.models import tiny_model
-from trainers.common.policy import HFPolicy, SamplingParams
-from trainers.common.team import Team
+from llm_marl.models import tiny_model
+from llm_marl.backends.hf import HFPolicy
+from llm_marl.policy import SamplingParams
+from llm_marl.team import Team
 
 CONVERSATIONS = [[{"role": "user", "content": "say 3"}], [{"role": "user", "content": "write a longer line, please"}]]
 
@@ -122,7 +123,7 @@ def test_lockstep_scoring_makes_the_same_two_forward_calls_and_the_same_logprobs
 def test_reserved_cache_returns_what_a_dynamic_cache_returns():
     from transformers import DynamicCache
 
-    from trainers.common.policy import reserved_cache
+    from llm_marl.backends.hf import reserved_cache
 
     torch.manual_seed(0)
     reserved, dynamic = reserved_cache(room=2), DynamicCache()

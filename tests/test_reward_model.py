@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from llm_marl_envs.models import tiny_model
+from llm_marl.models import tiny_model
 from verifiers import Verdict
 from verifiers.reward_model import (
     RewardExample,

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from .sharding import shard_optimizer_state
-from .team import Team
+from llm_marl.sharding import shard_optimizer_state
+from llm_marl.team import Team
 
 PREFIX = "step-"
 

@@ -72,9 +72,9 @@ from torch.distributed.tensor import DTensor
 
 from .checkpoint import rng_state, training_tensors
 from .config import ScalingConfig, parse_device
-from .policy import HFPolicy
-from .sharding import full_state, full_tensor
-from .team import Team
+from llm_marl.backends.hf import HFPolicy
+from llm_marl.sharding import full_state, full_tensor
+from llm_marl.team import Team
 
 T = TypeVar("T")
 

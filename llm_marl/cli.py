@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from .data import DataNotFoundError
+from llm_marl_envs.data import DataNotFoundError
 
 # OpenMP workers (torch, llama.cpp) spin-wait by default, which collapses throughput on a shared CPU;
 # the runtime reads this once at start, so it is set before torch or llama.cpp load.
@@ -39,7 +39,7 @@ class UserError(ValueError):
 # ---------------------------------------------------------------------------------- envs
 def cmd_envs(args: argparse.Namespace) -> int:
     """Print the table of registered environments."""
-    from .registry import list_envs, spec
+    from llm_marl_envs.registry import list_envs, spec
 
     rows = [("id", "agents", "turns", "data source", "verifier")]
     for env_id in list_envs():
@@ -150,7 +150,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import importlib
 
     from .models import load
-    from .registry import make
+    from llm_marl_envs.registry import make
 
     module_name, config_name, trainer_name = TRAINERS[args.algorithm]
     values: dict[str, Any] = {}
@@ -174,7 +174,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = build_config(config_cls, values)
     env = make(args.env, **env_arguments(args))
     agents = env.possible_agents
-    from trainers.common.team import Team
+    from llm_marl.team import Team
 
     if args.full_finetune:
         team = Team.separate([load(args.model) for _ in agents], agents)
@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llm-marl`` console script."""
-    from trainers.common.inference import ServerUnreachableError
+    from llm_marl.backends import ServerUnreachableError
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -8,7 +8,7 @@ Baselines on the same tasks (``baseline=``):
 * ``debate`` — ``N`` agents × ``T`` turns (the env's protocol);
 * a *mixed team* is any baseline with several models (``models=[m0, m1, ...]``, one per agent).
 
-Episodes run through the trainers' shared :class:`~trainers.common.rollout.RolloutEngine` (the
+Episodes run through the shared :class:`~llm_marl.rollout.RolloutEngine` (the
 same rollout path as training). Run directory::
 
     run.json            settings, seed, package versions (a resumed run must match them)
@@ -31,8 +31,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import metrics
-from .registry import make, spec
+from llm_marl_envs import metrics
+from llm_marl_envs.registry import make, spec
 
 BASELINES = ("single", "majority", "debate")
 RUN_FILE, EPISODES_FILE, SUMMARY_FILE, REPORT_FILE = "run.json", "episodes.jsonl", "summary.json", "report.md"
@@ -117,7 +117,7 @@ def task_schedule(num_tasks: int, episodes: int, seed: int) -> list[int]:
 
 
 def episode_record(index: int, episode: Any, wall_time_s: float, models: Sequence[str]) -> dict[str, Any]:
-    """The JSON record of a finished :class:`~trainers.common.episode.Episode` (per turn, per agent lists)."""
+    """The JSON record of a finished :class:`~llm_marl.episode.Episode` (per turn, per agent lists)."""
     agents = episode.agents
 
     def per_turn(value: Callable[[Any], Any]) -> list[list[Any]]:
@@ -166,8 +166,8 @@ def read_episodes(path: str | os.PathLike) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------- run
 def build_team(config: BenchConfig, agents: Sequence[str], policies: dict[str, Any] | None = None):
     """One policy per distinct model (loaded once, shared by the agents that use it), seated per agent."""
-    from trainers.common.inference import load_policy
-    from trainers.common.team import Team
+    from llm_marl.backends import load_policy
+    from llm_marl.team import Team
 
     loaded = dict(policies or {})
     for model in dict.fromkeys(config.agent_models()):
@@ -217,15 +217,15 @@ def run_benchmark(config: BenchConfig, out_dir: str | os.PathLike, *, policies: 
                   progress: bool = True) -> dict[str, Any]:
     """Run the episodes of ``config`` not yet in ``out_dir`` (appending each batch as it finishes), then report.
 
-    ``policies`` maps model names to ready :class:`~trainers.common.policy.Policy` objects (else
-    they are loaded with :func:`~trainers.common.inference.load_policy`). Episodes run through the
-    shared :class:`~trainers.common.rollout.RolloutEngine`, ``episodes_per_batch`` at a time (one
+    ``policies`` maps model names to ready :class:`~llm_marl.policy.Policy` objects (else
+    they are loaded with :func:`~llm_marl.backends.load_policy`). Episodes run through the
+    shared :class:`~llm_marl.rollout.RolloutEngine`, ``episodes_per_batch`` at a time (one
     generate call per policy per turn). Returns the summary.
     """
     from tqdm.auto import tqdm
 
-    from trainers.common.policy import SamplingParams
-    from trainers.common.rollout import RolloutEngine
+    from llm_marl.policy import SamplingParams
+    from llm_marl.rollout import RolloutEngine
 
     out = Path(out_dir)
     agents, turns = config.env_shape()

@@ -1,0 +1,435 @@
+"""The transformers backend: :class:`HFPolicy`, which samples with log-probs and scores tokens for training."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Hashable, Sequence
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from ..policy import Conversation, Generation, SamplingParams
+from ..sharding import full_tensor, shard_like
+
+BASE_ADAPTER = "__base__"   # PEFT's name for "no adapter" inside a mixed-adapter batch
+
+
+class HFPolicy:
+    """A transformers causal LM + tokenizer, optionally a PEFT model carrying several named LoRA adapters.
+
+    Sampling runs a lean decode loop (KV cache, one forward per new token, left padding) that
+    also returns per-token log-probs; a batch may mix adapters (PEFT ``adapter_names``), so all
+    agents sharing one frozen base are sampled in ONE call. :meth:`token_logprobs` recomputes
+    log-probs of given completions under one adapter (with gradients, for the losses) or under
+    the reference policy (the base with adapters disabled). The model stays in eval mode: PEFT
+    refuses mixed-adapter batches in training mode and the Llama family has no dropout.
+    Inputs are built on the model's device (:attr:`device`), so the model may live on any GPU.
+    """
+
+    def __init__(self, model, tokenizer, name: str | None = None, template_cache_size: int = 4096) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.pad_id = int(tokenizer.pad_token_id)
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos = eos if isinstance(eos, (list, tuple)) else [eos]
+        self.stop_ids = sorted({int(t) for t in [*eos, tokenizer.eos_token_id] if t is not None})
+        self._templates: dict[tuple, list[int]] = {}
+        self._template_cache_size = template_cache_size
+        self.generate_calls = 0          # batched generate calls made (the rollout engine batches across agents)
+        self.gradient_checkpointing = False
+        self.lockstep = False            # sharded weights (FSDP): scoring makes the same forward calls on every process
+        model.eval()
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's (first) parameters, where inputs are put."""
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------ memory
+    def enable_gradient_checkpointing(self) -> None:
+        """Recompute decoder-layer activations in the backward pass of the scoring forward (not in sampling).
+
+        transformers checkpoints a layer only in training mode; the model stays in eval mode (see the
+        class docstring), so :meth:`completion_forward` flags just the checkpointed layers as training
+        while gradients are on — dropout and every other module keep their eval behaviour.
+        """
+        base = self.model.get_base_model() if self.is_peft else self.model
+        enable = getattr(base, "activation_checkpointing_enable", None)
+        if enable is not None:        # transformers >= 5
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.gradient_checkpointing = True
+
+    @contextlib.contextmanager
+    def _checkpointing(self):
+        """Flag the checkpointed layers as training for one forward with gradients (see :meth:`enable_gradient_checkpointing`)."""
+        if not (self.gradient_checkpointing and torch.is_grad_enabled()):
+            yield
+            return
+        layers = [m for m in self.model.modules() if getattr(m, "gradient_checkpointing", False) is True and not m.training]
+        for layer in layers:
+            layer.training = True
+        try:
+            yield
+        finally:
+            for layer in layers:
+                layer.training = False
+
+    # ------------------------------------------------------------------ adapters
+    @property
+    def is_peft(self) -> bool:
+        """Whether the model is a PEFT model (carries named adapters)."""
+        return hasattr(self.model, "peft_config")
+
+    @property
+    def adapter_names(self) -> list[str]:
+        """Names of the LoRA adapters on this model (empty for a plain model)."""
+        return list(self.model.peft_config) if self.is_peft else []
+
+    def _check_adapter(self, adapter: str | None) -> None:
+        if adapter is not None and adapter not in self.adapter_names:
+            raise ValueError(f"unknown adapter {adapter!r} for policy {self.name!r}; adapters: {self.adapter_names} "
+                             f"(None = the base model)")
+
+    @contextlib.contextmanager
+    def using(self, adapter: str | None):
+        """Context in which forward passes use ``adapter`` only (``None``: the base, adapters disabled)."""
+        self._check_adapter(adapter)
+        if not self.is_peft:
+            yield
+        elif adapter is None:
+            with self.model.disable_adapter():
+                yield
+        else:
+            self.model.set_adapter(adapter)   # also makes exactly this adapter trainable
+            yield
+
+    def trainable_parameters(self, adapter: str | None) -> list[torch.nn.Parameter]:
+        """The parameters an update of ``adapter`` changes (its LoRA weights; all weights of a plain model)."""
+        self._check_adapter(adapter)
+        if adapter is None:
+            if self.is_peft:
+                raise ValueError(f"policy {self.name!r} is a LoRA model: name the adapter to train ({self.adapter_names})")
+            return [p for p in self.model.parameters()]
+        return [p for n, p in self.model.named_parameters() if f".{adapter}." in n]
+
+    def trainable_state_dict(self, adapter: str | None, whole: bool = True) -> dict[str, torch.Tensor]:
+        """Tensors a checkpoint must hold for ``adapter`` (or the whole plain model), as copies.
+
+        Sharded weights (FSDP) are gathered whole, a collective that every process must join;
+        ``whole=False`` leaves them as this process's shards, uncopied (for callers that gather
+        themselves, see ``DataParallel.checkpoint_tensors``).
+        """
+        def take(t: torch.Tensor) -> torch.Tensor:
+            if isinstance(t, DTensor) and not whole:
+                return t.detach()
+            return full_tensor(t.detach()).clone()   # a copy: tied weights must not share memory in a file
+
+        if adapter is None:
+            return {k: take(v) for k, v in self.model.state_dict().items()}
+        self._check_adapter(adapter)
+        return {n: take(p) for n, p in self.model.named_parameters() if f".{adapter}." in n}
+
+    def load_trainable_state_dict(self, adapter: str | None, state: dict[str, torch.Tensor]) -> None:
+        """Inverse of :meth:`trainable_state_dict` (each process keeps its shard of sharded weights)."""
+        if adapter is None:
+            current = self.model.state_dict()
+            self.model.load_state_dict({k: shard_like(v, current[k]) if k in current else v for k, v in state.items()})
+            return
+        params = dict(self.model.named_parameters())
+        missing = sorted(set(n for n in params if f".{adapter}." in n) - set(state))
+        if missing:
+            raise ValueError(f"checkpoint for adapter {adapter!r} lacks {len(missing)} tensors, e.g. {missing[0]}")
+        with torch.no_grad():
+            for n, value in state.items():
+                params[n].copy_(shard_like(value, params[n]))
+
+    # ------------------------------------------------------------------ prompts
+    def encode(self, conversation: Conversation) -> list[int]:
+        """Token ids of ``conversation`` rendered by the chat template with the generation prompt (cached)."""
+        key = tuple((m["role"], m["content"]) for m in conversation)
+        ids = self._templates.get(key)
+        if ids is None:
+            ids = self.tokenizer.apply_chat_template(list(conversation), add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False)
+            ids = list(ids[0] if ids and isinstance(ids[0], list) else ids)   # some tokenizers return a batch
+            if len(self._templates) >= self._template_cache_size:
+                self._templates.pop(next(iter(self._templates)))
+            self._templates[key] = ids
+        return ids
+
+    def _left_pad(self, sequences: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(s) for s in sequences)
+        ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, seq in enumerate(sequences):
+            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[row, width - len(seq):] = 1
+        return ids, mask
+
+    # ------------------------------------------------------------------ sampling
+    @torch.no_grad()
+    def generate(
+        self,
+        conversations: Sequence[Conversation],
+        params: SamplingParams,
+        *,
+        adapters: Sequence[str | None] | None = None,
+        num_samples: int = 1,
+    ) -> list[list[Generation]]:
+        """Sample ``num_samples`` completions per conversation in ONE batched decode (adapters may differ per row)."""
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if adapters is not None and len(adapters) != len(conversations):
+            raise ValueError(f"got {len(adapters)} adapters for {len(conversations)} conversations; pass one per conversation")
+        if not conversations:
+            return []
+        adapters = list(adapters) if adapters is not None else [None] * len(conversations)
+        for adapter in set(adapters):
+            self._check_adapter(adapter)
+        prompts = [self.encode(c) for c in conversations for _ in range(num_samples)]
+        row_adapters = [a for a in adapters for _ in range(num_samples)]
+        completions, logprobs, finished = self._decode(prompts, row_adapters, params)
+        self.generate_calls += 1
+        out: list[list[Generation]] = []
+        for i in range(len(conversations)):
+            group = []
+            for row in range(i * num_samples, (i + 1) * num_samples):
+                text = self.tokenizer.decode(completions[row], skip_special_tokens=True)
+                group.append(Generation(text=text, prompt_ids=prompts[row], completion_ids=completions[row],
+                                        logprobs=logprobs[row], finish_reason="stop" if finished[row] else "length"))
+            out.append(group)
+        return out
+
+    def _adapter_kwargs(self, adapters: Sequence[str | None]) -> dict[str, Any]:
+        """``adapter_names=`` of a mixed-adapter batch (PEFT models only)."""
+        return {"adapter_names": [BASE_ADAPTER if a is None else a for a in adapters]} if self.is_peft else {}
+
+    def _decode(self, prompts: list[list[int]], adapters: list[str | None], params: SamplingParams):
+        """The decode loop: prefill, then one cached forward per token; returns ids, log-probs, EOS flags.
+
+        Rows with the same prompt and adapter (the G samples of one agent) are prefilled once and
+        their KV cache is copied to every row that shares it: the prompt costs one row, not G.
+        """
+        from transformers.generation.logits_process import TopPLogitsWarper
+
+        source, firsts = shared_rows([(tuple(p), a) for p, a in zip(prompts, adapters)])
+        ids, mask = self._left_pad([prompts[r] for r in firsts])
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if limit is not None and ids.shape[1] + params.max_new_tokens > limit:
+            raise ValueError(f"prompt of {ids.shape[1]} tokens + max_new_tokens={params.max_new_tokens} exceeds the "
+                             f"model's {limit} positions; shorten the prompt or lower max_new_tokens")
+        top_p = TopPLogitsWarper(params.top_p) if params.top_p < 1.0 else None
+        greedy = params.temperature == 0
+        device = self.device
+        ids, mask = ids.to(device), mask.to(device)
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(device=device).manual_seed(params.seed)
+        batch = len(prompts)
+        expand = torch.tensor(source, dtype=torch.long, device=device)
+        cache = reserved_cache(room=params.max_new_tokens)
+        stop = torch.tensor(self.stop_ids, dtype=torch.long, device=device)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        tokens, token_logprobs = [], []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                             use_cache=True, logits_to_keep=1, **self._adapter_kwargs([adapters[r] for r in firsts]))
+            if len(firsts) < batch:                                     # copy each prompt's cache to its G rows
+                cache.batch_select_indices(expand)
+            logits = out.logits[:, -1, :].float()[expand]
+            mask, positions, step_ids = mask[expand], positions[expand], ids[expand]
+            kwargs = self._adapter_kwargs(adapters)
+            for step in range(params.max_new_tokens):
+                if greedy:
+                    logprob_all = torch.log_softmax(logits, dim=-1)
+                    next_ids = logits.argmax(-1)
+                else:
+                    logits = logits / params.temperature
+                    logprob_all = torch.log_softmax(logits, dim=-1)
+                    sample_logits = top_p(step_ids, logits) if top_p is not None else logits
+                    probs = torch.softmax(sample_logits, dim=-1)
+                    next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+                next_ids = torch.where(done, torch.full_like(next_ids, self.pad_id), next_ids)
+                token_logprobs.append(logprob_all.gather(-1, next_ids[:, None]).squeeze(-1))
+                tokens.append(torch.where(done, torch.full_like(next_ids, -1), next_ids))  # -1 marks "after EOS"
+                done = done | torch.isin(next_ids, stop)
+                if bool(done.all()) or step == params.max_new_tokens - 1:
+                    break
+                step_ids = next_ids[:, None]
+                mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
+                positions = positions[:, -1:] + 1
+                out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
+                                 past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
+                logits = out.logits[:, -1, :].float()
+        finally:
+            self.model.train(was_training)
+        token_matrix = torch.stack(tokens, dim=1).tolist()
+        logprob_matrix = torch.stack(token_logprobs, dim=1).tolist()
+        completions, logprobs, finished = [], [], []
+        for row in range(batch):
+            n = next((j for j, t in enumerate(token_matrix[row]) if t == -1), len(token_matrix[row]))
+            completions.append(token_matrix[row][:n])
+            logprobs.append(logprob_matrix[row][:n])
+            finished.append(n > 0 and token_matrix[row][n - 1] in self.stop_ids)
+        return completions, logprobs, finished
+
+    # ------------------------------------------------------------------ scoring
+    def token_logprobs(
+        self,
+        prompt_ids: Sequence[list[int]],
+        completion_ids: Sequence[list[int]],
+        *,
+        adapter: str | None = None,
+        temperature: float = 1.0,
+        reference: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs ``[B, L]`` of the completions given the prompts, and their mask ``[B, L]``.
+
+        Uses ``adapter`` (with gradients) or, when ``reference`` is true, the reference policy —
+        the base with adapters disabled — without gradients. ``temperature`` scales logits as
+        during sampling (0 means unscaled).
+        """
+        context = torch.no_grad() if reference else contextlib.nullcontext()
+        with context, self.using(None if reference else adapter):
+            logits, width, completion_mask = self.completion_logits(prompt_ids, completion_ids)
+        logits = logits.float()
+        targets = completion_targets(completion_ids, width, self.pad_id).to(logits.device)
+        if temperature > 0:
+            logits = logits / temperature
+        # log pi(y_t) = z_t[y_t] - logsumexp(z_t): avoids materialising a second [B, L, V] tensor
+        logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        return logprobs * completion_mask, completion_mask.bool()
+
+    def completion_logits(self, prompt_ids: Sequence[list[int]],
+                          completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, int, torch.Tensor]:
+        """``(logits [B, width, V], width, completion mask)``: the logits each completion token was sampled from.
+
+        Rows that share a prompt (the G samples of one agent in a group) run it once: a forward over
+        the distinct prompts fills a KV cache, each row gets a copy of its prompt's cache, and a
+        second forward runs the completions on top of it; gradients flow through both. Without a
+        repeated prompt, or with gradient checkpointing on (it recomputes layers without a KV cache),
+        this is one :meth:`completion_forward`. Under ``lockstep`` (sharded weights: every process must
+        make the same forward calls) it is always the two forwards, unless checkpointing.
+        """
+        source, firsts = shared_rows([tuple(p) for p in prompt_ids])
+        checkpointing = self.gradient_checkpointing and torch.is_grad_enabled()
+        distinct = len(firsts) == len(prompt_ids) and not self.lockstep
+        if distinct or len(completion_ids) != len(prompt_ids) or checkpointing:
+            output, width, completion_mask = self.completion_forward(prompt_ids, completion_ids)
+            return output.logits[:, :-1, :], width, completion_mask
+        from transformers import DynamicCache
+
+        width = max(1, max(len(c) for c in completion_ids))
+        if self.lockstep:
+            width = max(width, 2)     # always both forwards: every process makes the same calls
+        device = self.device
+        ids, prompt_mask = self._left_pad([prompt_ids[r] for r in firsts])
+        ids, prompt_mask = ids.to(device), prompt_mask.to(device)
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        prompt_out = self.model(input_ids=ids, attention_mask=prompt_mask, position_ids=positions,
+                                past_key_values=cache, use_cache=True, logits_to_keep=1)
+        expand = torch.tensor(source, dtype=torch.long, device=device)
+        logits = prompt_out.logits[:, -1:, :][expand]                  # chose completion token 0
+        completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completion_ids], dtype=torch.long,
+                                       device=device)
+        if width > 1:
+            cache.batch_select_indices(expand)                         # differentiable copy to each row
+            inputs = completion_targets(completion_ids, width, self.pad_id)[:, :-1].to(device)
+            mask = torch.cat([prompt_mask[expand], completion_mask[:, :-1]], dim=1)
+            steps = positions[expand][:, -1:] + 1 + torch.arange(width - 1, device=device)
+            out = self.model(input_ids=inputs, attention_mask=mask, position_ids=steps, past_key_values=cache,
+                             use_cache=True, logits_to_keep=0)
+            logits = torch.cat([logits, out.logits], dim=1)
+        return logits, width, completion_mask
+
+    def completion_forward(self, prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]], *,
+                           output_hidden_states: bool = False) -> tuple[Any, int, torch.Tensor]:
+        """One forward over ``[left pad][prompt][completion][right pad]`` rows with the active adapter.
+
+        Returns ``(output, width, completion_mask)``: completions fill the last ``width`` columns, and the
+        output at the position before completion token ``k`` is the state in which token ``k`` was chosen
+        (``output.logits`` keeps those ``width + 1`` positions; with ``output_hidden_states`` only the last
+        position's logits are kept and ``output.hidden_states`` carries every position).
+        """
+        if len(prompt_ids) != len(completion_ids) or not prompt_ids:
+            raise ValueError(f"need one completion per prompt (got {len(prompt_ids)} prompts, {len(completion_ids)} "
+                             f"completions), at least one")
+        width = max(1, max(len(c) for c in completion_ids))
+        rows = [list(p) + list(c) + [self.pad_id] * (width - len(c)) for p, c in zip(prompt_ids, completion_ids)]
+        ids, mask = self._left_pad(rows)
+        for row, c in enumerate(completion_ids):
+            if width - len(c):
+                mask[row, -(width - len(c)):] = 0      # right padding after a short completion
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with self._checkpointing():
+            output = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                                logits_to_keep=1 if output_hidden_states else width + 1,
+                                output_hidden_states=output_hidden_states)
+        return output, width, mask[:, -width:]
+
+
+def shared_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:
+    """Rows that share a key (a prompt, or a prompt and its adapter): ``(source, firsts)``.
+
+    ``source[row]`` is the index of the row's distinct key and ``firsts[u]`` the first row holding
+    distinct key ``u``, so a computation over ``[rows[r] for r in firsts]`` expands back with ``[source]``.
+    """
+    index: dict[Hashable, int] = {}
+    source, firsts = [], []
+    for row, key in enumerate(keys):
+        if key not in index:
+            index[key] = len(firsts)
+            firsts.append(row)
+        source.append(index[key])
+    return source, firsts
+
+
+def reserved_cache(room: int):
+    """A transformers ``DynamicCache`` whose layers write each new token into reserved room (sampling only).
+
+    ``DynamicCache`` concatenates every step, copying the whole cache of every layer per token: with
+    long prompts and G rows that copy costs as much as the weights. Here each layer keeps a buffer
+    with ``room`` free positions and hands out views of its filled part; after
+    ``batch_select_indices`` (copying prompts to their rows) the first update moves the cache into
+    a new buffer once. The buffers are written in place, so this cache is for ``no_grad`` decoding.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    class ReservedLayer(DynamicLayer):
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self.buffers = None
+            old = self.get_seq_length()
+            end = old + key_states.shape[-2]
+            buffers = self.buffers
+            if (buffers is None or self.keys.data_ptr() != buffers[0].data_ptr() or end > buffers[0].shape[-2]
+                    or buffers[0].shape[:-2] != key_states.shape[:-2]):
+                shape = (*key_states.shape[:-2], end + room, key_states.shape[-1])
+                buffers = self.buffers = (key_states.new_empty(shape), value_states.new_empty(shape))
+                if old:
+                    buffers[0][..., :old, :] = self.keys
+                    buffers[1][..., :old, :] = self.values
+            buffers[0][..., old:end, :] = key_states
+            buffers[1][..., old:end, :] = value_states
+            self.keys, self.values = buffers[0][..., :end, :], buffers[1][..., :end, :]
+            return self.keys, self.values
+
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = ReservedLayer
+    return cache
+
+
+def completion_targets(completion_ids: Sequence[list[int]], width: int, pad_id: int) -> torch.Tensor:
+    """Completion token ids right-padded to ``[B, width]`` (the targets of :meth:`HFPolicy.completion_forward`)."""
+    return torch.tensor([list(c) + [pad_id] * (width - len(c)) for c in completion_ids], dtype=torch.long)

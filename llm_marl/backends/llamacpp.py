@@ -1,0 +1,305 @@
+"""llama.cpp on a GGUF file (the default backend for the embedded SmolLM2-135M): :class:`LlamaCppPolicy`.
+
+Batched llama.cpp decoding (llama-cpp-python's low-level API: ``llama_batch``, ``llama_decode``,
+per-sequence KV cache operations, sampler chains):
+
+* One context holds up to ``max_batch`` sequences (``n_seq_max``), each with its own KV stream of
+  ``n_ctx`` tokens (``kv_unified=False``: a sequence attends to its own cells only). Every
+  (conversation, sample) of a call is one *stream*; stream ``k`` is llama.cpp sequence ``k``.
+* A step is ONE ``llama_decode`` of one batch holding, in sequence order, the next prompt chunk
+  of every stream still prefilling (prefills share the batch's ``n_batch`` tokens, so new
+  prompts are prefilled together, beside the other streams' decoding) and the last sampled token
+  of every other stream. Logits are kept only where a token is to be sampled.
+* Each stream samples with its own chain — greedy at temperature 0, else temperature, top-p and a
+  draw seeded by the sample's seed — and ends on an end-of-turn token (``finish_reason="stop"``)
+  or after ``max_new_tokens`` (``"length"``). Temperature comes before top-p as in the HF policy,
+  so both backends sample the same distribution for the same :class:`SamplingParams` (llama.cpp's
+  own default chain applies top-p first, which sorts SmolLM2's large raw nucleus for every token).
+* A finished stream's KV cells are freed (``llama_memory_seq_rm``) and its slot goes to the next
+  waiting sample, so a call with more than ``max_batch`` samples runs as a rolling batch. With
+  nobody waiting, the last stream moves into the slot (``llama_memory_seq_cp``): llama.cpp decodes
+  consecutive sequence ids as one micro-batch but scattered ones as several.
+* Batching changes the speed, not the model: greedy outputs equal one-sequence-at-a-time decoding
+  and seeded samples do not depend on ``max_batch`` (both tested), up to float rounding — llama.cpp
+  computes a micro-batch of ONE token (a lone sequence's step) with other CPU kernels than one of
+  several, and the rounding differences grow through the layers (last-token logits of a debate
+  prompt: up to 0.64 apart, top logit ~29), enough to flip a near-tie (measured: 3 of 16 greedy
+  debate answers of 64 tokens differ between ``max_batch`` 16 and 1).
+* Memory: the KV cache is allocated up front, ``max_batch * n_ctx`` tokens (f16; 23 KB per token
+  for SmolLM2-135M: 0.75 GB at the defaults 8 x 4096).
+* Threads: the free cores (:func:`~llm_marl.hardware.free_cores`).
+* Weight buffers: llama.cpp's extra (repacked) buffer types, except on CPUs with AMX, whose ggml
+  kernel crashes (:func:`~llm_marl.hardware.llamacpp_extra_buffers`).
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import threading
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..hardware import BufferChoice, cpu_info, free_cores, llamacpp_extra_buffers
+from ..policy import Conversation, Generation, SamplingParams
+from .base import InferenceBackend, SeedSource
+
+
+def _close_all(resources_ref: "weakref.ref[contextlib.ExitStack]") -> None:
+    resources = resources_ref()
+    if resources is not None:
+        resources.close()
+
+
+@dataclass
+class _Stream:
+    """One (prompt, seed) being decoded in the shared llama.cpp context, as one of its sequences."""
+
+    job: int                      # index of this sample in the call's flat list of samples
+    prompt: list[int]
+    sampler: Any                  # llama_cpp LlamaSampler chain, owned (and freed) by this stream
+    fed: int = 0                  # tokens (prompt, then completion) already in the KV cache
+    completion: list[int] = field(default_factory=list)
+    output_row: int = -1          # batch index of this stream's logits in the last decode, -1 = none
+
+    @property
+    def prefilling(self) -> bool:
+        """Whether part of the prompt is still to be fed."""
+        return self.fed < len(self.prompt)
+
+
+class LlamaCppPolicy(InferenceBackend):
+    """llama.cpp on a GGUF file: up to ``max_batch`` sequences decoded together, with the GGUF's chat template.
+
+    ``n_ctx`` is the context of ONE sequence (prompt + completion); the KV cache holds
+    ``max_batch`` of them (see the module docstring). Bigger calls are split into rolling batches.
+    """
+
+    backend = "llamacpp"
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        *,
+        n_ctx: int = 4096,
+        max_batch: int = 8,
+        n_threads: int | None = None,
+        seed: int | None = 0,
+        name: str | None = None,
+        use_extra_bufts: bool | None = None,
+    ) -> None:
+        """Load ``model_path`` with room for ``max_batch`` sequences of ``n_ctx`` tokens each.
+
+        ``n_threads`` defaults to the free cores (:func:`~llm_marl.hardware.free_cores`).
+        ``use_extra_bufts`` (llama.cpp's repacked/AMX weight buffers) defaults to
+        :func:`~llm_marl.hardware.llamacpp_extra_buffers` of this CPU: off where it has AMX.
+        """
+        # ggml's OpenMP workers spin-wait by default: on a busy CPU that costs 10x (see free_cores).
+        # Effective only if no OpenMP runtime started yet in this process (the CLI sets it first).
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        try:
+            import llama_cpp
+            from llama_cpp import _internals
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        except ImportError as err:  # pragma: no cover - depends on the install
+            raise ImportError("the 'llamacpp' backend needs llama-cpp-python: pip install llama-cpp-python") from err
+        path = Path(model_path)
+        if not path.is_file():
+            raise ValueError(f"GGUF file {str(path)!r} does not exist; pass the path of a .gguf model file")
+        if not isinstance(max_batch, int) or not 1 <= max_batch <= llama_cpp.llama_max_parallel_sequences():
+            raise ValueError(f"max_batch must be an int in [1, {llama_cpp.llama_max_parallel_sequences()}] "
+                             f"(sequences decoded together), got {max_batch!r}")
+        if not isinstance(n_ctx, int) or n_ctx < 16:
+            raise ValueError(f"n_ctx must be an int >= 16 (tokens of context per sequence), got {n_ctx!r}")
+        self.name = name or path.stem
+        self.model_path = str(path)
+        self.max_batch = max_batch
+        self.n_threads = n_threads or free_cores()
+        self._llama_cpp = llama_cpp
+        self._sampler_chain = _internals.LlamaSampler
+        logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)   # what Llama(verbose=False) does
+        llama_cpp.llama_backend_init()
+
+        self._resources = contextlib.ExitStack()
+        atexit.register(_close_all, weakref.ref(self._resources))  # before interpreter teardown breaks destructors
+        self.buffers = (llamacpp_extra_buffers(cpu_info().flags) if use_extra_bufts is None
+                        else BufferChoice(bool(use_extra_bufts), "set by the caller"))
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.use_extra_bufts = self.buffers.use_extra_bufts
+        self._model = self._resources.enter_context(contextlib.closing(_internals.LlamaModel(
+            path_model=str(path), params=model_params, verbose=False)))
+        params = llama_cpp.llama_context_default_params()
+        params.n_seq_max = max_batch
+        params.n_ctx = n_ctx * max_batch          # total cells; each sequence gets its own n_ctx of them
+        params.kv_unified = False                 # one KV stream per sequence: attention spans its own tokens only
+        params.n_batch = max(512, max_batch)      # tokens per llama_decode call (prompt chunks + one per stream)
+        params.n_ubatch = 512
+        params.n_threads = params.n_threads_batch = self.n_threads
+        # as llama_cpp.Llama: no flash attention (same numerics as the single-stream backend; no faster on CPU here)
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self._ctx = self._resources.enter_context(contextlib.closing(
+            _internals.LlamaContext(model=self._model, params=params, verbose=False)))
+        self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
+        self._n_batch = params.n_batch
+        self._batch = self._resources.enter_context(contextlib.closing(
+            _internals.LlamaBatch(n_tokens=self._n_batch, embd=0, n_seq_max=1, verbose=False)))
+        self.n_ctx = llama_cpp.llama_n_ctx_seq(self._ctx.ctx)
+
+        template = self._model.metadata().get("tokenizer.chat_template")
+        if not template:
+            raise ValueError(f"{path.name} has no tokenizer.chat_template in its GGUF metadata; "
+                             "use a chat model or format prompts yourself")
+        eos_id = self._model.token_eos()
+        bos_id = self._model.token_bos()
+        self._formatter = Jinja2ChatFormatter(template=template, eos_token=self._token_text(eos_id),
+                                              bos_token=self._token_text(bos_id) if bos_id >= 0 else "")
+        self._stop_ids = {eos_id, *(self._special_id(t) for t in ("<|im_end|>", "<|eot_id|>", "<|end|>"))} - {None}
+        self._seeds = SeedSource(seed)
+        self._lock = threading.Lock()  # one llama context: calls from several threads are serialised
+
+    def close(self) -> None:
+        """Free the llama.cpp context and model (also done at exit)."""
+        self._resources.close()
+
+    def _token_text(self, token_id: int) -> str:
+        return self._model.detokenize([token_id], special=True).decode("utf-8", errors="replace")
+
+    def _special_id(self, text: str) -> int | None:
+        ids = self._model.tokenize(text.encode(), add_bos=False, special=True)
+        return ids[0] if len(ids) == 1 else None
+
+    def prompt_ids(self, conversation: Conversation) -> list[int]:
+        """Token ids of ``conversation`` rendered with the chat template, ready for the assistant turn."""
+        prompt = self._formatter(messages=list(conversation)).prompt
+        return self._model.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+
+    def _sample_all(self, conversations: Sequence[Conversation], params: SamplingParams,
+                    seeds: list[list[int]]) -> list[list[Generation]]:
+        """Every (conversation, sample) as one sequence of a batched decode; results in input order."""
+        if self._ctx.ctx is None:
+            raise RuntimeError(f"llama.cpp policy {self.name!r} was closed; load a new one")
+        prompts = [self.prompt_ids(c) for c in conversations]
+        for i, ids in enumerate(prompts):
+            if len(ids) + params.max_new_tokens > self.n_ctx:
+                raise ValueError(f"prompt {i} of {len(ids)} tokens + max_new_tokens={params.max_new_tokens} exceeds "
+                                 f"the context of {self.n_ctx}; raise n_ctx or shorten the episode")
+        jobs = [(ids, seed) for ids, row in zip(prompts, seeds) for seed in row]
+        with self._lock:
+            flat = iter(self._decode(jobs, params))
+        return [[next(flat) for _ in row] for row in seeds]
+
+    # ------------------------------------------------------------------ the batched decode loop
+    def _decode(self, jobs: list[tuple[list[int], int]], params: SamplingParams) -> list[Generation]:
+        """Decode ``(prompt ids, seed)`` jobs, at most ``max_batch`` at a time, one llama_decode per step.
+
+        ``streams[i]`` is llama.cpp sequence ``i``: the live sequences are always ``0..len(streams)-1``
+        (see :meth:`_release`). Each step feeds every stream's next tokens in one batch — a chunk of
+        its prompt while prefilling, else its last sampled token — then samples one token for every
+        stream whose prompt is complete.
+        """
+        lib = self._llama_cpp
+        queue = deque(range(len(jobs)))
+        streams: list[_Stream] = []
+        results: list[Generation | None] = [None] * len(jobs)
+        try:
+            while queue or streams:
+                while queue and len(streams) < self.max_batch:
+                    streams.append(self._start(queue.popleft(), jobs, params))
+                self._fill_batch(streams)
+                status = lib.llama_decode(self._ctx.ctx, self._batch.batch)
+                if status != 0:
+                    raise RuntimeError(f"llama_decode failed with status {status} on a batch of "
+                                       f"{self._batch.batch.n_tokens} tokens from {len(streams)} sequences")
+                finished = []
+                for seq, stream in enumerate(streams):
+                    if stream.output_row < 0:
+                        continue
+                    token = stream.sampler.sample(self._ctx, stream.output_row)   # also advances the chain
+                    if token in self._stop_ids:
+                        finished.append((seq, "stop"))
+                        continue
+                    stream.completion.append(token)
+                    if len(stream.completion) >= params.max_new_tokens:
+                        finished.append((seq, "length"))
+                for seq, finish_reason in reversed(finished):
+                    results[streams[seq].job] = self._generation(streams[seq], finish_reason)
+                    self._release(streams, seq, queue, jobs, params)
+        finally:
+            for stream in streams:
+                stream.sampler.close()
+            lib.llama_memory_clear(self._memory, False)
+        return results  # type: ignore[return-value]
+
+    def _start(self, job: int, jobs: list[tuple[list[int], int]], params: SamplingParams) -> _Stream:
+        """A new stream for ``jobs[job]`` with its own sampler chain, seeded per sample."""
+        prompt, seed = jobs[job]
+        sampler = self._sampler_chain()
+        if params.temperature == 0:
+            sampler.add_greedy()
+        else:
+            sampler.add_temp(params.temperature)     # temperature, then top-p: the HF policy's order
+            sampler.add_top_p(params.top_p, 1)
+            sampler.add_dist(seed)
+        return _Stream(job=job, prompt=prompt, sampler=sampler)
+
+    def _fill_batch(self, streams: list[_Stream]) -> None:
+        """Put every stream's next tokens in the batch, in sequence order.
+
+        Decoding streams get one token each; prefilling streams share the rest of the batch's
+        ``n_batch`` tokens, in order (a long prompt takes several steps). Logits are kept only where
+        a token is to be sampled. Sequence order matters: with one KV stream per sequence,
+        llama.cpp groups consecutive sequence ids into one micro-batch.
+        """
+        batch = self._batch.batch
+        batch.n_tokens = 0
+        budget = self._n_batch - sum(not s.prefilling for s in streams)
+        for seq, stream in enumerate(streams):
+            if stream.prefilling:
+                take = min(len(stream.prompt) - stream.fed, budget)
+                budget -= take
+                tokens = stream.prompt[stream.fed:stream.fed + take]
+                wants_logits = stream.fed + take == len(stream.prompt)
+            else:
+                tokens, wants_logits = stream.completion[-1:], True
+            stream.output_row = -1
+            for k, token in enumerate(tokens):
+                j = batch.n_tokens
+                batch.token[j] = token
+                batch.pos[j] = stream.fed + k
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = seq
+                batch.logits[j] = wants_logits and k == len(tokens) - 1
+                batch.n_tokens += 1
+            if wants_logits and tokens:
+                stream.output_row = batch.n_tokens - 1
+            stream.fed += len(tokens)
+
+    def _release(self, streams: list[_Stream], seq: int, queue: deque, jobs: list[tuple[list[int], int]],
+                 params: SamplingParams) -> None:
+        """Free finished sequence ``seq`` and keep the live sequence ids dense.
+
+        A waiting job takes over the slot; otherwise the last stream moves into it (its KV cells
+        are copied, which costs far less than decoding a scattered set of sequences as several
+        micro-batches). Call for finished sequences in decreasing ``seq`` order.
+        """
+        lib = self._llama_cpp
+        streams[seq].sampler.close()
+        lib.llama_memory_seq_rm(self._memory, seq, -1, -1)
+        last = len(streams) - 1
+        if queue:
+            streams[seq] = self._start(queue.popleft(), jobs, params)
+        elif seq == last:
+            streams.pop()
+        else:
+            lib.llama_memory_seq_cp(self._memory, last, seq, -1, -1)
+            lib.llama_memory_seq_rm(self._memory, last, -1, -1)
+            streams[seq] = streams.pop()
+
+    def _generation(self, stream: _Stream, finish_reason: str) -> Generation:
+        text = self._model.detokenize(stream.completion).decode("utf-8", errors="replace")
+        return Generation(text=text, prompt_ids=list(stream.prompt), completion_ids=list(stream.completion),
+                          logprobs=None, finish_reason=finish_reason)

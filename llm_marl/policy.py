@@ -1,0 +1,71 @@
+"""The one inference interface every backend implements (HF, llama.cpp, OpenAI-compatible).
+
+The rollout engine, both trainers and the benchmark harness only talk to a :class:`Policy`.
+A backend that can also score tokens (the HF policy, used for training) fills in
+``Generation.prompt_ids``/``completion_ids``/``logprobs``; inference-only backends leave them
+``None``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+Message = dict[str, str]          # {"role": "system"|"user"|"assistant", "content": str}
+Conversation = list[Message]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample completions."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.7
+    top_p: float = 0.9
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class Generation:
+    """One sampled completion."""
+
+    text: str
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None     # per completion token, under the sampling policy
+    finish_reason: str = "stop"             # "stop" (EOS) or "length" (hit max_new_tokens)
+
+    @property
+    def num_tokens(self) -> int:
+        """Completion length in tokens (0 when the backend did not report tokens)."""
+        return len(self.completion_ids) if self.completion_ids is not None else 0
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that turns chat conversations into sampled completions."""
+
+    name: str
+
+    def generate(
+        self,
+        conversations: Sequence[Conversation],
+        params: SamplingParams,
+        *,
+        adapters: Sequence[str | None] | None = None,
+        num_samples: int = 1,
+    ) -> list[list[Generation]]:
+        """Sample ``num_samples`` completions per conversation, in one batched call where possible.
+
+        ``adapters[i]`` names the LoRA adapter to use for conversation ``i`` (``None`` = base
+        model); backends without adapters reject a non-``None`` name with ``ValueError``.
+        Returns one list of ``num_samples`` generations per conversation, in input order.
+        """
+        ...

@@ -1,0 +1,192 @@
+"""`RolloutEngine`: the one rollout path of both trainers and the benchmark.
+
+Every turn, the prompts of all agents of all parallel episodes are grouped by policy and
+sampled in ONE batched ``generate`` call per policy (agents sharing a base go in one
+mixed-adapter batch), then every env is stepped.
+
+- :meth:`RolloutEngine.collect` runs plain episodes (MAPPO, the benchmark, evaluation).
+- :meth:`RolloutEngine.expand` is the tree primitive of MAGRPO: from env nodes (mid-episode),
+  sample G completions per agent per node, form joint actions — ``aligned`` (the g-th sample
+  of every agent together: G children) or ``cross`` (Cartesian product: G^N children) — and
+  step a clone of the node per joint action.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from tqdm.auto import tqdm
+
+from llm_marl_envs.core import TextEnv
+
+from .episode import AgentTurn, Episode, jsonable_info
+from .policy import Conversation, Generation, SamplingParams
+from .team import Team
+
+JOINT_MODES = ("aligned", "cross")
+
+
+@dataclass
+class Expansion:
+    """One tree node expanded: G samples per agent, the joint actions and the child env of each."""
+
+    node: TextEnv                              # the env before acting (not modified)
+    prompts: dict[str, Conversation]           # agent -> conversation it answered
+    samples: dict[str, list[Generation]]       # agent -> G samples
+    joint: list[tuple[int, ...]]               # per joint action: sample index of each agent (team.agents order)
+    children: list[TextEnv]                    # per joint action: the env after stepping it
+    rewards: list[dict[str, float]]            # per joint action: agent -> reward
+    done: list[bool]                           # per joint action: episode ended
+    infos: list[dict[str, dict[str, Any]]]     # per joint action: env infos
+
+
+def joint_actions(num_generations: int, num_agents: int, mode: str) -> list[tuple[int, ...]]:
+    """Sample-index tuples of the joint actions: ``aligned`` -> G tuples (g,..,g); ``cross`` -> G^N tuples."""
+    if mode == "aligned":
+        return [(g,) * num_agents for g in range(num_generations)]
+    if mode == "cross":
+        return list(itertools.product(range(num_generations), repeat=num_agents))
+    raise ValueError(f"joint_mode must be one of {JOINT_MODES}, got {mode!r}")
+
+
+class RolloutEngine:
+    """Runs episodes of any :class:`TextEnv` with a :class:`Team`, batching generation per policy."""
+
+    def __init__(self, env: TextEnv, team: Team, params: SamplingParams | None = None, *, progress: bool = True,
+                 env_name: str | None = None) -> None:
+        team.check_covers(env.possible_agents)
+        self.env = env
+        self.team = team
+        self.params = params or SamplingParams()
+        self.progress = progress
+        self.env_name = env_name or env.metadata.get("name", type(env).__name__)
+
+    # ------------------------------------------------------------------ batched sampling
+    def sample(self, requests: Sequence[tuple[str, Conversation]], num_samples: int = 1,
+               params: SamplingParams | None = None) -> list[list[Generation]]:
+        """Sample for ``(agent, conversation)`` requests: one generate call per policy, results in input order."""
+        by_policy: dict[int, list[int]] = {}
+        for i, (agent, _) in enumerate(requests):
+            by_policy.setdefault(id(self.team.policy(agent)), []).append(i)
+        results: list[list[Generation] | None] = [None] * len(requests)
+        for rows in by_policy.values():
+            policy = self.team.policy(requests[rows[0]][0])
+            out = policy.generate([requests[i][1] for i in rows], params or self.params,
+                                  adapters=[self.team.adapter(requests[i][0]) for i in rows], num_samples=num_samples)
+            for i, generations in zip(rows, out):
+                results[i] = generations
+        return results  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ plain episodes
+    def collect(self, num_episodes: int | None = None, *, seeds: Sequence[int] | None = None,
+                task_indices: Sequence[int | None] | None = None, parallel: int | None = None,
+                params: SamplingParams | None = None, desc: str = "rollout") -> list[Episode]:
+        """Run episodes; give ``num_episodes`` (seeds 0..n-1), ``seeds`` and/or ``task_indices`` (pinned tasks).
+
+        ``parallel`` episodes (default: all) advance together, so each turn is one generate call
+        per policy. Returns the episodes in input order.
+        """
+        seeds, task_indices = self._episode_specs(num_episodes, seeds, task_indices)
+        parallel = parallel or len(seeds)
+        if parallel < 1:
+            raise ValueError(f"parallel must be >= 1, got {parallel}")
+        episodes: list[Episode] = []
+        with tqdm(total=len(seeds), desc=desc, disable=not self.progress, leave=False) as bar:
+            for start in range(0, len(seeds), parallel):
+                chunk = range(start, min(start + parallel, len(seeds)))
+                episodes += self._run_batch([seeds[i] for i in chunk], [task_indices[i] for i in chunk], params, bar)
+        return episodes
+
+    @staticmethod
+    def _episode_specs(num_episodes, seeds, task_indices) -> tuple[list[int | None], list[int | None]]:
+        n = next((len(x) for x in (seeds, task_indices) if x is not None), num_episodes)
+        if n is None or n < 1:
+            raise ValueError(f"say how many episodes: num_episodes >= 1, seeds or task_indices (got {num_episodes!r})")
+        for name, value in (("seeds", seeds), ("task_indices", task_indices)):
+            if value is not None and len(value) != n:
+                raise ValueError(f"{name} has {len(value)} entries but {n} episodes were asked for; give equal lengths")
+        seeds = list(seeds) if seeds is not None else list(range(n))
+        task_indices = list(task_indices) if task_indices is not None else [None] * n
+        return seeds, task_indices
+
+    def _reset(self, seed: int | None, task_index: int | None) -> tuple[TextEnv, dict[str, dict[str, Any]]]:
+        env = self.env.clone()
+        options = {"task_index": task_index} if task_index is not None else None
+        _, infos = env.reset(seed=seed, options=options)
+        return env, infos
+
+    def _run_batch(self, seeds, task_indices, params, bar) -> list[Episode]:
+        started = time.perf_counter()
+        envs, infos, episodes = [], [], []
+        for seed, index in zip(seeds, task_indices):
+            env, info = self._reset(seed, index)
+            envs.append(env)
+            infos.append(info)
+            episodes.append(Episode(env=self.env_name, task_id=env.task.get("task_id"), seed=seed, task_index=index))
+        live = list(range(len(envs)))
+        while live:
+            requests = [(agent, infos[e][agent]["messages"]) for e in live for agent in envs[e].agents]
+            generations = iter(self.sample(requests, params=params))
+            still_live = []
+            for e in live:
+                env = envs[e]
+                asked = {agent: next(generations)[0] for agent in env.agents}
+                turn = env.turn
+                _, rewards, terminations, truncations, new_infos = env.step({a: g.text for a, g in asked.items()})
+                episodes[e].turns.append({
+                    agent: self._agent_turn(agent, turn, infos[e][agent]["messages"], g, rewards[agent],
+                                            env.verdicts[-1][agent], new_infos.get(agent, {}))
+                    for agent, g in asked.items()})
+                infos[e] = new_infos
+                if env.agents:
+                    still_live.append(e)
+                else:
+                    episodes[e].wall_time = time.perf_counter() - started
+                    bar.update(1)
+            live = still_live
+        return episodes
+
+    def _agent_turn(self, agent, turn, messages, generation: Generation, reward, verdict, info) -> AgentTurn:
+        return AgentTurn(
+            agent=agent, turn=turn, messages=[dict(m) for m in messages], text=generation.text, reward=float(reward),
+            verdict=verdict.to_dict() if verdict is not None else None, prompt_ids=generation.prompt_ids,
+            completion_ids=generation.completion_ids, logprobs=generation.logprobs,
+            finish_reason=generation.finish_reason, reported_tokens=generation.num_tokens,
+            policy=self.team.policy(agent).name,
+            adapter=self.team.adapter(agent), info=jsonable_info(info))
+
+    # ------------------------------------------------------------------ MAGRPO tree primitive
+    def reset_nodes(self, task_indices: Sequence[int], seeds: Sequence[int | None] | None = None) -> list[TextEnv]:
+        """Root nodes: one env per task index, reset with the task pinned (``reset(options={"task_index": i})``)."""
+        seeds = list(seeds) if seeds is not None else [None] * len(task_indices)
+        return [self._reset(seed, index)[0] for seed, index in zip(seeds, task_indices)]
+
+    def expand(self, nodes: Sequence[TextEnv], num_generations: int, joint_mode: str = "aligned",
+               params: SamplingParams | None = None) -> list[Expansion]:
+        """Expand live env nodes: G samples per agent per node (one generate call per policy), step joint actions."""
+        if num_generations < 1:
+            raise ValueError(f"num_generations must be >= 1, got {num_generations}")
+        for node in nodes:
+            if not node.agents:
+                raise ValueError("cannot expand a finished episode; expand only nodes whose env has live agents")
+        requests = [(agent, [dict(m) for m in node.messages[agent]]) for node in nodes for agent in node.agents]
+        generations = iter(self.sample(requests, num_samples=num_generations, params=params))
+        expansions = []
+        for node in nodes:
+            agents = list(node.agents)
+            samples = {agent: next(generations) for agent in agents}
+            prompts = {agent: [dict(m) for m in node.messages[agent]] for agent in agents}
+            joint = joint_actions(num_generations, len(agents), joint_mode)
+            children, rewards, done, infos = [], [], [], []
+            for combo in joint:
+                child = node.clone()
+                _, reward, terminations, truncations, info = child.step(
+                    {agent: samples[agent][g].text for agent, g in zip(agents, combo)})
+                children.append(child)
+                rewards.append({a: float(r) for a, r in reward.items()})
+                done.append(not child.agents)
+                infos.append(info)
+            expansions.append(Expansion(node, prompts, samples, joint, children, rewards, done, infos))
+        return expansions
