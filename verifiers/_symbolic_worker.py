@@ -9,6 +9,7 @@ Protocol: one JSON line ``[gold, answer]`` in, one JSON line ``true``/``false``/
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import select
@@ -17,9 +18,46 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 STARTUP_TIMEOUT_S = 60.0
 """How long the child may take to import sympy and math-verify."""
+
+
+SYMBOLIC_TIMEOUT_S = 3
+"""math-verify's own parse/verify timeout in seconds (signal based, so main thread only; in other
+threads the comparison runs in a child process that is killed after ``3 * SYMBOLIC_TIMEOUT_S + 1``)."""
+
+
+def symbolic_equal(gold: str, answer: str) -> bool | None:
+    """math-verify equivalence of two normalised LaTeX strings (``None`` when either fails to parse).
+
+    In the main thread math-verify's signal-based timeouts bound the time; elsewhere call it
+    through :class:`SymbolicWorker`.
+    """
+    parsed_gold = _math_verify_parse(gold)
+    parsed_answer = _math_verify_parse(answer)
+    if not parsed_gold or not parsed_answer:
+        return None
+    from math_verify import verify
+
+    return bool(verify(list(parsed_gold), list(parsed_answer), timeout_seconds=_timeout()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _math_verify_parse(text: str) -> tuple[Any, ...]:
+    """math-verify's parse of ``$text$`` (cached: golds repeat across agents and turns)."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    parsed = parse(f"${text}$", extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
+                   parsing_timeout=_timeout())
+    return tuple(parsed)
+
+
+def _timeout() -> int | None:
+    """math-verify's signal-based timeout (it only works in the main thread)."""
+    return SYMBOLIC_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
 
 
 class SymbolicWorker:
@@ -99,8 +137,6 @@ class SymbolicWorker:
 
 def _serve() -> None:
     """Child loop: answer ``[gold, answer]`` lines until stdin closes."""
-    from verifiers.math import symbolic_equal
-
     symbolic_equal("1", "1")  # import and warm up sympy/math-verify before reporting ready
     sys.stdout.write("ready\n")
     sys.stdout.flush()

@@ -39,10 +39,9 @@ import threading
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
-from typing import Any
 
 from verifiers import Verdict
-from verifiers._symbolic_worker import SymbolicWorker
+from verifiers._symbolic_worker import SYMBOLIC_TIMEOUT_S, SymbolicWorker, symbolic_equal
 from verifiers._text import final_statement_spans, last_boxed, response_problem, tail
 
 MAX_SYMBOLIC_CHARS = 300
@@ -54,10 +53,6 @@ variables, whose expansion is costly) are not handed to sympy."""
 
 MAX_NUMBER_DIGITS = 400
 """Number literals with more digits than this are treated as unparseable."""
-
-SYMBOLIC_TIMEOUT_S = 3
-"""math-verify's own parse/verify timeout in seconds (signal based, so main thread only; in other
-threads the comparison runs in a child process that is killed after ``3 * SYMBOLIC_TIMEOUT_S + 1``)."""
 
 _NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
 _UNITS = (
@@ -300,36 +295,6 @@ def _powered_group_has_power(text: str, power_at: int) -> bool:
             group = text[start:end + 1]
             return "^" in group or "**" in group
     return True
-
-
-def symbolic_equal(gold: str, answer: str) -> bool | None:
-    """math-verify equivalence of two normalised LaTeX strings (``None`` when either fails to parse).
-
-    In the main thread math-verify's signal-based timeouts bound the time; elsewhere call it
-    through :class:`verifiers._symbolic_worker.SymbolicWorker`.
-    """
-    parsed_gold = _math_verify_parse(gold)
-    parsed_answer = _math_verify_parse(answer)
-    if not parsed_gold or not parsed_answer:
-        return None
-    from math_verify import verify
-
-    return bool(verify(list(parsed_gold), list(parsed_answer), timeout_seconds=_timeout()))
-
-
-@functools.lru_cache(maxsize=4096)
-def _math_verify_parse(text: str) -> tuple[Any, ...]:
-    """math-verify's parse of ``$text$`` (cached: golds repeat across agents and turns)."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
-
-    parsed = parse(f"${text}$", extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
-                   parsing_timeout=_timeout())
-    return tuple(parsed)
-
-
-def _timeout() -> int | None:
-    """math-verify's signal-based timeout (it only works in the main thread)."""
-    return SYMBOLIC_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
 
 
 @functools.lru_cache(maxsize=1)

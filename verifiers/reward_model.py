@@ -5,7 +5,7 @@ trains one from rollout data — ``(question, answer, correct)`` records — and
 verifier: :meth:`RewardModel.score` returns a :class:`~verifiers.Verdict` whose ``score`` is the
 predicted probability that the answer is correct.
 
-    >>> rm = RewardModel.from_pretrained("smollm2-135m")
+    >>> rm = RewardModel.from_causal_lm(*llm_marl.models.load("smollm2-135m"))   # or from_pretrained(DIR)
     >>> train_reward_model(rm, examples, epochs=2)
     >>> rm.score("What is 2+3?", "2+3 = 5. The answer is 5.")
     Verdict(score=0.93, correct=True, details={'logit': 2.6})
@@ -121,14 +121,20 @@ class RewardModel:
     # ---------------------------------------------------------------- construction
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, max_length: int = 1024) -> "RewardModel":
-        """Load a saved reward model, or put a fresh scalar head on a causal LM (embedded name, path or hub id)."""
-        from transformers import AutoModelForSequenceClassification
+        """Load a saved reward model (a :meth:`save` directory), or put a fresh scalar head on a causal LM.
 
-        from llm_marl_envs.models import load_tokenizer, resolve
+        ``name_or_path`` is a local directory or a hub id. For an embedded model name, load it with
+        ``llm_marl.models.load`` and use :meth:`from_causal_lm`.
+        """
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        source = resolve(name_or_path)
-        model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=1)
-        return cls(model, load_tokenizer(name_or_path), max_length=max_length, name=str(name_or_path))
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
+            model = AutoModelForSequenceClassification.from_pretrained(str(name_or_path), num_labels=1)
+        except OSError as err:
+            raise ValueError(f"could not load a reward model from {str(name_or_path)!r}: not a saved RewardModel "
+                             f"directory, and the hub did not provide it ({err})") from err
+        return cls(model, tokenizer, max_length=max_length, name=str(name_or_path))
 
     @classmethod
     def from_causal_lm(cls, causal_lm: torch.nn.Module, tokenizer: Any, seed: int = 0, max_length: int = 1024) -> "RewardModel":

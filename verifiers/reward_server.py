@@ -278,7 +278,7 @@ class RewardClient:
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve a saved reward model: ``python -m verifiers.reward_server --model DIR``."""
     parser = argparse.ArgumentParser(description="Serve a learned verifier on 127.0.0.1.")
-    parser.add_argument("--model", required=True, help="reward model directory (RewardModel.save) or model name")
+    parser.add_argument("--model", required=True, help="reward model directory (RewardModel.save) or hub id")
     parser.add_argument("--port", type=int, default=8008, help="TCP port on 127.0.0.1 (0 = any free port)")
     parser.add_argument("--max-batch-size", type=int, default=16, help="items scored together at most")
     parser.add_argument("--max-wait-ms", type=float, default=10.0, help="how long a batch waits to fill")
