@@ -41,6 +41,7 @@ from llm_marl_envs.core import TextEnv
 from ..common.checkpoint import latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
 from ..common.distributed import prepare_training
 from ..common.logging import MetricsLogger
+from ..common.losses import kl_per_token, sequence_means
 from ..common.policy import HFPolicy, SamplingParams
 from ..common.rollout import Expansion, RolloutEngine
 from ..common.stats import bootstrap_ci
@@ -194,9 +195,8 @@ class MAGRPOTrainer:
         if self.config.kl_coef > 0:
             ref, _ = policy.token_logprobs(prompt_ids, completion_ids, temperature=self.config.temperature,
                                            reference=True)
-            delta = (ref - logp) * mask
-            k3 = (torch.exp(delta) - delta - 1) * mask                    # k3 = e^{ref-logp} - (ref-logp) - 1 >= 0
-            kl = (k3.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / total  # (1/M) Σ_m mean_t k3
+            k3 = kl_per_token(logp, ref, "k3") * mask                     # k3 = e^{ref-logp} - (ref-logp) - 1 >= 0
+            kl = sequence_means(k3, mask).sum() / total                   # (1/M) Σ_m mean_t k3
             loss = loss + self.config.kl_coef * kl
         return loss, kl.detach()
 

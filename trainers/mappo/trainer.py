@@ -41,24 +41,17 @@ from tqdm.auto import tqdm
 from llm_marl_envs.core import render_messages
 from trainers.common.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint
 from trainers.common.distributed import prepare_training
-from trainers.common.sharding import shard_optimizer_state
 from trainers.common.episode import Episode
 from trainers.common.logging import MetricsLogger
+from trainers.common.losses import kl_per_token, masked_mean
 from trainers.common.policy import SamplingParams
 from trainers.common.rollout import RolloutEngine
+from trainers.common.sharding import shard_optimizer_state
 
 from .config import MAPPOConfig
 from .critic import CentralizedCritic, critic_context
-from .forward import completion_logprobs
-from .ppo_math import (
-    clipped_policy_loss,
-    clipped_value_loss,
-    generalized_advantages,
-    kl_per_token,
-    masked_mean,
-    token_rewards,
-    whiten,
-)
+from .forward import token_logprobs_with_entropy
+from .ppo_math import clipped_policy_loss, clipped_value_loss, generalized_advantages, token_rewards, whiten
 from .rewards import turn_rewards
 
 CRITIC_ADAPTER = "critic"
@@ -266,9 +259,8 @@ class MAPPOTrainer:
                 policy, adapter = self.team.policy(agent), self.team.adapter(agent)
                 prompts, completions = [r.prompt_ids for r in group], [r.completion_ids for r in group]
                 with self.accelerator.autocast():
-                    logp, mask, _ = completion_logprobs(policy, adapter, prompts, completions, temperature=c.temperature)
-                    ref_logp, _, _ = completion_logprobs(policy, adapter, prompts, completions, temperature=c.temperature,
-                                                         reference=True)
+                    logp, mask = policy.token_logprobs(prompts, completions, adapter=adapter, temperature=c.temperature)
+                    ref_logp, _ = policy.token_logprobs(prompts, completions, temperature=c.temperature, reference=True)
                     values, _ = self.critic.values([r.critic_ids for r in group], completions)
                 # bookkeeping on the CPU: actors and critic may sit on different devices (agent_devices)
                 logp, ref_logp, values, mask = (t.float().cpu() for t in (logp, ref_logp, values, mask))
@@ -305,9 +297,12 @@ class MAPPOTrainer:
         """
         c = self.config
         policy, adapter = self.team.policy(agent), self.team.adapter(agent)
-        logp, mask, entropy = completion_logprobs(policy, adapter, [r.prompt_ids for r in group],
-                                                  [r.completion_ids for r in group], temperature=c.temperature,
-                                                  with_entropy=c.entropy_coef > 0)
+        prompts, completions = [r.prompt_ids for r in group], [r.completion_ids for r in group]
+        entropy = None
+        if c.entropy_coef > 0:        # the bonus needs the whole distribution, not only the sampled tokens' log-probs
+            logp, mask, entropy = token_logprobs_with_entropy(policy, adapter, prompts, completions, temperature=c.temperature)
+        else:
+            logp, mask = policy.token_logprobs(prompts, completions, adapter=adapter, temperature=c.temperature)
         old, advantages = (_pad(rows).to(logp.device) for rows in ([r.old_logprobs for r in group], [r.advantages for r in group]))
         # L_clip = E[max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))],  ρ = π_θ / π_old
         loss, stats = clipped_policy_loss(logp, old, advantages, mask, c.clip_eps, tokens=tokens)
