@@ -54,7 +54,7 @@ def test_one_step_trains_logs_and_checkpoints(tmp_path):
     assert any(not torch.equal(adapter_before[k], adapter_after[k]) for k in adapter_before)
     assert not torch.equal(head_before, trainer.critic.head.weight)
     evaluation = trainer.evaluate()
-    assert len(evaluation["episodes"]) == 2 and len(evaluation["accuracy_per_turn"]) == 2
+    assert len(evaluation.episodes) == 2 and len(evaluation.accuracy_per_turn) == 2
 
 
 def test_update_moves_log_probs_along_the_advantages(tmp_path):

@@ -3,10 +3,9 @@ checkpoints, logging."""
 from .episode import AgentTurn, Episode
 from .policy import Conversation, Generation, HFPolicy, Message, Policy, SamplingParams
 from .rollout import Expansion, RolloutEngine, joint_actions
-from .stats import bootstrap_ci
 from .team import Member, Team, default_lora_config
 
 __all__ = [
     "AgentTurn", "Episode", "Conversation", "Generation", "HFPolicy", "Message", "Policy", "SamplingParams",
-    "Expansion", "RolloutEngine", "joint_actions", "bootstrap_ci", "Member", "Team", "default_lora_config",
+    "Expansion", "RolloutEngine", "joint_actions", "Member", "Team", "default_lora_config",
 ]

@@ -42,6 +42,7 @@ from llm_marl_envs.core import render_messages
 from trainers.common.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint
 from trainers.common.distributed import prepare_training
 from trainers.common.episode import Episode
+from trainers.common.evaluation import EvalResult, evaluate_episodes
 from trainers.common.logging import MetricsLogger
 from trainers.common.losses import kl_per_token, masked_mean
 from trainers.common.policy import SamplingParams
@@ -393,6 +394,8 @@ class MAPPOTrainer:
         with tqdm(total=c.max_steps, initial=self.step, desc="mappo", disable=not (c.progress and self.dp.is_main)) as bar:
             while self.step < c.max_steps:
                 metrics = self.train_step()
+                if c.eval_every and self.step % c.eval_every == 0:
+                    metrics.update({f"eval/{k}": v for k, v in self.evaluate().metrics().items()})
                 if self.step % c.logging_every == 0:
                     self.logger.log(metrics, self.step)
                 if (c.save_every and self.step % c.save_every == 0) or self.step == c.max_steps:
@@ -402,27 +405,18 @@ class MAPPOTrainer:
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def evaluate(self, num_episodes: int | None = None) -> dict[str, Any]:
-        """Play tasks ``0..n-1`` of the eval env (``eval_temperature``, label verdicts); per-episode records.
+    def evaluate(self, num_episodes: int | None = None) -> EvalResult:
+        """Play tasks ``0..n-1`` of the eval env (``eval_temperature``, label verdicts); accuracy per turn with CIs.
 
-        Under ``accelerate launch`` each process plays its share; every process gets all records.
+        Under ``accelerate launch`` each process plays its share; every process gets all episodes.
         """
         n = num_episodes or self.config.eval_tasks
         if n > len(self.eval_env.tasks):
             raise ValueError(f"eval asks for {n} episodes but the eval env has {len(self.eval_env.tasks)} tasks")
+        engine = RolloutEngine(self.eval_env, self.team, progress=False)
         params = self.sampling_params(0, temperature=self.config.eval_temperature)
-        engine = RolloutEngine(self.eval_env, self.team, params, progress=False)
-        seeds, tasks = self.dp.shard([self.config.seed + i for i in range(n)]), self.dp.shard(list(range(n)))
-        local = []
-        with self.dp.full_weights():          # a collective when sharded: every process enters
-            if tasks:
-                with self.accelerator.autocast():
-                    local = engine.collect(seeds=seeds, task_indices=tasks, desc="eval")
-        records = [episode_record(e) for e in self.dp.unshard(local)]
-        turns = self.eval_env.num_turns
-        per_turn = np.array([r["accuracy_per_turn"] + [r["accuracy_per_turn"][-1]] * (turns - len(r["accuracy_per_turn"]))
-                             for r in records])
-        return {"episodes": records, "accuracy_per_turn": per_turn.mean(axis=0).tolist()}
+        return evaluate_episodes(engine, self.dp, self.accelerator, list(range(n)), [self.config.seed + i for i in range(n)],
+                                 params, desc="eval")
 
 
 def _idle_response(agent: str, pad_id: int) -> Response:
@@ -432,15 +426,4 @@ def _idle_response(agent: str, pad_id: int) -> Response:
                     value_targets=zero, kl=zero)
 
 
-def episode_record(episode: Episode) -> dict[str, Any]:
-    """What evaluation keeps of a finished episode: per-turn correctness, scores, extracted answers."""
-    agents = episode.agents
-    correct = [[turn[a].correct for a in agents] for turn in episode.turns]
-    return {"task_id": episode.task_id, "correct": correct,
-            "scores": [[float(turn[a].verdict["score"]) for a in agents] for turn in episode.turns],
-            "answers": [[turn[a].verdict["details"].get("answer") for a in agents] for turn in episode.turns],
-            "tokens": episode.num_tokens, "wall_time_s": episode.wall_time,
-            "accuracy_per_turn": [float(np.mean([bool(c) for c in turn])) for turn in correct]}
-
-
-__all__ = ["MAPPOTrainer", "Response", "EpisodeScores", "episode_record"]
+__all__ = ["MAPPOTrainer", "Response", "EpisodeScores"]
