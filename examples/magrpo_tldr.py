@@ -173,7 +173,8 @@ def main() -> None:
         "config": {**config.to_dict(), "max_steps": args.steps}, "args": vars(args),
         "steps_trained": trainer.step, "train_minutes": train_minutes,
         "before": before, "after": after, "difference": difference,
-        "train_history": history, "samples_before": samples(before_eval, trainer.agents), "samples_after": samples(after_eval, trainer.agents),
+        "train_history": history, "samples_before": samples(before_eval, trainer.agents),
+        "samples_after": samples(after_eval, trainer.agents),
         "wall_time_s": time.time() - started,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))

@@ -34,8 +34,9 @@ def test_shared_fields_are_declared_once_with_each_trainers_defaults():
         (64, 5e-5, 0.0, 100, "outputs/magrpo")
     assert (mappo.max_new_tokens, mappo.learning_rate, mappo.kl_coef, mappo.max_steps, mappo.output_dir) == \
         (128, 1e-4, 0.05, 10, "outputs/mappo")
-    help_of = {cls: {f.name: f.metadata["help"] for f in dataclasses.fields(cls)} for cls in (TrainerConfig, MAPPOConfig)}
-    assert help_of[MAPPOConfig]["max_new_tokens"] == help_of[TrainerConfig]["max_new_tokens"]
+    help_text = {cls: {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
+                 for cls in (TrainerConfig, MAPPOConfig)}
+    assert help_text[MAPPOConfig]["max_new_tokens"] == help_text[TrainerConfig]["max_new_tokens"]
 
 
 @pytest.mark.parametrize("config_cls", CONFIGS)

@@ -50,7 +50,8 @@ class TrainerConfig:
         "help": "Sampling temperature of training rollouts (> 0: the losses score the sampled tokens' log-probs)."})
     top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling mass in (0, 1]."})
     # --- training
-    learning_rate: float = field(default=5e-5, metadata={"help": "AdamW learning rate of every agent's trainable weights."})
+    learning_rate: float = field(default=5e-5, metadata={
+        "help": "AdamW learning rate of every agent's trainable weights."})
     max_grad_norm: float | None = field(default=1.0, metadata={
         "help": "Gradient-norm clip per optimizer step (None: no clipping)."})
     kl_coef: float = field(default=0.0, metadata={
