@@ -54,35 +54,30 @@ import numpy as np
 import torch
 
 import llm_marl_envs
+from llm_marl_envs.metrics import bootstrap_ci
 from llm_marl_envs.models import load
-from trainers.common.stats import bootstrap_ci
+from trainers.common.evaluation import BOOTSTRAP_RESAMPLES, EvalResult
 from trainers.common.team import Team, default_lora_config
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 
-def summarize(evaluation: dict) -> dict:
+def summarize(evaluation: EvalResult) -> dict:
     """Mean held-out joint reward with its bootstrap 95% CI, and the reward of every post."""
-    rewards = [float(r) for r in evaluation["rewards"]]
-    mean, low, high = bootstrap_ci(rewards)
-    return {"mean": mean, "ci95": [low, high], "rewards": rewards}
+    return {"mean": evaluation.team_reward, "ci95": list(evaluation.team_reward_ci), "rewards": evaluation.rewards}
 
 
 def paired_difference(before: dict, after: dict) -> dict:
     """After minus before per held-out post (same posts, same order), mean with a bootstrap 95% CI."""
     diffs = np.array(after["rewards"]) - np.array(before["rewards"])
-    mean, low, high = bootstrap_ci(diffs)
+    mean, low, high = (float(v) for v in bootstrap_ci(diffs, num_resamples=BOOTSTRAP_RESAMPLES))
     return {"mean": mean, "ci95": [low, high], "improved": int((diffs > 0).sum()), "worse": int((diffs < 0).sum()),
             "tied": int((diffs == 0).sum())}
 
 
-def samples(evaluation: dict, count: int = 3) -> list[dict]:
+def samples(evaluation: EvalResult, agents: list[str], count: int = 3) -> list[dict]:
     """The first ``count`` held-out episodes: both agents' texts and the joint reward."""
-    out = []
-    for episode in evaluation["episodes"][:count]:
-        turn = episode.turns[0]
-        out.append({"task_id": episode.task_id, "joint_reward": episode.team_reward,
-                    **{agent: record.text for agent, record in turn.items()}})
-    return out
+    return [{"task_id": record["task_id"], "joint_reward": reward, **dict(zip(agents, record["responses"][0]))}
+            for record, reward in zip(evaluation.episodes[:count], evaluation.rewards)]
 
 
 def plot_curve(history: list[dict], before: dict, after: dict, path: Path) -> None:
@@ -178,7 +173,8 @@ def main() -> None:
         "config": {**config.to_dict(), "max_steps": args.steps}, "args": vars(args),
         "steps_trained": trainer.step, "train_minutes": train_minutes,
         "before": before, "after": after, "difference": difference,
-        "train_history": history, "samples_before": samples(before_eval), "samples_after": samples(after_eval),
+        "train_history": history, "samples_before": samples(before_eval, trainer.agents),
+        "samples_after": samples(after_eval, trainer.agents),
         "wall_time_s": time.time() - started,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))

@@ -47,19 +47,16 @@ import torch
 import llm_marl_envs
 from llm_marl_envs.metrics import TRANSITION_LABELS, transition_counts
 from llm_marl_envs.models import load
-from trainers.common.stats import bootstrap_ci
+from trainers.common.evaluation import EvalResult
 from trainers.common.team import Team
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 
 
-def summarize(evaluation: dict) -> dict:
+def summarize(evaluation: EvalResult) -> dict:
     """Per-turn accuracy (mean over agents, bootstrap CI over episodes) and summed transition counts."""
-    per_episode = np.array([e["accuracy_per_turn"] for e in evaluation["episodes"]])
-    turns = []
-    for t in range(per_episode.shape[1]):
-        mean, low, high = bootstrap_ci(per_episode[:, t], seed=0)
-        turns.append({"turn": t, "accuracy": mean, "ci95": [low, high]})
-    counts = sum(transition_counts(e["correct"]) for e in evaluation["episodes"])
+    turns = [{"turn": t, "accuracy": mean, "ci95": list(ci)}
+             for t, (mean, ci) in enumerate(zip(evaluation.accuracy_per_turn, evaluation.accuracy_per_turn_ci))]
+    counts = sum(transition_counts(e["correct"]) for e in evaluation.episodes)
     return {"accuracy_per_turn": turns, "transitions": dict(zip(TRANSITION_LABELS, counts.ravel().tolist()))}
 
 

@@ -166,7 +166,7 @@ def run_training(out: Path, name: str, steps: int, resume: bool, fsdp: bool = Fa
     evaluation = trainer.evaluate()                  # the 2 held-out tasks, one per process
     report = {"rank": trainer.dp.rank, "num_processes": trainer.dp.num_processes, "step": trainer.step,
               "fingerprint": trainer.dp.fingerprint(weights.values()), "tasks": getattr(trainer, "collected", []),
-              "eval_rewards": evaluation["rewards"]}
+              "eval_rewards": evaluation.rewards}
     (out / name / f"rank{trainer.dp.rank}.json").write_text(json.dumps(report))
     if trainer.dp.is_main:
         torch.save(weights, out / name / "weights.pt")
@@ -180,7 +180,7 @@ def run_mappo_training(out: Path, name: str, steps: int, fsdp: bool = False, res
     evaluation = trainer.evaluate()
     report = {"rank": trainer.dp.rank, "num_processes": trainer.dp.num_processes, "step": trainer.step,
               "fingerprint": trainer.dp.fingerprint(weights.values()), "history": history,
-              "eval_tasks": [e["task_id"] for e in evaluation["episodes"]]}
+              "eval_tasks": [e["task_id"] for e in evaluation.episodes]}
     (out / name / f"rank{trainer.dp.rank}.json").write_text(json.dumps(report))
     if trainer.dp.is_main:
         torch.save(weights, out / name / "weights.pt")

@@ -138,7 +138,7 @@ def test_train_step_logs_per_agent_per_turn_metrics_and_checkpoints(tmp_path, te
     assert (tmp_path / "checkpoints" / "step-000001" / "agents" / "agent_1.safetensors").is_file()
     assert changed(before, snapshot(team), lambda n: "lora_" in n)
     result = trainer.evaluate()
-    assert result["num_episodes"] == 2 and result["ci_low"] <= result["team_reward"] <= result["ci_high"]
+    assert result.num_episodes == 2 and result.team_reward_ci[0] <= result.team_reward <= result.team_reward_ci[1]
 
 
 def test_config_errors_say_what_to_change():

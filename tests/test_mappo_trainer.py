@@ -16,7 +16,6 @@ from trainers.common.checkpoint import latest_checkpoint
 from trainers.common.logging import read_metrics
 from trainers.common.team import Team
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
-from trainers.mappo.forward import completion_logprobs
 from verifiers.reward_model import RewardModel
 from verifiers.reward_server import RewardClient, RewardServer
 
@@ -55,7 +54,7 @@ def test_one_step_trains_logs_and_checkpoints(tmp_path):
     assert any(not torch.equal(adapter_before[k], adapter_after[k]) for k in adapter_before)
     assert not torch.equal(head_before, trainer.critic.head.weight)
     evaluation = trainer.evaluate()
-    assert len(evaluation["episodes"]) == 2 and len(evaluation["accuracy_per_turn"]) == 2
+    assert len(evaluation.episodes) == 2 and len(evaluation.accuracy_per_turn) == 2
 
 
 def test_update_moves_log_probs_along_the_advantages(tmp_path):
@@ -67,8 +66,8 @@ def test_update_moves_log_probs_along_the_advantages(tmp_path):
     with torch.no_grad():
         for agent, group in trainer._by_agent(responses).items():
             policy, adapter = trainer.team.policy(agent), trainer.team.adapter(agent)
-            new, _, _ = completion_logprobs(policy, adapter, [r.prompt_ids for r in group],
-                                            [r.completion_ids for r in group], temperature=trainer.config.temperature)
+            new, _ = policy.token_logprobs([r.prompt_ids for r in group], [r.completion_ids for r in group],
+                                           adapter=adapter, temperature=trainer.config.temperature)
             for row, r in enumerate(group):
                 gain += float((r.advantages * (new[row, :len(r.completion_ids)] - r.old_logprobs)).sum())
     assert gain > 0      # first-order improvement of the PPO surrogate Σ A·(log π_new - log π_old)

@@ -40,10 +40,11 @@ from llm_marl_envs.core import TextEnv
 
 from ..common.checkpoint import latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
 from ..common.distributed import prepare_training
+from ..common.evaluation import EvalResult, evaluate_episodes
 from ..common.logging import MetricsLogger
+from ..common.losses import kl_per_token, sequence_means
 from ..common.policy import HFPolicy, SamplingParams
 from ..common.rollout import Expansion, RolloutEngine
-from ..common.stats import bootstrap_ci
 from ..common.team import Team
 from .config import MAGRPOConfig
 
@@ -194,9 +195,8 @@ class MAGRPOTrainer:
         if self.config.kl_coef > 0:
             ref, _ = policy.token_logprobs(prompt_ids, completion_ids, temperature=self.config.temperature,
                                            reference=True)
-            delta = (ref - logp) * mask
-            k3 = (torch.exp(delta) - delta - 1) * mask                    # k3 = e^{ref-logp} - (ref-logp) - 1 >= 0
-            kl = (k3.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / total  # (1/M) Σ_m mean_t k3
+            k3 = kl_per_token(logp, ref, "k3") * mask                     # k3 = e^{ref-logp} - (ref-logp) - 1 >= 0
+            kl = sequence_means(k3, mask).sum() / total                   # (1/M) Σ_m mean_t k3
             loss = loss + self.config.kl_coef * kl
         return loss, kl.detach()
 
@@ -275,8 +275,7 @@ class MAGRPOTrainer:
             # one record for the step: partial losses and throughputs summed over processes, wall times maxed
             metrics = self.dp.merge_metrics(metrics, sums=("/loss", "/kl", "tokens_per_s"), maxima=("rollout_s", "step_s"))
             if cfg.eval_every and self.step % cfg.eval_every == 0:
-                result = self.evaluate()
-                metrics.update({f"eval/{k}": v for k, v in result.items() if isinstance(v, float)})
+                metrics.update({f"eval/{k}": v for k, v in self.evaluate().metrics().items()})
             if self.step % cfg.logging_every == 0:
                 self.logger.log(metrics, self.step)
             history.append({"step": self.step, **metrics})
@@ -285,8 +284,8 @@ class MAGRPOTrainer:
                 self.save()
         return history
 
-    def evaluate(self, num_tasks: int | None = None) -> dict[str, Any]:
-        """Held-out team reward (mean over agents and turns per episode) with a bootstrap 95% CI.
+    def evaluate(self, num_tasks: int | None = None) -> EvalResult:
+        """Play the held-out tasks (the first ``num_tasks`` of them) at ``eval_temperature``; team reward with its CI.
 
         Under ``accelerate launch`` each process plays its share of the tasks; every process gets all episodes.
         """
@@ -296,18 +295,7 @@ class MAGRPOTrainer:
         params = SamplingParams(max_new_tokens=self.config.max_new_tokens, temperature=self.config.eval_temperature,
                                 top_p=self.config.top_p)
         seeds = [self.config.seed + i for i in range(len(tasks))]
-        local_tasks, local_seeds = self.dp.shard(tasks), self.dp.shard(seeds)
-        local = []
-        with self.dp.full_weights():                   # a collective when sharded: every process enters
-            if local_tasks:
-                with torch.random.fork_rng(), self.accelerator.autocast():
-                    local = self.eval_engine.collect(task_indices=local_tasks, seeds=local_seeds, params=params,
-                                                     desc="evaluate")
-        episodes = self.dp.unshard(local)
-        rewards = [e.team_reward for e in episodes]
-        mean, low, high = bootstrap_ci(rewards)
-        return {"team_reward": mean, "ci_low": low, "ci_high": high, "num_episodes": len(episodes),
-                "rewards": rewards, "episodes": episodes}
+        return evaluate_episodes(self.eval_engine, self.dp, self.accelerator, tasks, seeds, params)
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> None:

@@ -4,8 +4,8 @@
     >>> trainer = MAPPOTrainer(env, team, MAPPOConfig(max_steps=10))
     >>> trainer.train(); trainer.evaluate()
 
-Modules: :mod:`.rewards` (turn rewards), :mod:`.ppo_math` (GAE and losses), :mod:`.critic`
-(centralized critic), :mod:`.forward` (policy forward passes), :mod:`.config`, :mod:`.trainer`.
+Modules: :mod:`.rewards` (turn rewards), :mod:`.ppo_math` (GAE and the clipped losses), :mod:`.critic`
+(centralized critic), :mod:`.forward` (log-probs with the entropy), :mod:`.config`, :mod:`.trainer`.
 """
 from .config import MAPPOConfig
 from .rewards import IncentiveWeights, incentive_bonuses, influence_aware_returns, turn_rewards

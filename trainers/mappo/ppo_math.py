@@ -14,27 +14,16 @@ token is 0. The KL penalty to the reference is folded into the per-token reward 
     A_k = δ_k + γλ · A_{k+1}                       (generalised advantage estimation)
     G_k = A_k + V_k                                (value targets)
 
-KL estimators of KL(π || π_ref) from the sampled token's log-probs (Schulman, "Approximating
-KL divergence"): ``k1 = log π - log π_ref`` (unbiased, can be negative per token) and
-``k3 = exp(log π_ref - log π) - (log π_ref - log π) - 1`` (unbiased, always >= 0, lower variance).
+``kl_k`` is one of the estimators of :mod:`trainers.common.losses` (``kl_estimator``), which also
+holds the masked mean and the entropy these losses share with MAGRPO (re-exported here).
 """
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Callable
 
 import torch
 
-KL_ESTIMATORS: tuple[str, ...] = ("k1", "k3")
-
-
-def masked_mean(values: torch.Tensor, mask: torch.Tensor, denominator: float | None = None) -> torch.Tensor:
-    """Mean of ``values`` over positions where ``mask`` is 1.
-
-    With ``denominator``, the masked sum divided by it instead: the share of a mean over a larger
-    batch (e.g. a minibatch split over processes, whose token count is ``denominator``).
-    """
-    mask = mask.to(values.dtype)
-    return (values * mask).sum() / (mask.sum().clamp(min=1.0) if denominator is None else denominator)
+from trainers.common.losses import KL_ESTIMATORS, entropy_from_logits, kl_per_token, masked_mean
 
 
 def whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8,
@@ -54,16 +43,6 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, ep
     if not shift_mean:
         whitened = whitened + mean
     return whitened * mask
-
-
-def kl_per_token(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: Literal["k1", "k3"] = "k1") -> torch.Tensor:
-    """Per-token estimate of KL(π || π_ref) from the sampled tokens' log-probs (k1 or k3)."""
-    log_ratio = ref_logprobs - logprobs           # log π_ref/π
-    if estimator == "k1":
-        return -log_ratio
-    if estimator == "k3":
-        return torch.expm1(log_ratio) - log_ratio
-    raise ValueError(f"kl estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
 
 
 def last_token_index(mask: torch.Tensor) -> torch.Tensor:
@@ -144,12 +123,6 @@ def clipped_value_loss(
     with torch.no_grad():
         stats = {"vf_clipfrac": float(masked_mean((clipped_error > unclipped_error).float(), mask))}
     return loss, stats
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Per-position entropy ``-Σ_v p_v log p_v`` of the categorical given by ``logits`` (last dim)."""
-    log_p = torch.log_softmax(logits.float(), dim=-1)
-    return -(log_p.exp() * log_p).sum(dim=-1)
 
 
 __all__ = [

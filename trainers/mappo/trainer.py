@@ -41,24 +41,18 @@ from tqdm.auto import tqdm
 from llm_marl_envs.core import render_messages
 from trainers.common.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint
 from trainers.common.distributed import prepare_training
-from trainers.common.sharding import shard_optimizer_state
 from trainers.common.episode import Episode
+from trainers.common.evaluation import EvalResult, evaluate_episodes
 from trainers.common.logging import MetricsLogger
+from trainers.common.losses import kl_per_token, masked_mean
 from trainers.common.policy import SamplingParams
 from trainers.common.rollout import RolloutEngine
+from trainers.common.sharding import shard_optimizer_state
 
 from .config import MAPPOConfig
 from .critic import CentralizedCritic, critic_context
-from .forward import completion_logprobs
-from .ppo_math import (
-    clipped_policy_loss,
-    clipped_value_loss,
-    generalized_advantages,
-    kl_per_token,
-    masked_mean,
-    token_rewards,
-    whiten,
-)
+from .forward import token_logprobs_with_entropy
+from .ppo_math import clipped_policy_loss, clipped_value_loss, generalized_advantages, token_rewards, whiten
 from .rewards import turn_rewards
 
 CRITIC_ADAPTER = "critic"
@@ -266,9 +260,8 @@ class MAPPOTrainer:
                 policy, adapter = self.team.policy(agent), self.team.adapter(agent)
                 prompts, completions = [r.prompt_ids for r in group], [r.completion_ids for r in group]
                 with self.accelerator.autocast():
-                    logp, mask, _ = completion_logprobs(policy, adapter, prompts, completions, temperature=c.temperature)
-                    ref_logp, _, _ = completion_logprobs(policy, adapter, prompts, completions, temperature=c.temperature,
-                                                         reference=True)
+                    logp, mask = policy.token_logprobs(prompts, completions, adapter=adapter, temperature=c.temperature)
+                    ref_logp, _ = policy.token_logprobs(prompts, completions, temperature=c.temperature, reference=True)
                     values, _ = self.critic.values([r.critic_ids for r in group], completions)
                 # bookkeeping on the CPU: actors and critic may sit on different devices (agent_devices)
                 logp, ref_logp, values, mask = (t.float().cpu() for t in (logp, ref_logp, values, mask))
@@ -305,9 +298,12 @@ class MAPPOTrainer:
         """
         c = self.config
         policy, adapter = self.team.policy(agent), self.team.adapter(agent)
-        logp, mask, entropy = completion_logprobs(policy, adapter, [r.prompt_ids for r in group],
-                                                  [r.completion_ids for r in group], temperature=c.temperature,
-                                                  with_entropy=c.entropy_coef > 0)
+        prompts, completions = [r.prompt_ids for r in group], [r.completion_ids for r in group]
+        entropy = None
+        if c.entropy_coef > 0:        # the bonus needs the whole distribution, not only the sampled tokens' log-probs
+            logp, mask, entropy = token_logprobs_with_entropy(policy, adapter, prompts, completions, temperature=c.temperature)
+        else:
+            logp, mask = policy.token_logprobs(prompts, completions, adapter=adapter, temperature=c.temperature)
         old, advantages = (_pad(rows).to(logp.device) for rows in ([r.old_logprobs for r in group], [r.advantages for r in group]))
         # L_clip = E[max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))],  ρ = π_θ / π_old
         loss, stats = clipped_policy_loss(logp, old, advantages, mask, c.clip_eps, tokens=tokens)
@@ -398,6 +394,8 @@ class MAPPOTrainer:
         with tqdm(total=c.max_steps, initial=self.step, desc="mappo", disable=not (c.progress and self.dp.is_main)) as bar:
             while self.step < c.max_steps:
                 metrics = self.train_step()
+                if c.eval_every and self.step % c.eval_every == 0:
+                    metrics.update({f"eval/{k}": v for k, v in self.evaluate().metrics().items()})
                 if self.step % c.logging_every == 0:
                     self.logger.log(metrics, self.step)
                 if (c.save_every and self.step % c.save_every == 0) or self.step == c.max_steps:
@@ -407,27 +405,18 @@ class MAPPOTrainer:
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def evaluate(self, num_episodes: int | None = None) -> dict[str, Any]:
-        """Play tasks ``0..n-1`` of the eval env (``eval_temperature``, label verdicts); per-episode records.
+    def evaluate(self, num_episodes: int | None = None) -> EvalResult:
+        """Play tasks ``0..n-1`` of the eval env (``eval_temperature``, label verdicts); accuracy per turn with CIs.
 
-        Under ``accelerate launch`` each process plays its share; every process gets all records.
+        Under ``accelerate launch`` each process plays its share; every process gets all episodes.
         """
         n = num_episodes or self.config.eval_tasks
         if n > len(self.eval_env.tasks):
             raise ValueError(f"eval asks for {n} episodes but the eval env has {len(self.eval_env.tasks)} tasks")
+        engine = RolloutEngine(self.eval_env, self.team, progress=False)
         params = self.sampling_params(0, temperature=self.config.eval_temperature)
-        engine = RolloutEngine(self.eval_env, self.team, params, progress=False)
-        seeds, tasks = self.dp.shard([self.config.seed + i for i in range(n)]), self.dp.shard(list(range(n)))
-        local = []
-        with self.dp.full_weights():          # a collective when sharded: every process enters
-            if tasks:
-                with self.accelerator.autocast():
-                    local = engine.collect(seeds=seeds, task_indices=tasks, desc="eval")
-        records = [episode_record(e) for e in self.dp.unshard(local)]
-        turns = self.eval_env.num_turns
-        per_turn = np.array([r["accuracy_per_turn"] + [r["accuracy_per_turn"][-1]] * (turns - len(r["accuracy_per_turn"]))
-                             for r in records])
-        return {"episodes": records, "accuracy_per_turn": per_turn.mean(axis=0).tolist()}
+        return evaluate_episodes(engine, self.dp, self.accelerator, list(range(n)), [self.config.seed + i for i in range(n)],
+                                 params, desc="eval")
 
 
 def _idle_response(agent: str, pad_id: int) -> Response:
@@ -437,15 +426,4 @@ def _idle_response(agent: str, pad_id: int) -> Response:
                     value_targets=zero, kl=zero)
 
 
-def episode_record(episode: Episode) -> dict[str, Any]:
-    """What evaluation keeps of a finished episode: per-turn correctness, scores, extracted answers."""
-    agents = episode.agents
-    correct = [[turn[a].correct for a in agents] for turn in episode.turns]
-    return {"task_id": episode.task_id, "correct": correct,
-            "scores": [[float(turn[a].verdict["score"]) for a in agents] for turn in episode.turns],
-            "answers": [[turn[a].verdict["details"].get("answer") for a in agents] for turn in episode.turns],
-            "tokens": episode.num_tokens, "wall_time_s": episode.wall_time,
-            "accuracy_per_turn": [float(np.mean([bool(c) for c in turn])) for turn in correct]}
-
-
-__all__ = ["MAPPOTrainer", "Response", "EpisodeScores", "episode_record"]
+__all__ = ["MAPPOTrainer", "Response", "EpisodeScores"]

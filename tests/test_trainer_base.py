@@ -1,0 +1,144 @@
+"""What MAGRPO and MAPPO share: the config base, the evaluation result, the log-prob path (tiny random models)."""
+import dataclasses
+
+import pytest
+import torch
+
+import llm_marl_envs
+from llm_marl_envs.models import tiny_model
+from trainers.common.config import ScalingConfig, TrainerConfig
+from trainers.common.episode import AgentTurn, Episode
+from trainers.common.evaluation import EvalResult
+from trainers.common.losses import entropy_from_logits
+from trainers.common.policy import completion_targets
+from trainers.common.team import Team
+from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
+from trainers.mappo import MAPPOConfig, MAPPOTrainer
+from trainers.mappo.forward import token_logprobs_with_entropy
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+CONFIGS = (MAGRPOConfig, MAPPOConfig)
+
+
+# ----------------------------------------------------------------------------- config base
+def test_shared_fields_are_declared_once_with_each_trainers_defaults():
+    shared = {f.name for f in dataclasses.fields(TrainerConfig)}
+    for config_cls in CONFIGS:
+        assert shared <= {f.name for f in dataclasses.fields(config_cls)}
+        own = set(vars(config_cls)["__annotations__"])
+        assert own & shared <= {"max_new_tokens", "learning_rate", "kl_coef", "max_steps", "eval_tasks", "output_dir"}
+    assert ScalingConfig is TrainerConfig
+    magrpo, mappo = MAGRPOConfig(), MAPPOConfig()
+    assert (magrpo.max_new_tokens, magrpo.learning_rate, magrpo.kl_coef, magrpo.max_steps, magrpo.output_dir) == \
+        (64, 5e-5, 0.0, 100, "outputs/magrpo")
+    assert (mappo.max_new_tokens, mappo.learning_rate, mappo.kl_coef, mappo.max_steps, mappo.output_dir) == \
+        (128, 1e-4, 0.05, 10, "outputs/mappo")
+    help_text = {cls: {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}
+                 for cls in (TrainerConfig, MAPPOConfig)}
+    assert help_text[MAPPOConfig]["max_new_tokens"] == help_text[TrainerConfig]["max_new_tokens"]
+
+
+@pytest.mark.parametrize("config_cls", CONFIGS)
+@pytest.mark.parametrize("values, message", [
+    ({"temperature": 0}, "temperature must be > 0"),
+    ({"top_p": 1.5}, "top_p must be in"),
+    ({"max_grad_norm": 0}, "max_grad_norm must be > 0 or None"),
+    ({"save_every": -1}, "save_every must be >= 0"),
+    ({"report_to": ("csv",)}, "report_to entries"),
+    ({"mixed_precision": "fp8"}, "mixed_precision must be one of"),
+])
+def test_shared_validation_serves_both_trainers(config_cls, values, message):
+    with pytest.raises(ValueError, match=message):
+        config_cls(**values)
+
+
+@pytest.mark.parametrize("config_cls", CONFIGS)
+def test_report_to_may_be_one_name_and_clipping_may_be_off(config_cls):
+    config = config_cls(report_to="jsonl", max_grad_norm=None)
+    assert config.report_to == ("jsonl",) and config.to_dict()["max_grad_norm"] is None
+
+
+# ----------------------------------------------------------------------------- one evaluation result
+def debate_env():
+    return llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=2, num_tasks=20, split="train")
+
+
+def shared_lora_team() -> Team:
+    torch.manual_seed(0)
+    model, tokenizer = tiny_model(seed=0)
+    return Team.shared_lora(model, tokenizer, agents=2)
+
+
+def assert_eval_result(result, num_episodes: int, num_turns: int) -> None:
+    assert isinstance(result, EvalResult)
+    assert result.num_episodes == len(result.episodes) == len(result.rewards) == num_episodes
+    assert result.team_reward_ci[0] <= result.team_reward <= result.team_reward_ci[1]
+    assert len(result.accuracy_per_turn) == len(result.accuracy_per_turn_ci) == num_turns
+    for accuracy, (low, high) in zip(result.accuracy_per_turn, result.accuracy_per_turn_ci):
+        assert 0.0 <= low <= accuracy <= high <= 1.0
+    for record in result.episodes:
+        assert {"task_id", "correct", "scores", "answers", "responses", "tokens"} <= set(record)
+    assert set(result.metrics()) >= {"num_episodes", "team_reward", "team_reward_ci_low", "accuracy_turn1"}
+
+
+def test_both_trainers_evaluate_to_the_same_shape_and_log_it_every_eval_every_steps(tmp_path):
+    common = dict(max_new_tokens=4, max_steps=1, eval_every=1, eval_tasks=2, report_to=("jsonl",), progress=False)
+    magrpo = MAGRPOTrainer(debate_env(), shared_lora_team(),
+                           MAGRPOConfig(num_generations=2, output_dir=str(tmp_path / "magrpo"), **common))
+    mappo = MAPPOTrainer(debate_env(), shared_lora_team(),
+                         MAPPOConfig(episodes_per_step=1, ppo_epochs=1, output_dir=str(tmp_path / "mappo"), **common))
+    results = {}
+    for name, trainer in (("magrpo", magrpo), ("mappo", mappo)):
+        history = trainer.train()
+        assert history[-1]["eval/num_episodes"] == 2.0 and "eval/accuracy_turn0" in history[-1]
+        results[name] = trainer.evaluate()
+        assert_eval_result(results[name], num_episodes=2, num_turns=2)
+    assert {f.name: type(getattr(results["magrpo"], f.name)) for f in dataclasses.fields(EvalResult)} == \
+        {f.name: type(getattr(results["mappo"], f.name)) for f in dataclasses.fields(EvalResult)}
+    assert results["magrpo"].episodes[0].keys() == results["mappo"].episodes[0].keys()
+
+
+def fake_episode(correct: list[list[bool | None]], reward: float, task_id: str = "t") -> Episode:
+    turns = [{f"agent_{i}": AgentTurn(f"agent_{i}", t, [], "x", reward,
+                                      verdict={"score": reward, "correct": flag, "details": {}})
+              for i, flag in enumerate(row)} for t, row in enumerate(correct)]
+    return Episode(env="fake", task_id=task_id, seed=0, task_index=0, turns=turns)
+
+
+def test_eval_result_pads_early_stopped_episodes_and_has_no_accuracy_without_correctness():
+    result = EvalResult.from_episodes([fake_episode([[True, False]], 1.0),
+                                       fake_episode([[False, False], [True, True]], 0.0)], num_turns=2,
+                                      models=["m", "m"])
+    assert result.accuracy_per_turn == [0.25, 0.75]        # episode 1 keeps its turn-0 answers at turn 1
+    assert result.team_reward == pytest.approx(0.5) and result.rewards == [1.0, 0.0]
+    unjudged = EvalResult.from_episodes([fake_episode([[None, None]], 0.3)], num_turns=1, models=["m", "m"])
+    assert unjudged.accuracy_per_turn is None and unjudged.accuracy_per_turn_ci is None
+    assert "accuracy_turn0" not in unjudged.metrics()
+    with pytest.raises(ValueError, match="at least one episode"):
+        EvalResult.from_episodes([], num_turns=1, models=["m"])
+
+
+# ----------------------------------------------------------------------------- one log-prob path
+@pytest.mark.parametrize("shared_prompt", [False, True])     # one forward, or a prompt pass reused by both rows
+def test_entropy_path_gives_the_policys_log_probs_and_the_distributions_entropy(shared_prompt):
+    team = shared_lora_team()
+    policy, adapter = team.policy("agent_0"), team.adapter("agent_0")
+    prompt = policy.encode([{"role": "user", "content": "2 + 2?"}])
+    prompts, completions = [prompt, prompt if shared_prompt else prompt[:-1]], [[18, 19, 20], [21]]
+    with torch.no_grad():
+        logp, mask, entropy = token_logprobs_with_entropy(policy, adapter, prompts, completions, temperature=0.7)
+        expected, expected_mask = policy.token_logprobs(prompts, completions, adapter=adapter, temperature=0.7)
+        with policy.using(adapter):
+            logits, width, _ = policy.completion_logits(prompts, completions)
+    assert torch.equal(mask, expected_mask)
+    assert torch.allclose(logp, expected, atol=1e-5)
+    assert torch.allclose(entropy, entropy_from_logits(logits / 0.7) * mask, atol=1e-5)
+    assert completion_targets(completions, width, policy.pad_id).shape == logp.shape
+
+
+def test_mappo_trains_with_the_entropy_bonus(tmp_path):
+    config = MAPPOConfig(max_new_tokens=4, max_steps=1, episodes_per_step=1, ppo_epochs=1, entropy_coef=0.01,
+                         output_dir=str(tmp_path), report_to=(), progress=False, eval_tasks=1)
+    history = MAPPOTrainer(debate_env(), shared_lora_team(), config).train()
+    assert history[0]["entropy"] > 0

@@ -1,0 +1,95 @@
+"""`EvalResult`: what every trainer's ``evaluate()`` returns, and the evaluation pass that fills it.
+
+A trainer picks the tasks, their seeds and the sampling settings; :func:`evaluate_episodes` plays
+them (each process its share under ``accelerate launch``) and summarises every process's
+episodes the way the benchmark harness does: records from
+:func:`llm_marl_envs.benchmark.episode_record`, means with percentile-bootstrap CIs from
+:func:`llm_marl_envs.metrics.bootstrap_ci`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from llm_marl_envs import metrics
+from llm_marl_envs.benchmark import episode_record
+
+from .episode import Episode
+from .policy import SamplingParams
+from .rollout import RolloutEngine
+
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+@dataclass
+class EvalResult:
+    """Held-out episodes and their summary; CIs are 95% percentile-bootstrap intervals over episodes.
+
+    Attributes:
+        num_episodes: episodes played, every process's.
+        team_reward, team_reward_ci: mean over episodes of the team reward (an episode's mean
+            reward over agents and turns) and its ``(low, high)`` interval.
+        rewards: each episode's team reward, in task order.
+        accuracy_per_turn, accuracy_per_turn_ci: per turn, the mean over episodes of the fraction
+            of agents judged correct (an episode that stopped early keeps its last answers), and its
+            interval; ``None`` when the verifier judges no answer right or wrong (e.g. writing rewards).
+        episodes: one JSON-ready record per episode, in task order (``episode_record`` of the
+            benchmark: per turn and agent, correctness, scores, extracted answers, responses).
+    """
+
+    num_episodes: int
+    team_reward: float
+    team_reward_ci: tuple[float, float]
+    rewards: list[float]
+    accuracy_per_turn: list[float] | None
+    accuracy_per_turn_ci: list[tuple[float, float]] | None
+    episodes: list[dict[str, Any]] = field(repr=False)
+
+    @classmethod
+    def from_episodes(cls, episodes: Sequence[Episode], num_turns: int, models: Sequence[str]) -> "EvalResult":
+        """Summarise finished episodes of an env with ``num_turns`` turns played by ``models`` (one per agent)."""
+        if not episodes:
+            raise ValueError("an evaluation needs at least one episode; set eval_tasks >= 1")
+        records = [episode_record(i, e, e.wall_time, models) for i, e in enumerate(episodes)]
+        rewards = [float(e.team_reward) for e in episodes]
+        mean, low, high = metrics.bootstrap_ci(rewards, num_resamples=BOOTSTRAP_RESAMPLES)
+        accuracy = accuracy_ci = None
+        if any(c is not None for r in records for turn in r["correct"] for c in turn):
+            per_episode = [metrics.turn_accuracy(metrics.pad_turns(r["correct"], num_turns),
+                                                 metrics.pad_turns(r["scores"], num_turns)) for r in records]
+            means, lows, highs = metrics.bootstrap_ci(per_episode, num_resamples=BOOTSTRAP_RESAMPLES)
+            accuracy = [float(m) for m in means]
+            accuracy_ci = [(float(lo), float(hi)) for lo, hi in zip(lows, highs)]
+        return cls(num_episodes=len(records), team_reward=float(mean), team_reward_ci=(float(low), float(high)),
+                   rewards=rewards, accuracy_per_turn=accuracy, accuracy_per_turn_ci=accuracy_ci, episodes=records)
+
+    def metrics(self) -> dict[str, float]:
+        """The scalars a metric sink takes: team reward with its CI, accuracy of each turn."""
+        out = {"num_episodes": float(self.num_episodes), "team_reward": self.team_reward,
+               "team_reward_ci_low": self.team_reward_ci[0], "team_reward_ci_high": self.team_reward_ci[1]}
+        out.update({f"accuracy_turn{t}": value for t, value in enumerate(self.accuracy_per_turn or [])})
+        return out
+
+
+def evaluate_episodes(engine: RolloutEngine, dp: Any, accelerator: Any, tasks: Sequence[int], seeds: Sequence[int],
+                      params: SamplingParams, *, desc: str = "evaluate") -> EvalResult:
+    """Play ``tasks`` (with ``seeds``) through ``engine``, each process its share, and summarise all of them.
+
+    ``dp`` is the trainer's ``DataParallel``: every process must call this (gathering sharded
+    weights is a collective) and every process gets the whole result. The global RNG states are
+    left as they were, so evaluating does not change the training that follows.
+    """
+    local_tasks, local_seeds = dp.shard(list(tasks)), dp.shard(list(seeds))
+    local: list[Episode] = []
+    with dp.full_weights():
+        if local_tasks:
+            with torch.random.fork_rng(), accelerator.autocast():
+                local = engine.collect(task_indices=local_tasks, seeds=local_seeds, params=params, desc=desc)
+    models = [engine.team.policy(agent).name for agent in engine.env.possible_agents]
+    return EvalResult.from_episodes(dp.unshard(local), engine.env.num_turns, models)
+
+
+__all__ = ["EvalResult", "evaluate_episodes", "BOOTSTRAP_RESAMPLES"]
