@@ -55,9 +55,9 @@ import torch
 
 import llm_marl_envs
 from llm_marl_envs.metrics import bootstrap_ci
-from llm_marl_envs.models import load
+from llm_marl.models import load
 from trainers.common.evaluation import BOOTSTRAP_RESAMPLES, EvalResult
-from trainers.common.team import Team, default_lora_config
+from llm_marl.team import Team, default_lora_config
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 

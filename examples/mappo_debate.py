@@ -46,9 +46,9 @@ import torch
 
 import llm_marl_envs
 from llm_marl_envs.metrics import TRANSITION_LABELS, transition_counts
-from llm_marl_envs.models import load
+from llm_marl.models import load
 from trainers.common.evaluation import EvalResult
-from trainers.common.team import Team
+from llm_marl.team import Team
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 
 

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from llm_marl_envs.models import tiny_model
+from llm_marl.models import tiny_model
 from tests.toy_env import SayNumberEnv
-from trainers.common import RolloutEngine, Team
+from llm_marl.rollout import RolloutEngine
+from llm_marl.team import Team
 from trainers.common.logging import read_metrics
-from trainers.common.policy import SamplingParams
-from trainers.common.rollout import Expansion, joint_actions
+from llm_marl.policy import SamplingParams
+from llm_marl.rollout import Expansion, joint_actions
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer, group_advantages
 from trainers.magrpo.trainer import TreeNode, sample_values
 

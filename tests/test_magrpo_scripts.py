@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from llm_marl_envs.models import tiny_model
+from llm_marl.models import tiny_model
 from llm_marl_envs.testing import text_env_api_test
-from trainers.common import Team
+from llm_marl.team import Team
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 ROOT = Path(__file__).resolve().parents[1]

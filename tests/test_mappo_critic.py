@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from llm_marl_envs.models import tiny_model
-from trainers.common.team import Team
+from llm_marl.models import tiny_model
+from llm_marl.team import Team
 from trainers.mappo.critic import CentralizedCritic, critic_context
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import llm_marl_envs
-from llm_marl_envs.models import tiny_model
+from llm_marl.models import tiny_model
 from trainers.common.checkpoint import latest_checkpoint
 from trainers.common.logging import read_metrics
-from trainers.common.team import Team
+from llm_marl.team import Team
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 from verifiers.reward_model import RewardModel
 from verifiers.reward_server import RewardClient, RewardServer

@@ -5,13 +5,13 @@ import pytest
 import torch
 
 import llm_marl_envs
-from llm_marl_envs.models import tiny_model
+from llm_marl.models import tiny_model
 from trainers.common.config import ScalingConfig, TrainerConfig
-from trainers.common.episode import AgentTurn, Episode
+from llm_marl.episode import AgentTurn, Episode
 from trainers.common.evaluation import EvalResult
 from trainers.common.losses import entropy_from_logits
-from trainers.common.policy import completion_targets
-from trainers.common.team import Team
+from llm_marl.backends.hf import completion_targets
+from llm_marl.team import Team
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 from trainers.mappo.forward import token_logprobs_with_entropy

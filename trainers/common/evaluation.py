@@ -3,7 +3,7 @@
 A trainer picks the tasks, their seeds and the sampling settings; :func:`evaluate_episodes` plays
 them (each process its share under ``accelerate launch``) and summarises every process's
 episodes the way the benchmark harness does: records from
-:func:`llm_marl_envs.benchmark.episode_record`, means with percentile-bootstrap CIs from
+:func:`llm_marl.benchmark.episode_record`, means with percentile-bootstrap CIs from
 :func:`llm_marl_envs.metrics.bootstrap_ci`.
 """
 from __future__ import annotations
@@ -11,15 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from llm_marl_envs import metrics
-from llm_marl_envs.benchmark import episode_record
+from llm_marl.benchmark import episode_record
 
-from .episode import Episode
-from .policy import SamplingParams
-from .rollout import RolloutEngine
+from llm_marl.episode import Episode
+from llm_marl.policy import SamplingParams
+from llm_marl.rollout import RolloutEngine
 
 BOOTSTRAP_RESAMPLES = 10_000
 

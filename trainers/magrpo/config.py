@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..common.config import TrainerConfig, require, trainer_default
-from ..common.rollout import JOINT_MODES
+from llm_marl.rollout import JOINT_MODES
 
 ADVANTAGE_MODES = ("mean", "rloo", "max", "raw")
 

@@ -43,9 +43,10 @@ from ..common.distributed import prepare_training
 from ..common.evaluation import EvalResult, evaluate_episodes
 from ..common.logging import MetricsLogger
 from ..common.losses import kl_per_token, sequence_means
-from ..common.policy import HFPolicy, SamplingParams
-from ..common.rollout import Expansion, RolloutEngine
-from ..common.team import Team
+from llm_marl.backends.hf import HFPolicy
+from llm_marl.policy import SamplingParams
+from llm_marl.rollout import Expansion, RolloutEngine
+from llm_marl.team import Team
 from .config import MAGRPOConfig
 
 

@@ -45,7 +45,7 @@ def critic_context(task_text: str, answers: Sequence[Mapping[str, str]], agent: 
 class CentralizedCritic(torch.nn.Module):
     """Value model: the policies' shared base with the critic's own LoRA adapter and a scalar head.
 
-    It shares the frozen base of a LoRA :class:`~trainers.common.policy.HFPolicy` (one more
+    It shares the frozen base of a LoRA :class:`~llm_marl.backends.hf.HFPolicy` (one more
     adapter, named ``adapter``, costs a few MB instead of a second model) and reads, for every
     completion token ``k``, the hidden state of the position before it — the state in which the
     token was chosen — so ``V_k`` pairs with the log-prob of token ``k`` as GAE needs.
@@ -59,7 +59,7 @@ class CentralizedCritic(torch.nn.Module):
                              "Build the team with Team.shared_lora(...) or Team.separate(..., lora_config=...)")
         if max_context_tokens < 1:
             raise ValueError(f"max_context_tokens must be >= 1, got {max_context_tokens}")
-        from trainers.common.team import default_lora_config
+        from llm_marl.team import default_lora_config
 
         self.policy, self.adapter, self.max_context_tokens = policy, adapter, max_context_tokens
         if adapter not in policy.adapter_names:

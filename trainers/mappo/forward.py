@@ -1,8 +1,8 @@
 """Log-probs with the per-token entropy, for MAPPO's entropy bonus.
 
-Log-probs alone come from :meth:`trainers.common.policy.HFPolicy.token_logprobs`. It returns only
+Log-probs alone come from :meth:`llm_marl.backends.hf.HFPolicy.token_logprobs`. It returns only
 the sampled tokens' log-probs, while the entropy needs the whole distribution; this runs the
-forward pass ``token_logprobs`` runs (:meth:`~trainers.common.policy.HFPolicy.completion_logits`)
+forward pass ``token_logprobs`` runs (:meth:`~llm_marl.backends.hf.HFPolicy.completion_logits`)
 and takes both from its logits.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import torch
 
 from trainers.common.losses import logprobs_and_entropy
-from trainers.common.policy import completion_targets
+from llm_marl.backends.hf import completion_targets
 
 
 def token_logprobs_with_entropy(

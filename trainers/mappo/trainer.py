@@ -3,7 +3,7 @@
 One training step, top to bottom:
 
 1. **collect** — play ``episodes_per_step`` debate episodes through the shared
-   :class:`~trainers.common.rollout.RolloutEngine` (every agent's prompt of a turn in one batched
+   :class:`~llm_marl.rollout.RolloutEngine` (every agent's prompt of a turn in one batched
    generate call).
 2. **score** — verifier scores ``s_i^t`` and correctness ``c_i^t`` of every answer: the env's
    answer-label verdicts, or a learned verifier (:mod:`verifiers.reward_model`).
@@ -41,13 +41,13 @@ from tqdm.auto import tqdm
 from llm_marl_envs.core import render_messages
 from trainers.common.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint
 from trainers.common.distributed import prepare_training
-from trainers.common.episode import Episode
+from llm_marl.episode import Episode
 from trainers.common.evaluation import EvalResult, evaluate_episodes
 from trainers.common.logging import MetricsLogger
 from trainers.common.losses import kl_per_token, masked_mean
-from trainers.common.policy import SamplingParams
-from trainers.common.rollout import RolloutEngine
-from trainers.common.sharding import shard_optimizer_state
+from llm_marl.policy import SamplingParams
+from llm_marl.rollout import RolloutEngine
+from llm_marl.sharding import shard_optimizer_state
 
 from .config import MAPPOConfig
 from .critic import CentralizedCritic, critic_context
