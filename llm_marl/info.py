@@ -35,7 +35,8 @@ def _llamacpp_build() -> str:
         info = llama_cpp.llama_print_system_info().decode(errors="replace")
     except Exception as err:  # noqa: BLE001 - a report line, whatever went wrong
         return f"unavailable ({type(err).__name__}: {err})"
-    return " ".join(part.strip() for part in info.split("|") if part.strip().endswith("= 1")) or info.strip()
+    parts = [part.strip().removeprefix("CPU :").strip() for part in info.split("|")]
+    return " ".join(p.removesuffix(" = 1") for p in parts if p.endswith("= 1")) or info.strip()
 
 
 def _probe_line() -> str:
