@@ -45,6 +45,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     for report in _run_isolated(item):
         item.ihook.pytest_runtest_logreport(report=report)
+    # the item never set up here, but the module or class it closes may have: tear those down as a run would
+    item.session._setupstate.teardown_exact(nextitem)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
 

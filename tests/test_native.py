@@ -145,23 +145,24 @@ def test_real_probe_passes_on_this_machine_with_either_buffer_choice(probe_dir, 
 def test_a_native_crash_fails_one_test_and_the_suite_goes_on(tmp_path):
     """Our conftest runs `native`-marked tests in a child: a segfault there is that test's failure only."""
     shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
-    (tmp_path / "test_crash.py").write_text(textwrap.dedent("""
+    (tmp_path / "test_a_crash.py").write_text(textwrap.dedent("""
         import ctypes
         import pytest
 
-        @pytest.mark.native
-        def test_segfaults_in_native_code():
-            ctypes.string_at(0)            # reads address 0: SIGSEGV, as a crashing ggml kernel would
-
-        def test_after_the_crash():
+        def test_before_the_crash():
             assert 1 + 1 == 2
+
+        @pytest.mark.native
+        def test_segfaults_in_native_code():   # last of its module: the module is torn down after it
+            ctypes.string_at(0)            # reads address 0: SIGSEGV, as a crashing ggml kernel would
     """))
+    (tmp_path / "test_b_after.py").write_text("def test_after_the_crash():\n    assert 2 + 2 == 4\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out                          # tests failed; pytest itself did not die
-    assert "1 failed, 1 passed" in out, out
+    assert "1 failed, 2 passed" in out, out
     assert "test_segfaults_in_native_code" in out and "crashed" in out.lower(), out
 
 
@@ -178,3 +179,4 @@ def test_info_reports_versions_cpu_and_backend_choice():
     expected = llamacpp_extra_buffers(cpu_info().flags)
     assert f"use_extra_bufts={expected.use_extra_bufts}" in out
     assert cpu_info().model in out
+
