@@ -92,6 +92,13 @@ def llamacpp_extra_buffers(flags: Iterable[str], env: Mapping[str, str] | None =
                               "kernels for them)")
 
 
+def buffer_choice(use_extra_bufts: bool | None = None) -> BufferChoice:
+    """``use_extra_bufts`` as the caller set it, or (``None``) this CPU's :func:`llamacpp_extra_buffers` decision."""
+    if use_extra_bufts is None:
+        return llamacpp_extra_buffers(cpu_info().flags)
+    return BufferChoice(bool(use_extra_bufts), "set by the caller")
+
+
 def free_cores() -> int:
     """CPU cores not busy with other processes (usable cores minus the 1-minute load average), at least 1.
 

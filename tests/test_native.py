@@ -180,3 +180,20 @@ def test_info_reports_versions_cpu_and_backend_choice():
     assert f"use_extra_bufts={expected.use_extra_bufts}" in out
     assert cpu_info().model in out
 
+
+@pytest.mark.native
+def test_load_policy_probes_the_buffer_setting_it_will_run_with(tmp_path, monkeypatch, probe_dir):
+    from llm_marl.backends import LlamaCppPolicy, load_policy
+
+    probed = []
+
+    def recording_child(model_path, use_extra_bufts):
+        probed.append(use_extra_bufts)
+        return [sys.executable, "-c", "pass"]
+
+    monkeypatch.setattr(native_probe, "probe_command", recording_child)
+    monkeypatch.setenv(EXTRA_BUFFERS_ENV, "on")
+    policy = load_policy("llamacpp", "smollm2-135m", use_extra_bufts=False, max_batch=1, n_ctx=64)
+    assert isinstance(policy, LlamaCppPolicy)
+    assert probed == [False] and policy.buffers.use_extra_bufts is False       # the caller's setting, not the env's
+    policy.close()

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..hardware import cpu_info, llamacpp_extra_buffers
+from ..hardware import buffer_choice
 from ..models import gguf_path, load
 from ..native_probe import PROBE_ENV, probe_llamacpp
 from ..policy import Policy
@@ -32,8 +32,9 @@ def load_policy(backend: str, model: str, base_url: str | None = None, *, seed: 
 
     ``llamacpp`` accepts a ``.gguf`` path or a model name that :func:`llm_marl.models.gguf_path`
     knows (e.g. ``"smollm2-135m"``). It is first probed in a child process
-    (:func:`~llm_marl.native_probe.probe_llamacpp`); if the probe crashes, the model is loaded with
-    the ``hf`` backend instead (llama.cpp-only options dropped) and one warning names the cause. ``hf`` loads through :func:`llm_marl.models.load`;
+    (:func:`~llm_marl.native_probe.probe_llamacpp`) with the buffer setting it will run with; if the
+    probe crashes, the model is loaded with the ``hf`` backend instead (llama.cpp-only options
+    dropped) and one warning names the cause. ``hf`` loads through :func:`llm_marl.models.load`;
     ``openai`` needs ``base_url``. Extra keyword arguments go to the backend's constructor.
     """
     if backend not in BACKENDS:
@@ -49,7 +50,7 @@ def load_policy(backend: str, model: str, base_url: str | None = None, *, seed: 
             path = Path(model)
         else:
             path = gguf_path(model)
-        buffers = llamacpp_extra_buffers(cpu_info().flags)
+        buffers = buffer_choice(kwargs.pop("use_extra_bufts", None))      # probe what will run
         verdict = probe_llamacpp(path, buffers)
         if not verdict.ok:
             logger.warning("llama.cpp failed on this CPU: %s; using the 'hf' backend for %s instead (set "

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..hardware import BufferChoice, cpu_info, free_cores, llamacpp_extra_buffers
+from ..hardware import buffer_choice, free_cores
 from ..policy import Conversation, Generation, SamplingParams
 from .base import InferenceBackend, SeedSource
 
@@ -126,8 +126,7 @@ class LlamaCppPolicy(InferenceBackend):
 
         self._resources = contextlib.ExitStack()
         atexit.register(_close_all, weakref.ref(self._resources))  # before interpreter teardown breaks destructors
-        self.buffers = (llamacpp_extra_buffers(cpu_info().flags) if use_extra_bufts is None
-                        else BufferChoice(bool(use_extra_bufts), "set by the caller"))
+        self.buffers = buffer_choice(use_extra_bufts)
         model_params = llama_cpp.llama_model_default_params()
         model_params.use_extra_bufts = self.buffers.use_extra_bufts
         self._model = self._resources.enter_context(contextlib.closing(_internals.LlamaModel(
