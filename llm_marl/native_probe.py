@@ -18,13 +18,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from llm_marl.models import cache_root
-
+from .files import write_text_atomically
 from .hardware import BufferChoice, cpu_info
+from .models import cache_root
 
 PROBE_ENV = "LLM_MARL_NATIVE_PROBE"
 PROBE_TOKENS = 4
@@ -65,20 +64,37 @@ def probe_command(model_path: str | os.PathLike, use_extra_bufts: bool) -> list[
             "--extra-buffers", "on" if use_extra_bufts else "off"]
 
 
-def probe_llamacpp(model_path: str | os.PathLike, choice: BufferChoice, *, timeout_s: float = 300.0) -> ProbeVerdict:
-    """The cached verdict for llama.cpp on this machine, probing in a child process the first time."""
-    if os.environ.get(PROBE_ENV, "").strip().lower() in ("0", "off", "false", "no"):
-        return ProbeVerdict(ok=True, cause=f"not probed ({PROBE_ENV} is off)", key="")
+def probe_disabled() -> bool:
+    """Whether ``$LLM_MARL_NATIVE_PROBE`` switches the probe off (``0``, ``off``, ``false``, ``no``)."""
+    return os.environ.get(PROBE_ENV, "").strip().lower() in ("0", "off", "false", "no")
+
+
+def cached_verdict(model_path: str | os.PathLike, choice: BufferChoice) -> ProbeVerdict | None:
+    """The verdict cached for this model, buffer choice, CPU and llama.cpp version, or ``None`` if not probed yet."""
     key = probe_key(model_path, choice)
-    cache_file = probe_cache_dir() / f"llamacpp-{key}.json"
     try:
-        saved = json.loads(cache_file.read_text(encoding="utf-8"))
+        saved = json.loads(_cache_file(key).read_text(encoding="utf-8"))
         return ProbeVerdict(ok=bool(saved["ok"]), cause=str(saved["cause"]), key=key, cached=True)
     except (OSError, ValueError, KeyError, TypeError):
-        pass
+        return None
+
+
+def probe_llamacpp(model_path: str | os.PathLike, choice: BufferChoice, *, timeout_s: float = 300.0) -> ProbeVerdict:
+    """The cached verdict for llama.cpp on this machine, probing in a child process the first time."""
+    if probe_disabled():
+        return ProbeVerdict(ok=True, cause=f"not probed ({PROBE_ENV} is off)", key="")
+    saved = cached_verdict(model_path, choice)
+    if saved is not None:
+        return saved
+    key = probe_key(model_path, choice)
     verdict = ProbeVerdict(key=key, **_run_child(probe_command(model_path, choice.use_extra_bufts), timeout_s))
-    _write_json(cache_file, asdict(verdict) | {"model": str(model_path), "use_extra_bufts": choice.use_extra_bufts})
+    record = asdict(verdict) | {"model": str(model_path), "use_extra_bufts": choice.use_extra_bufts}
+    write_text_atomically(_cache_file(key), json.dumps(record, indent=1))
     return verdict
+
+
+def _cache_file(key: str) -> Path:
+    return probe_cache_dir() / f"llamacpp-{key}.json"
 
 
 def _run_child(command: list[str], timeout_s: float) -> dict[str, object]:
@@ -101,19 +117,6 @@ def _run_child(command: list[str], timeout_s: float) -> dict[str, object]:
     else:
         cause = f"the probe exited with status {done.returncode}"
     return {"ok": False, "cause": cause + (f" ({tail[:200]})" if tail else "")}
-
-
-def _write_json(path: Path, data: dict) -> None:
-    """Write ``data`` to ``path`` atomically (a temp file beside it, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def decode_a_few_tokens(model_path: str, use_extra_bufts: bool, num_tokens: int = PROBE_TOKENS) -> list[int]:
