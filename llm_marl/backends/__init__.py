@@ -57,7 +57,7 @@ def load_policy(backend: str, model: str, base_url: str | None = None, *, seed: 
                            "LLM_MARL_LLAMACPP_EXTRA_BUFFERS=on/off to change llama.cpp's weight buffers, %s=off to "
                            "skip this probe; verdict %s cached in $LLM_MARL_CACHE/probes)",
                            verdict.cause, model, PROBE_ENV, verdict.key)
-            return _load_hf_policy(str(path) if str(model).endswith(".gguf") else model, seed=seed)
+            return _load_hf_policy(model, seed=seed)     # an embedded name or the .gguf path itself
         return LlamaCppPolicy(path, seed=seed, name=model, use_extra_bufts=buffers.use_extra_bufts, **kwargs)
     return _load_hf_policy(model, seed=seed, **kwargs)
 

@@ -13,12 +13,11 @@ from typing import Any, Sequence
 
 import torch
 
-from llm_marl_envs import metrics
 from llm_marl.benchmark import episode_record
-
 from llm_marl.episode import Episode
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
+from llm_marl_envs import metrics
 
 BOOTSTRAP_RESAMPLES = 10_000
 

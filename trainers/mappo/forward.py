@@ -11,8 +11,8 @@ from typing import Any, Sequence
 
 import torch
 
-from trainers.common.losses import logprobs_and_entropy
 from llm_marl.backends.hf import completion_targets
+from trainers.common.losses import logprobs_and_entropy
 
 
 def token_logprobs_with_entropy(
