@@ -7,8 +7,10 @@ A backend that can also score tokens (the HF policy, used for training) fills in
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
 
 Message = dict[str, str]          # {"role": "system"|"user"|"assistant", "content": str}
 Conversation = list[Message]
@@ -16,7 +18,14 @@ Conversation = list[Message]
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample completions."""
+    """How to sample completions.
+
+    ``seed`` makes ONE ``generate`` call reproducible: the same seed, prompts and weights give the
+    same samples. A caller that samples several times (every turn of an episode, every level of a
+    MAGRPO tree) must not reuse it, or turn t+1 would draw the same noise as turn t; it derives a
+    fresh seed per call with :meth:`for_call` (the rollout engine does this for every turn), so a
+    whole run stays reproducible from its one seed while every call draws new noise.
+    """
 
     max_new_tokens: int = 256
     temperature: float = 0.7
@@ -30,6 +39,16 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    def for_call(self, *keys: int) -> "SamplingParams":
+        """These settings with a seed derived from ``(seed, *keys)``: distinct keys give independent noise.
+
+        Without a seed the backend draws fresh noise from its own generator anyway: ``self`` is returned.
+        """
+        if self.seed is None:
+            return self
+        state = np.random.SeedSequence([self.seed & 0xFFFFFFFFFFFFFFFF, *keys]).generate_state(1)[0]
+        return replace(self, seed=int(state) & 0x7FFFFFFF)
 
 
 @dataclass

@@ -126,9 +126,13 @@ class RolloutEngine:
             infos.append(info)
             episodes.append(Episode(env=self.env_name, task_id=env.task.get("task_id"), seed=seed, task_index=index))
         live = list(range(len(envs)))
+        params = params or self.params
+        turn_call = 0
         while live:
             requests = [(agent, infos[e][agent]["messages"]) for e in live for agent in envs[e].agents]
-            generations = iter(self.sample(requests, params=params))
+            # a fresh seed for every turn: reusing the call's seed would replay turn 0's noise
+            generations = iter(self.sample(requests, params=params.for_call(turn_call)))
+            turn_call += 1
             still_live = []
             for e in live:
                 env = envs[e]
@@ -172,6 +176,7 @@ class RolloutEngine:
             if not node.agents:
                 raise ValueError("cannot expand a finished episode; expand only nodes whose env has live agents")
         requests = [(agent, [dict(m) for m in node.messages[agent]]) for node in nodes for agent in node.agents]
+        params = (params or self.params).for_call(*sorted({node.turn for node in nodes}))   # seeded: fresh per turn
         generations = iter(self.sample(requests, num_samples=num_generations, params=params))
         expansions = []
         for node in nodes:

@@ -2,8 +2,10 @@
 
 Sampling seeds: with ``SamplingParams.seed`` set, sample ``j`` of conversation ``i`` in a call uses
 a seed derived from ``(seed, i, j)``: identical prompts in one call (e.g. every debater's first
-turn) still get independent samples, and a call is reproducible on its own. Without it, seeds are
-drawn from the policy's own generator (seeded by the constructor's ``seed``).
+turn) still get independent samples, and a call is reproducible on its own. Callers that sample
+repeatedly derive a new seed per call (``SamplingParams.for_call``; the rollout engine does it per
+turn). Without a seed, seeds are drawn from the policy's own generator (seeded by the
+constructor's ``seed``), fresh on every call.
 
 Neither inference backend can score tokens, so ``Generation.logprobs`` stays ``None`` (use the HF
 policy for training). Both report token counts: llama.cpp returns the real ids, a server its
