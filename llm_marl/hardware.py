@@ -6,14 +6,17 @@
   first decode (llama.cpp issue 20824, "segfault in ggml_backend_amx_mul_mat"); with the extra
   buffers off, weights stay in the plain CPU buffer and the same model runs. The environment
   variable ``LLM_MARL_LLAMACPP_EXTRA_BUFFERS`` (``auto`` | ``on`` | ``off``) forces either choice.
-* :func:`free_cores` — cores not busy with other processes, read at each call.
+* :func:`free_cores` — cores not busy with other processes, read at each call (load average).
+* :class:`CoreMeter` — the same question answered from CPU time spent since the last reading,
+  with this process's own time taken out: what a backend asks before every generate call.
 """
 from __future__ import annotations
 
 import os
 import platform
+import time
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 EXTRA_BUFFERS_ENV = "LLM_MARL_LLAMACPP_EXTRA_BUFFERS"
 # CPU flags (as Linux names them) that make llama.cpp pick its AMX buffer type.
@@ -112,3 +115,54 @@ def free_cores() -> int:
     except OSError:
         busy = 0.0
     return max(1, min(cores, int(cores - busy + 0.5)))
+
+
+CpuReading = tuple[float, float, float]      # (wall seconds, busy CPU seconds of the machine, of this process)
+
+
+def read_cpu_times() -> CpuReading | None:
+    """Wall time, the machine's busy CPU seconds (``/proc/stat``) and this process's CPU seconds; ``None`` off Linux."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    ticks = [int(x) for x in fields[1:9]] + [0] * (8 - len(fields[1:9]))
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
+    hz = os.sysconf("SC_CLK_TCK")
+    own = os.times()
+    return time.monotonic(), (user + nice + system + irq + softirq + steal) / hz, own.user + own.system
+
+
+class CoreMeter:
+    """Cores that other processes leave free, measured over the time since the previous reading.
+
+    The 1-minute load average counts this process's own threads and lags a minute behind: read once
+    while another job ran, it kept a whole benchmark on 1 of 2 cores. The meter instead takes the
+    machine's busy CPU time since its last reading, subtracts this process's own CPU time, and
+    divides by the wall time: the cores the others used. It falls back to :func:`free_cores` when
+    ``/proc/stat`` is unreadable, and keeps its last answer when read again within ``min_window_s``.
+    """
+
+    def __init__(self, read: Callable[[], CpuReading | None] = read_cpu_times, min_window_s: float = 0.1,
+                 cores: int | None = None) -> None:
+        self._read, self.min_window_s = read, min_window_s
+        self.cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+        self._last = read()
+        self._answer: int | None = None
+
+    def free_cores(self) -> int:
+        """Cores not used by other processes since the previous call (at least 1, at most the usable cores)."""
+        now = self._read()
+        if now is None or self._last is None:
+            self._last = now
+            return free_cores()
+        wall = now[0] - self._last[0]
+        if wall < self.min_window_s:
+            return self._answer if self._answer is not None else free_cores()
+        others = max(0.0, (now[1] - self._last[1]) - (now[2] - self._last[2])) / wall
+        self._last = now
+        self._answer = max(1, min(self.cores, int(self.cores - others + 0.5)))
+        return self._answer

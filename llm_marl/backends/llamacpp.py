@@ -27,7 +27,8 @@ per-sequence KV cache operations, sampler chains):
   debate answers of 64 tokens differ between ``max_batch`` 16 and 1).
 * Memory: the KV cache is allocated up front, ``max_batch * n_ctx`` tokens (f16; 23 KB per token
   for SmolLM2-135M: 0.75 GB at the defaults 8 x 4096).
-* Threads: the free cores (:func:`~llm_marl.hardware.free_cores`).
+* Threads: the cores other processes leave free, measured again before every call
+  (:class:`~llm_marl.hardware.CoreMeter`); ``n_threads`` fixes them.
 * Weight buffers: llama.cpp's extra (repacked) buffer types, except on CPUs with AMX, whose ggml
   kernel crashes (:func:`~llm_marl.hardware.llamacpp_extra_buffers`).
 """
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..hardware import buffer_choice, free_cores
+from ..hardware import CoreMeter, buffer_choice
 from ..policy import Conversation, Generation, SamplingParams
 from .base import InferenceBackend, SeedSource
 
@@ -94,7 +95,8 @@ class LlamaCppPolicy(InferenceBackend):
     ) -> None:
         """Load ``model_path`` with room for ``max_batch`` sequences of ``n_ctx`` tokens each.
 
-        ``n_threads`` defaults to the free cores (:func:`~llm_marl.hardware.free_cores`).
+        ``n_threads`` fixes the threads; by default every call takes the cores other processes leave
+        free (:class:`~llm_marl.hardware.CoreMeter`), so a busy moment at load time does not stick.
         ``use_extra_bufts`` (llama.cpp's repacked/AMX weight buffers) defaults to
         :func:`~llm_marl.hardware.llamacpp_extra_buffers` of this CPU: off where it has AMX.
         """
@@ -118,7 +120,9 @@ class LlamaCppPolicy(InferenceBackend):
         self.name = name or path.stem
         self.model_path = str(path)
         self.max_batch = max_batch
-        self.n_threads = n_threads or free_cores()
+        self.fixed_threads = n_threads
+        self.core_meter = CoreMeter()
+        self.n_threads = n_threads or self.core_meter.free_cores()
         self._llama_cpp = llama_cpp
         self._sampler_chain = _internals.LlamaSampler
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)   # what Llama(verbose=False) does
@@ -188,8 +192,16 @@ class LlamaCppPolicy(InferenceBackend):
                                  f"the context of {self.n_ctx}; raise n_ctx or shorten the episode")
         jobs = [(ids, seed) for ids, row in zip(prompts, seeds) for seed in row]
         with self._lock:
+            self._choose_threads()
             flat = iter(self._decode(jobs, params))
         return [[next(flat) for _ in row] for row in seeds]
+
+    def _choose_threads(self) -> None:
+        """Set the context's threads for this call: ``n_threads`` if fixed, else the cores free right now."""
+        threads = self.fixed_threads or self.core_meter.free_cores()
+        if threads != self.n_threads:
+            self._llama_cpp.llama_set_n_threads(self._ctx.ctx, threads, threads)
+            self.n_threads = threads
 
     # ------------------------------------------------------------------ the batched decode loop
     def _decode(self, jobs: list[tuple[list[int], int]], params: SamplingParams) -> list[Generation]:

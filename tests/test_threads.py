@@ -1,0 +1,62 @@
+"""Threads are chosen per call from the cores other processes leave free (not once, at load time)."""
+from __future__ import annotations
+
+import pytest
+
+from llm_marl.hardware import CoreMeter, read_cpu_times
+
+
+def scripted(readings):
+    """A reader that returns the given ``(wall, machine busy, own)`` readings in turn."""
+    values = iter(readings)
+    return lambda: next(values)
+
+
+def test_core_meter_counts_other_processes_only():
+    meter = CoreMeter(read=scripted([(0, 0, 0), (1, 2.0, 2.0), (2, 3.5, 2.0), (3, 4.0, 2.5), (3.01, 9, 2.5)]), cores=2)
+    assert meter.free_cores() == 2        # the machine was busy, but with this process's own work
+    assert meter.free_cores() == 1        # others used 1.5 cores for 1 s
+    assert meter.free_cores() == 2        # others used nothing
+    assert meter.free_cores() == 2        # 10 ms later: too short a window, the last answer stands
+
+
+def test_core_meter_never_goes_below_one_or_above_the_cores():
+    meter = CoreMeter(read=scripted([(0, 0, 0), (1, 10.0, 0), (2, 10.0, 0)]), cores=4)
+    assert meter.free_cores() == 1
+    assert meter.free_cores() == 4
+
+
+def test_core_meter_falls_back_to_the_load_average_without_proc_stat():
+    meter = CoreMeter(read=lambda: None, cores=2)
+    assert 1 <= meter.free_cores() <= 2
+
+
+def test_real_cpu_times_advance():
+    first = read_cpu_times()
+    if first is None:
+        pytest.skip("no /proc/stat on this system")
+    total = sum(i * i for i in range(300_000))                # burn some CPU in this process
+    second = read_cpu_times()
+    assert total > 0 and second[0] > first[0] and second[2] > first[2] and second[1] >= first[1]
+
+
+@pytest.mark.slow
+@pytest.mark.ci_slow
+@pytest.mark.native
+def test_llamacpp_policy_sets_its_threads_before_every_call():
+    import llama_cpp
+
+    from llm_marl.backends import load_policy
+    from llm_marl.policy import SamplingParams
+
+    policy = load_policy("llamacpp", "smollm2-135m", seed=0)
+    policy.core_meter = CoreMeter(read=scripted([(0, 0, 0), (1, 1.0, 0), (2, 1.0, 0)]), cores=2)
+    conversation = [[{"role": "user", "content": "Say hi."}]]
+    params = SamplingParams(max_new_tokens=3, temperature=0.0)
+    policy.generate(conversation, params)
+    assert policy.n_threads == 1 == llama_cpp.llama_n_threads(policy._ctx.ctx)       # another process held a core
+    policy.generate(conversation, params)
+    assert policy.n_threads == 2 == llama_cpp.llama_n_threads(policy._ctx.ctx)       # then it was free again
+    policy.fixed_threads = 1                                                         # --threads wins
+    policy.generate(conversation, params)
+    assert policy.n_threads == 1
