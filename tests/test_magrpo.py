@@ -117,7 +117,8 @@ def test_update_changes_only_the_agents_own_adapter(tmp_path, team):
 
 
 def test_kl_is_zero_at_step_zero_and_positive_after_an_update(tmp_path, team):
-    trainer = MAGRPOTrainer(SayNumberEnv(), team, small_config(tmp_path, kl_coef=0.1, learning_rate=5e-2))
+    trainer = MAGRPOTrainer(SayNumberEnv(), team, small_config(tmp_path, kl_coef=0.1, learning_rate=5e-2,
+                                                               kl_placement="loss"))
     prompt = team.policy("agent_0").encode([{"role": "user", "content": "say 3"}])
     args = ("agent_0", [prompt, prompt], [[18, 19, 20], [21, 22]], torch.tensor([1.0, -1.0]), 2)
     _, kl = trainer.loss(*args)

@@ -7,6 +7,9 @@ from ..common.config import TrainerConfig, require, trainer_default
 from llm_marl.rollout import JOINT_MODES
 
 ADVANTAGE_MODES = ("mean", "rloo", "max", "raw")
+KL_PLACEMENTS = ("reward", "loss")
+EARLY_TERMINATIONS = ("node_mean", "joint_action")
+UPDATE_ORDERS = ("last_turn_first", "first_turn_first")
 
 
 @dataclass
@@ -17,10 +20,16 @@ class MAGRPOConfig(TrainerConfig):
         num_generations (G), joint_mode; and from :class:`~trainers.common.config.TrainerConfig`:
         max_new_tokens, temperature, top_p.
     Parameters that control returns and advantages:
-        advantage_mode, normalize_advantages, advantage_std_floor, discount, early_termination_threshold.
+        advantage_mode, normalize_advantages, advantage_std_floor, discount, early_termination_threshold,
+        early_termination, kl_placement.
     Parameters that control training:
-        agent_learning_rates, weight_decay, lr_scheduler, warmup_steps, prompts_per_step, micro_batch_size;
-        and from ``TrainerConfig``: learning_rate, max_grad_norm, kl_coef (the k3 KL in the loss), max_steps, seed.
+        agent_learning_rates, weight_decay, lr_scheduler, warmup_steps, prompts_per_step, micro_batch_size,
+        update_order; and from ``TrainerConfig``: learning_rate, max_grad_norm, kl_coef (β of the k3 KL),
+        max_steps, seed.
+
+    Where CoMLRL's implementations differ, the default follows CoMLRL and the other choice is a named
+    option (``kl_placement``, ``early_termination``, ``update_order``); the README lists every
+    remaining difference.
     Parameters that control evaluation, checkpoints, logging and scaling out (all from ``TrainerConfig``):
         eval_every, eval_tasks, eval_temperature, output_dir, save_every, resume_from_checkpoint,
         report_to, logging_every, progress, mixed_precision, gradient_checkpointing, agent_devices, fsdp.
@@ -46,7 +55,16 @@ class MAGRPOConfig(TrainerConfig):
     discount: float = field(default=0.9, metadata={
         "help": "gamma in the multi-turn tree return R = r + gamma * mean(child returns), in [0, 1]."})
     early_termination_threshold: float | None = field(default=None, metadata={
-        "help": "Do not expand a joint action further when its joint reward reaches this value (None: always expand)."})
+        "help": "Stop expanding when rewards reach this value (None: always expand); see early_termination."})
+    early_termination: str = field(default="node_mean", metadata={
+        "help": f"What early_termination_threshold is compared with, one of {EARLY_TERMINATIONS}: 'node_mean' "
+                "(CoMLRL: the mean joint reward of a node's G joint actions; when it exceeds the threshold none of "
+                "them is expanded) or 'joint_action' (each joint action on its own: only branches whose joint "
+                "reward reaches the threshold stop)."})
+    kl_placement: str = field(default="reward", metadata={
+        "help": f"Where the KL to the reference enters (kl_coef > 0), one of {KL_PLACEMENTS}: 'reward' (CoMLRL: "
+                "β·Σ_t k3 of each sample is subtracted from its return before the group baseline, no gradient "
+                "through the KL) or 'loss' (GRPO/DeepSeekMath style: β·mean_t k3 is a differentiable loss term)."})
     # --- training
     agent_learning_rates: dict[str, float] | None = field(default=None, metadata={
         "help": "Per-agent learning rates {agent: lr}; agents not listed use learning_rate."})
@@ -56,6 +74,10 @@ class MAGRPOConfig(TrainerConfig):
     warmup_steps: int = field(default=0, metadata={"help": "Scheduler warm-up steps."})
     prompts_per_step: int = field(default=1, metadata={
         "help": "Tasks (tree roots) per training step, over all processes (split between them under accelerate launch)."})
+    update_order: str = field(default="last_turn_first", metadata={
+        "help": f"Order of the per-turn optimiser steps, one of {UPDATE_ORDERS}: 'last_turn_first' (CoMLRL's "
+                "multi-turn trainer updates the tree post-order, from the last turn back to the first) or "
+                "'first_turn_first' (comlrl 1.4's buffered trainer, which steps in the order nodes were created)."})
     micro_batch_size: int = field(default=16, metadata={
         "help": "Completions per forward/backward pass in each process when computing the loss (gradients are "
                 "accumulated; does not change the update)."})
@@ -74,6 +96,9 @@ class MAGRPOConfig(TrainerConfig):
                 f"advantage_mode must be one of {ADVANTAGE_MODES}, got {self.advantage_mode!r}")
         require(self.advantage_std_floor > 0, f"advantage_std_floor must be > 0, got {self.advantage_std_floor}")
         require(0 <= self.discount <= 1, f"discount must be in [0, 1], got {self.discount}")
+        for name, choices in (("early_termination", EARLY_TERMINATIONS), ("kl_placement", KL_PLACEMENTS),
+                              ("update_order", UPDATE_ORDERS)):
+            require(getattr(self, name) in choices, f"{name} must be one of {choices}, got {getattr(self, name)!r}")
         for agent, lr in (self.agent_learning_rates or {}).items():
             require(lr > 0, f"agent_learning_rates[{agent!r}] must be > 0, got {lr}")
         for name in ("prompts_per_step", "micro_batch_size"):
@@ -81,4 +106,4 @@ class MAGRPOConfig(TrainerConfig):
         require(self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}")
 
 
-__all__ = ["MAGRPOConfig", "ADVANTAGE_MODES", "JOINT_MODES"]
+__all__ = ["MAGRPOConfig", "ADVANTAGE_MODES", "JOINT_MODES", "KL_PLACEMENTS", "EARLY_TERMINATIONS", "UPDATE_ORDERS"]

@@ -7,16 +7,20 @@ One training step:
    node, one generate call per policy): ``aligned`` joint actions pair the g-th samples
    (G children), ``cross`` takes the Cartesian product (G^N children). Each joint action
    steps its own clone of the env, which supplies the next prompts (feedback).
+   With ``early_termination_threshold`` set, a node whose mean joint reward exceeds it is not
+   expanded further (CoMLRL; ``early_termination="joint_action"`` stops branch by branch).
 2. **compute_returns** — joint reward r = mean over agents of the env rewards; bottom-up
    ``R = r + γ · mean(R of the child's joint actions)`` (leaves: R = r).
 3. **compute_advantages** — per node and agent, the value of sample k is the mean return of
-   the joint actions containing it (aligned: R_k itself); then the group baseline:
+   the joint actions containing it (aligned: R_k itself), minus ``β · Σ_t k3`` of the sample
+   when ``kl_placement="reward"`` (CoMLRL, the default); then the group baseline:
    mean ``A = R - mean(R)``, rloo ``A = R - mean of the other G-1``, max ``A = R - max(R)``,
    raw ``A = R``; optionally divided by ``max(std(R), floor)``.
-4. **loss / update** — per turn, per agent (its own adapter or model):
-   ``L = -(1/M) Σ_m A_m Σ_t log π(y_m,t | x_m, y_m,<t) + β · (1/M) Σ_m mean_t k3_m,t``,
-   with the k3 KL estimator ``k3 = exp(ref - logp) - (ref - logp) - 1`` against the
-   reference (base with adapters disabled) — zero at step 0, where adapters are zero.
+4. **loss / update** — per turn (the last turn first, as CoMLRL's post-order update; see
+   ``update_order``), per agent (its own adapter or model):
+   ``L = -(1/M) Σ_m A_m Σ_t log π(y_m,t | x_m, y_m,<t)``, plus ``β · (1/M) Σ_m mean_t k3_m,t``
+   when ``kl_placement="loss"``; k3 is the KL estimator ``k3 = exp(ref - logp) - (ref - logp) - 1``
+   against the reference (base with adapters disabled), zero at step 0, where adapters are zero.
 
 Under ``accelerate launch`` (:mod:`trainers.common.distributed`) each process expands its share of
 the step's ``prompts_per_step`` trees, ``M`` in the loss is the GLOBAL sample count of the turn and
@@ -157,13 +161,23 @@ class MAGRPOTrainer:
                     roots.append(node)
                 else:
                     parent[0].children[parent[1]] = node
+                node_stops = self.stops_here(joint_rewards)
                 for j, (child, done, reward) in enumerate(zip(expansion.children, expansion.done, joint_rewards)):
-                    stop = cfg.early_termination_threshold is not None and reward >= cfg.early_termination_threshold
+                    stop = node_stops or (cfg.early_termination == "joint_action" and self.stops_here([reward]))
                     if not done and not stop:
                         next_frontier.append(child)
                         next_parents.append((node, j))
             frontier, parents, turn = next_frontier, next_parents, turn + 1
         return roots
+
+    def stops_here(self, joint_rewards: Sequence[float]) -> bool:
+        """Early termination: whether rewards stop the expansion (node mean > threshold, or one branch >= it)."""
+        threshold = self.config.early_termination_threshold
+        if threshold is None:
+            return False
+        if self.config.early_termination == "node_mean":
+            return len(joint_rewards) > 1 and float(np.mean(joint_rewards)) > threshold
+        return joint_rewards[0] >= threshold
 
     # ------------------------------------------------------------------ 2. returns
     def compute_returns(self, node: TreeNode) -> list[float]:
@@ -175,25 +189,60 @@ class MAGRPOTrainer:
         return node.returns
 
     # ------------------------------------------------------------------ 3. advantages
-    def compute_advantages(self, node: TreeNode) -> dict[str, torch.Tensor]:
-        """Per agent: the G advantages of its samples at ``node``."""
+    def compute_advantages(self, node: TreeNode, kl: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """Per agent: the G advantages of its samples at ``node`` (``kl[agent]``: Σ_t k3 per sample, enters as -β·kl)."""
         cfg = self.config
         agents = list(node.expansion.samples)
-        return {agent: group_advantages(sample_values(node, i, cfg.num_generations), cfg.advantage_mode,
-                                        cfg.normalize_advantages, cfg.advantage_std_floor)
-                for i, agent in enumerate(agents)}
+        advantages = {}
+        for i, agent in enumerate(agents):
+            values = sample_values(node, i, cfg.num_generations)
+            if kl is not None and agent in kl:
+                values = values - cfg.kl_coef * kl[agent].to(values.dtype)     # R_k - β·Σ_t k3_k   (CoMLRL)
+            advantages[agent] = group_advantages(values, cfg.advantage_mode, cfg.normalize_advantages,
+                                                 cfg.advantage_std_floor)
+        return advantages
+
+    @torch.no_grad()
+    def sequence_kls(self, agent: str, rows: Sequence[tuple[list[int], list[int]]]) -> torch.Tensor:
+        """Σ_t k3 of each ``(prompt ids, completion ids)`` row under the agent's policy against the reference."""
+        policy, adapter, cfg = self.team.policy(agent), self.team.adapter(agent), self.config
+        chunks = [list(rows[start:start + cfg.micro_batch_size]) for start in range(0, len(rows), cfg.micro_batch_size)]
+        idle = [([policy.pad_id], [policy.pad_id])]          # sharded weights: every process runs as many passes
+        sums = []
+        for index in range(self.dp.lockstep(len(chunks))):
+            chunk = chunks[index] if index < len(chunks) else idle
+            prompts, completions = [r[0] for r in chunk], [r[1] for r in chunk]
+            with self.accelerator.autocast():
+                logp, mask = policy.token_logprobs(prompts, completions, adapter=adapter, temperature=cfg.temperature)
+                ref, _ = policy.token_logprobs(prompts, completions, temperature=cfg.temperature, reference=True)
+            if index < len(chunks):
+                sums.append((kl_per_token(logp.float(), ref.float(), "k3") * mask).sum(-1).cpu())
+        return torch.cat(sums) if sums else torch.zeros(0)
+
+    def node_kls(self, nodes: Sequence[TreeNode]) -> list[dict[str, torch.Tensor]] | None:
+        """Per node, per agent: Σ_t k3 of its G samples (``kl_placement="reward"`` with ``kl_coef > 0``), else ``None``."""
+        if self.config.kl_coef == 0 or self.config.kl_placement != "reward":
+            return None
+        per_node: list[dict[str, torch.Tensor]] = [{} for _ in nodes]
+        for agent in self.agents:
+            rows = [(g.prompt_ids, g.completion_ids) for node in nodes for g in node.expansion.samples.get(agent, [])]
+            flat = iter(self.sequence_kls(agent, rows).tolist())
+            for node, kls in zip(nodes, per_node):
+                if agent in node.expansion.samples:
+                    kls[agent] = torch.tensor([next(flat) for _ in node.expansion.samples[agent]])
+        return per_node
 
     # ------------------------------------------------------------------ 4. loss and update
     def loss(self, agent: str, prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]],
              advantages: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """REINFORCE on summed token log-probs (+ β·k3 KL to the reference) of one micro-batch; ``(loss, kl)``."""
+        """REINFORCE on summed token log-probs (+ β·k3 KL when ``kl_placement="loss"``) of one micro-batch; ``(loss, kl)``."""
         policy, adapter = self.team.policy(agent), self.team.adapter(agent)
         logp, mask = policy.token_logprobs(prompt_ids, completion_ids, adapter=adapter,
                                            temperature=self.config.temperature)
         # L_pg = -(1/M) Σ_m A_m · Σ_t log π(y_m,t)     (M = total: samples over all processes)
         loss = -(advantages.to(logp.device, logp.dtype) * (logp * mask).sum(-1)).sum() / total
         kl = torch.zeros(())
-        if self.config.kl_coef > 0:
+        if self.config.kl_coef > 0 and self.config.kl_placement == "loss":
             ref, _ = policy.token_logprobs(prompt_ids, completion_ids, temperature=self.config.temperature,
                                            reference=True)
             k3 = kl_per_token(logp, ref, "k3") * mask                     # k3 = e^{ref-logp} - (ref-logp) - 1 >= 0
@@ -202,15 +251,24 @@ class MAGRPOTrainer:
         return loss, kl.detach()
 
     def update(self, roots: list[TreeNode]) -> dict[str, float]:
-        """One optimiser step per turn per agent on that turn's samples (of every process); returns local metrics."""
+        """One optimiser step per turn per agent on that turn's samples (of every process); returns local metrics.
+
+        Turns are stepped in ``update_order``; every KL that enters the rewards is measured first, under the
+        policy that sampled (as CoMLRL does at generation time).
+        """
         metrics: dict[str, float] = {}
         by_turn: dict[int, list[TreeNode]] = {}
         for node in _walk(roots):
             by_turn.setdefault(node.turn, []).append(node)
         num_turns = self.dp.max(max(by_turn, default=-1) + 1)    # every process steps through the same turns
-        for turn in range(num_turns):
+        kls = {turn: self.node_kls(by_turn.get(turn, [])) for turn in range(num_turns)}
+        order = range(num_turns - 1, -1, -1) if self.config.update_order == "last_turn_first" else range(num_turns)
+        for turn in order:
             nodes = by_turn.get(turn, [])
-            advantages = [self.compute_advantages(node) for node in nodes]
+            node_kls = kls[turn] or [None] * len(nodes)
+            advantages = [self.compute_advantages(node, kl) for node, kl in zip(nodes, node_kls)]
+            if kls[turn]:
+                metrics[f"turn{turn}/kl_sum_mean"] = float(torch.cat([v for kl in node_kls for v in kl.values()]).mean())
             for agent in self.agents:
                 rows = [(g.prompt_ids, g.completion_ids, float(a))
                         for node, adv in zip(nodes, advantages)
@@ -234,7 +292,7 @@ class MAGRPOTrainer:
         optimizer.zero_grad(set_to_none=True)
         total = int(self.dp.sum([len(rows)])[0])     # M: this turn's samples of the agent over all processes
         loss_sum, kl_sum = 0.0, 0.0
-        if cfg.kl_coef == 0:      # zero-advantage samples add nothing to the gradient: skip their forward pass
+        if cfg.kl_coef == 0 or cfg.kl_placement == "reward":   # zero-advantage samples add no gradient: skip them
             rows = [row for row in rows if row[2] != 0.0]
         chunks = [rows[start:start + cfg.micro_batch_size] for start in range(0, len(rows), cfg.micro_batch_size)]
         # sharded weights: every process runs as many passes as the busiest; the extra ones weigh 0

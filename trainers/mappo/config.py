@@ -9,6 +9,7 @@ from trainers.common.losses import KL_ESTIMATORS
 from .rewards import FUTURE_MEANS, REWARD_RULES, IncentiveWeights
 
 VERIFIERS = ("label", "learned")
+WHITEN_SCOPES = ("turn_agent", "all")
 
 
 @dataclass
@@ -18,12 +19,14 @@ class MAPPOConfig(TrainerConfig):
     Parameters that control the rewards (MAPoRL):
         reward_rule, reward_gamma, future_mean: how verifier scores become turn rewards
             (:func:`trainers.mappo.rewards.influence_aware_returns`).
-        alpha0, alpha1, beta0, beta1: collaboration incentives (:func:`trainers.mappo.rewards.incentive_bonuses`).
-        verifier, reward_model_path, reward_server_url: the env's answer label, or a learned verifier.
+        alpha0, alpha1, beta0, beta1, incentive_penalties: collaboration incentives
+            (:func:`trainers.mappo.rewards.incentive_bonuses`); they always read the env's answer labels.
+        verifier, reward_model_path, reward_server_url: the env's answer label, or a learned verifier (its
+            scores replace s_i^t; the incentives still use the labels, as MAPoRL does).
 
     Parameters that control the PPO update:
         episodes_per_step, ppo_epochs, minibatch_size, critic_learning_rate, gae_gamma, gae_lambda,
-        clip_eps, value_clip, vf_coef, entropy_coef, kl_estimator, whiten_advantages; and from
+        clip_eps, value_clip, vf_coef, entropy_coef, kl_estimator, whiten_advantages, whiten_scope; and from
         :class:`~trainers.common.config.TrainerConfig`: learning_rate, max_grad_norm, kl_coef.
 
     Parameters that control the critic:
@@ -52,6 +55,9 @@ class MAPPOConfig(TrainerConfig):
     alpha1: float = field(default=0.0, metadata={"help": "Incentive α1 (persuadability): wrong at t-1, others' majority right at t-1, right at t."})
     beta0: float = field(default=0.0, metadata={"help": "Incentive β0 (useful wrong answer): wrong at t and more others right at t+1 than at t."})
     beta1: float = field(default=0.0, metadata={"help": "Incentive β1 (persuasion): right at t and more others right at t+1 than at t."})
+    incentive_penalties: bool = field(default=True, metadata={
+        "help": "Also subtract α0/α1 when an agent turns a correct answer wrong (MAPoRL's reference code does; "
+                "False: bonuses only). See trainers.mappo.rewards."})
     verifier: str = field(default="label", metadata={
         "help": f"Where scores come from, one of {VERIFIERS}: the env's answer-label verifier, or a learned reward "
                 "model (set reward_model_path or reward_server_url)."})
@@ -73,6 +79,9 @@ class MAPPOConfig(TrainerConfig):
     entropy_coef: float = field(default=0.0, metadata={"help": "Weight of the entropy bonus (0 = off)."})
     kl_estimator: str = field(default="k1", metadata={"help": f"KL estimator, one of {KL_ESTIMATORS} (see trainers.common.losses)."})
     whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages to zero mean, unit variance per step."})
+    whiten_scope: str = field(default="turn_agent", metadata={
+        "help": f"Which tokens share the whitening moments, one of {WHITEN_SCOPES}: 'turn_agent' (MAPoRL's reference "
+                "code: each (turn, agent) group on its own) or 'all' (every agent and turn of the step together)."})
 
     # ---------------------------------------------------------------- critic
     critic_lora_r: int = field(default=8, metadata={"help": "LoRA rank of the critic's own adapter on the shared base."})
@@ -92,6 +101,7 @@ class MAPPOConfig(TrainerConfig):
         require(self.reward_rule in REWARD_RULES, f"reward_rule must be one of {REWARD_RULES}, got {self.reward_rule!r}")
         require(0.0 <= self.reward_gamma <= 1.0, f"reward_gamma must be in [0, 1], got {self.reward_gamma}")
         require(self.future_mean in FUTURE_MEANS, f"future_mean must be one of {FUTURE_MEANS}, got {self.future_mean!r}")
+        require(self.whiten_scope in WHITEN_SCOPES, f"whiten_scope must be one of {WHITEN_SCOPES}, got {self.whiten_scope!r}")
         require(self.verifier in VERIFIERS, f"verifier must be one of {VERIFIERS}, got {self.verifier!r}")
         if self.verifier == "learned":
             require((self.reward_model_path is None) != (self.reward_server_url is None),
@@ -115,7 +125,7 @@ class MAPPOConfig(TrainerConfig):
     @property
     def incentives(self) -> IncentiveWeights:
         """The four incentive weights as one object."""
-        return IncentiveWeights(self.alpha0, self.alpha1, self.beta0, self.beta1)
+        return IncentiveWeights(self.alpha0, self.alpha1, self.beta0, self.beta1, penalties=self.incentive_penalties)
 
 
-__all__ = ["MAPPOConfig", "VERIFIERS"]
+__all__ = ["MAPPOConfig", "VERIFIERS", "WHITEN_SCOPES"]

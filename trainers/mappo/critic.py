@@ -21,10 +21,20 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+SEPARATOR = "\n\n"          # between the parts of a critic context
 
 
 def critic_context(task_text: str, answers: Sequence[Mapping[str, str]], agent: str, turn: int) -> str:
     """Text the critic reads before agent ``agent``'s turn-``turn`` answer (see the module docstring)."""
+    return SEPARATOR.join(critic_context_parts(task_text, answers, agent, turn))
+
+
+def critic_context_parts(task_text: str, answers: Sequence[Mapping[str, str]], agent: str, turn: int) -> list[str]:
+    """The critic context in parts: the task, each earlier answer (oldest first), then the agent's own header.
+
+    :meth:`CentralizedCritic.context_ids` drops whole answers from the oldest on when the context is
+    too long, so the task and the latest answers survive truncation.
+    """
     if turn < 0 or turn >= len(answers):
         raise ValueError(f"turn must be in [0, {len(answers)}) for a history of {len(answers)} turns, got {turn}")
     if agent not in answers[turn]:
@@ -37,9 +47,7 @@ def critic_context(task_text: str, answers: Sequence[Mapping[str, str]], agent: 
         if other != agent:
             parts.append(f"Turn {turn}, {other} answered:\n{text.strip()}")
     parts.append(f"Turn {turn}, {agent} answers:\n")
-    return "\n\n".join(parts)
-
-
+    return parts
 
 
 class CentralizedCritic(torch.nn.Module):
@@ -73,10 +81,42 @@ class CentralizedCritic(torch.nn.Module):
             torch.nn.init.normal_(self.head.weight, std=0.01)
             torch.nn.init.zeros_(self.head.bias)
 
-    def context_ids(self, text: str) -> list[int]:
-        """Token ids of a critic context, keeping its last ``max_context_tokens`` tokens."""
-        ids = self.policy.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return list(ids[-self.max_context_tokens:])
+    def context_ids(self, context: str | Sequence[str]) -> list[int]:
+        """Token ids of a critic context of at most ``max_context_tokens`` tokens.
+
+        A plain string keeps its last tokens. Parts from :func:`critic_context_parts` keep the task
+        (its last tokens if the task alone is too long) and the agent's header, then as many of the
+        latest answers as fit: the oldest turns go first, never the task.
+        """
+        tokenize = lambda text: list(self.policy.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+        budget = self.max_context_tokens
+        if isinstance(context, str):
+            return tokenize(context)[-budget:]
+        parts = list(context)
+        if len(parts) < 2:
+            raise ValueError(f"critic context parts need the task and the agent's header, got {len(parts)} part(s)")
+        header = tokenize(SEPARATOR + parts[-1])[-budget:]
+        task = tokenize(parts[0])[-max(budget - len(header), 0):] if budget > len(header) else []
+        kept: list[list[int]] = []
+        room = budget - len(header) - len(task)
+        for part in reversed(parts[1:-1]):              # newest answer first
+            ids = tokenize(SEPARATOR + part)
+            if len(ids) > room:
+                break
+            kept.insert(0, ids)
+            room -= len(ids)
+        return task + [i for ids in kept for i in ids] + header
+
+    def check_tokenizer(self, agent: str, policy: Any) -> None:
+        """Refuse an agent whose tokenizer differs from the critic's: its completion ids would mean other tokens."""
+        if policy is self.policy or policy.tokenizer is self.policy.tokenizer:
+            return
+        if policy.tokenizer.get_vocab() != self.policy.tokenizer.get_vocab():
+            raise ValueError(
+                f"{agent}'s model {policy.name!r} has a different tokenizer from the critic's base {self.policy.name!r}: "
+                "the centralized critic reads every agent's completion token ids, so a team of models with different "
+                "vocabularies cannot share it. Use models with one tokenizer (e.g. fine-tunes of one base), or MAGRPO, "
+                "which has no critic.")
 
     def values(self, context_ids: Sequence[list[int]], completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """``V_k`` for every completion token ``[B, L]`` (right-padded) and its mask; differentiable."""
@@ -102,4 +142,4 @@ class CentralizedCritic(torch.nn.Module):
         self.head.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})
 
 
-__all__ = ["critic_context", "CentralizedCritic"]
+__all__ = ["critic_context", "critic_context_parts", "CentralizedCritic"]

@@ -34,6 +34,14 @@ weight name                        fires for agent ``i`` at turn ``t`` when
 β1     persuasion                  ``t < x``, ``c_i^t = 1`` and ``K^{t+1} > K^t``
 =====  ==========================  ====================================================
 
+Penalties (``IncentiveWeights.penalties``, on by default in :class:`~trainers.mappo.MAPPOConfig`):
+MAPoRL's reference code also SUBTRACTS the α weights when an agent turns a correct answer into
+a wrong one. With penalties on, ``-α0`` fires when ``c_i^{t-1} = 1``, ``M^{t-1}`` = wrong and
+``c_i^t = 0`` (it followed the wrong majority away from a right answer), and ``-α1`` when
+``c_i^{t-1} = 1``, ``M^{t-1}`` = right and ``c_i^t = 0`` (it turned wrong although the others were
+right). The reference's β terms carry the opposite signs of its own comments (a bonus when the
+others get worse), so no β penalty is copied; see the README's list of differences.
+
 Edge cases: at ``t = 0`` there is no previous turn, so α0/α1 never fire; at the last turn ``x``
 there is no next turn, so β0/β1 never fire. ``M`` is "right" when more than half of the others
 are correct, "wrong" when fewer than half are, and **undecided on a tie** (possible when
@@ -60,6 +68,7 @@ class IncentiveWeights:
     alpha1: float = 0.0   # persuadability
     beta0: float = 0.0    # useful wrong answer
     beta1: float = 0.0    # persuasion
+    penalties: bool = False   # also subtract α0/α1 on correct -> incorrect transitions (MAPoRL's reference code)
 
     @property
     def any_nonzero(self) -> bool:
@@ -144,6 +153,10 @@ def incentive_bonuses(correct: Sequence[Sequence[bool | int]], weights: Incentiv
     # α terms look back one turn: defined for t >= 1
     bonus[1:] += weights.alpha0 * (c[1:] * majority_wrong[:-1])
     bonus[1:] += weights.alpha1 * ((1 - c[:-1]) * majority_right[:-1] * c[1:])
+    if weights.penalties:    # the mirror transitions: correct at t-1, wrong at t
+        broke = c[:-1] * (1 - c[1:])
+        bonus[1:] -= weights.alpha0 * (broke * majority_wrong[:-1])
+        bonus[1:] -= weights.alpha1 * (broke * majority_right[:-1])
     # β terms look ahead one turn: defined for t <= x - 1
     others_improved = k[1:] > k[:-1]
     bonus[:-1] += weights.beta0 * ((1 - c[:-1]) * others_improved)

@@ -11,6 +11,7 @@ One training step, top to bottom:
    (:mod:`trainers.mappo.rewards`).
 4. **compute_advantages** — per response: ``log π_old``, ``log π_ref`` (base, adapter off) and
    the centralized critic's ``V_k``; ``r_k = -β·kl_k``, ``r_K += R``; token-level GAE; whitening
+   per (turn, agent) as MAPoRL's trainer does, or over the whole step (``whiten_scope``)
    (:mod:`trainers.mappo.ppo_math`).
 5. **update** — ``ppo_epochs`` passes over shuffled minibatches of responses:
    ``L = L_clip(π) - entropy_coef · H + vf_coef · L_V``, each agent's policy loss on its own
@@ -50,7 +51,7 @@ from llm_marl.rollout import RolloutEngine
 from llm_marl.sharding import shard_optimizer_state
 
 from .config import MAPPOConfig
-from .critic import CentralizedCritic, critic_context
+from .critic import CentralizedCritic, critic_context_parts
 from .forward import token_logprobs_with_entropy
 from .ppo_math import clipped_policy_loss, clipped_value_loss, generalized_advantages, token_rewards, whiten
 from .rewards import turn_rewards
@@ -116,6 +117,8 @@ class MAPPOTrainer:
         # the critic's adapter joins the actors' base before set-up: sharding (fsdp) wraps the model as it is then
         self.critic = CentralizedCritic(team.policy(self.agents[0]), adapter=CRITIC_ADAPTER, lora_r=config.critic_lora_r,
                                         max_context_tokens=config.critic_max_context_tokens, seed=config.seed)
+        for agent in self.agents:
+            self.critic.check_tokenizer(agent, team.policy(agent))
         self.dp = prepare_training(config, team, self.agents, config.episodes_per_step, "episodes_per_step", accelerator,
                                    extra_parameters=self.critic.trainable_parameters())
         self.accelerator = self.dp.accelerator
@@ -198,7 +201,9 @@ class MAPPOTrainer:
         pairs = [(self.question(episode), turn[a].text) for turn in episode.turns for a in self.agents]
         verdicts = self.verifier.score_batch(pairs)
         rows = [verdicts[t * len(self.agents):(t + 1) * len(self.agents)] for t in range(len(episode.turns))]
-        return EpisodeScores([[v.score for v in row] for row in rows], [[v.correct for v in row] for row in rows])
+        # the learned scores replace s_i^t; the incentives keep the env's answer labels (MAPoRL)
+        return EpisodeScores([[v.score for v in row] for row in rows], [[turn[a].correct for a in self.agents] for turn in episode.turns],
+                             extras={"predicted_correct": [[v.correct for v in row] for row in rows]})
 
     def question(self, episode: Episode) -> str:
         """The task text a learned verifier judges answers against (the record's question, else the first prompt)."""
@@ -231,7 +236,7 @@ class MAPPOTrainer:
                     if not act.completion_ids:
                         continue            # nothing was generated: no token to credit
                     task_text = render_messages(episode.turns[0][agent].messages)   # the agent's opening prompt
-                    context = critic_context(task_text, answers, agent, t)
+                    context = critic_context_parts(task_text, answers, agent, t)
                     responses.append(Response(agent, t, list(act.prompt_ids), list(act.completion_ids),
                                               self.critic.context_ids(context), float(rewards[t, i])))
         return responses
@@ -276,18 +281,29 @@ class MAPPOTrainer:
                     response.advantages, response.value_targets = advantages[row, :n].clone(), targets[row, :n].clone()
                     response.kl = kl[row, :n].clone()
         lengths = [len(r.completion_ids) for r in responses]
-        flat = torch.cat([r.advantages for r in responses]) if responses else torch.zeros(0)
-        if c.whiten_advantages and self.dp.sum([flat.numel()])[0] > 1:
-            # mean and variance over the tokens of every process's responses
-            flat = whiten(flat, torch.ones_like(flat), reduce=self.dp.sum_tensor)
-            for response, part in zip(responses, torch.split(flat, lengths)):
-                response.advantages = part.clone()
+        if c.whiten_advantages:
+            self.whiten_advantages(responses)
         if not responses:
             return {}
         return {"reward_mean": float(np.mean([r.reward for r in responses])),
                 "kl_ref": float(torch.cat([r.kl for r in responses]).mean()),
                 "value_mean": float(torch.cat([r.old_values for r in responses]).mean()),
                 "response_tokens": float(sum(lengths) / len(responses))}
+
+    def whiten_advantages(self, responses: Sequence[Response]) -> None:
+        """Whiten advantages over every process's tokens: per (turn, agent) group, or all together (``whiten_scope``)."""
+        if self.config.whiten_scope == "all":
+            groups = {None: list(responses)}
+        else:   # the same groups, in the same order, on every process (some may be empty here)
+            turns = self.dp.max(max((r.turn for r in responses), default=-1) + 1)
+            groups = {(t, a): [r for r in responses if r.turn == t and r.agent == a] for t in range(turns) for a in self.agents}
+        for group in groups.values():
+            flat = torch.cat([r.advantages for r in group]) if group else torch.zeros(0)
+            if self.dp.sum([flat.numel()])[0] <= 1:
+                continue
+            flat = whiten(flat, torch.ones_like(flat), reduce=self.dp.sum_tensor)   # moments over all processes
+            for response, part in zip(group, torch.split(flat, [len(r.completion_ids) for r in group])):
+                response.advantages = part.clone()
 
     # ------------------------------------------------------------------ 5. loss and update
     def policy_loss(self, agent: str, group: Sequence[Response], tokens: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
