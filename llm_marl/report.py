@@ -357,8 +357,9 @@ _JS = """
   form.addEventListener('change',function(){
     var p=new URLSearchParams();names.forEach(function(n){if(form.elements[n].value)p.set(n,form.elements[n].value);});
     location.hash=p.toString()||'episodes';});
-  window.addEventListener('hashchange',function(){apply();
-    if(names.some(function(n){return state()[n];}))document.getElementById('episodes').scrollIntoView();});
-  apply();
+  function show(){apply();
+    if(names.some(function(n){return state()[n];}))document.getElementById('episodes').scrollIntoView();}
+  window.addEventListener('hashchange',show);
+  show();
 })();
 """

@@ -8,6 +8,7 @@ episodes the way the benchmark harness does: records from
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,25 +92,26 @@ def eval_report_path(output_dir: str | os.PathLike, step: int) -> Path:
     return Path(output_dir) / "eval" / f"step-{step:06d}" / "report.html"
 
 
-def evaluate_episodes(engine: RolloutEngine, dp: Any, accelerator: Any, tasks: Sequence[int], seeds: Sequence[int],
-                      params: SamplingParams, *, desc: str = "evaluate",
+def evaluate_episodes(engine: RolloutEngine, dp: Any | None, accelerator: Any | None, tasks: Sequence[int],
+                      seeds: Sequence[int], params: SamplingParams, *, desc: str = "evaluate",
                       report_path: str | os.PathLike | None = None) -> EvalResult:
     """Play ``tasks`` (with ``seeds``) through ``engine``, each process its share, and summarise all of them.
 
     ``dp`` is the trainer's ``DataParallel``: every process must call this (gathering sharded
-    weights is a collective) and every process gets the whole result. The global RNG states are
-    left as they were, so evaluating does not change the training that follows. With
-    ``report_path``, the main process writes the episodes' ``report.html`` there.
+    weights is a collective) and every process gets the whole result; ``dp=None`` and
+    ``accelerator=None`` play everything in this process. The global RNG states are left as they
+    were, so evaluating does not change the training that follows. With ``report_path``, the main
+    process writes the episodes' ``report.html`` there.
     """
-    local_tasks, local_seeds = dp.shard(list(tasks)), dp.shard(list(seeds))
+    local_tasks, local_seeds = (dp.shard(list(tasks)), dp.shard(list(seeds))) if dp else (list(tasks), list(seeds))
     local: list[Episode] = []
-    with dp.full_weights():
+    with dp.full_weights() if dp else contextlib.nullcontext():
         if local_tasks:
-            with torch.random.fork_rng(), accelerator.autocast():
+            with torch.random.fork_rng(), accelerator.autocast() if accelerator else contextlib.nullcontext():
                 local = engine.collect(task_indices=local_tasks, seeds=local_seeds, params=params, desc=desc)
     models = [engine.team.policy(agent).name for agent in engine.env.possible_agents]
-    result = EvalResult.from_episodes(dp.unshard(local), engine.env.num_turns, models)
-    if report_path is not None and dp.is_main:
+    result = EvalResult.from_episodes(dp.unshard(local) if dp else local, engine.env.num_turns, models)
+    if report_path is not None and (dp is None or dp.is_main):
         result.write_report(report_path, title=f"{desc}: {engine.env_name}")
     return result
 
