@@ -10,10 +10,12 @@ G=4, 64 new tokens, 1 turn, full fine-tune of two fp32 copies of SmolLM2-135M-In
 top_p 0.9, the same text and per-agent prompts, and the joint reward
 ``min(len(agent_1) / len(agent_0), 3)`` in characters. Ours runs :class:`LengthRatioEnv` (a real
 :class:`~llm_marl_envs.core.TextEnv`) through :class:`~trainers.magrpo.MAGRPOTrainer`; comlrl
-runs the peer script in its own virtualenv (``--comlrl-python`` or ``$COMLRL_PYTHON``, default
-``/work/comlrl-venv/bin/python``), made with::
+runs the peer script in its own virtualenv: ``--comlrl-python PATH``, else ``$COMLRL_PYTHON``, else
+``comlrl-venv/bin/python`` under the cache directory (``$LLM_MARL_CACHE``, default
+``~/.cache/llm_marl_envs``), made with::
 
-    python -m venv /work/comlrl-venv && /work/comlrl-venv/bin/pip install torch==2.13.0 comlrl accelerate gguf
+    python -m venv ~/.cache/llm_marl_envs/comlrl-venv && \
+        ~/.cache/llm_marl_envs/comlrl-venv/bin/pip install torch==2.13.0 comlrl accelerate gguf
 
 comlrl updates each agent once per ``rollout_buffer_size=2`` prompts (its default); ours uses
 ``prompts_per_step=2``, so both make the same number of optimiser steps. Timed: the ``train()``
@@ -74,14 +76,12 @@ from typing import Any, Sequence
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # set before torch starts its OpenMP runtime
 
+from llm_marl.models import cache_root  # noqa: E402
 from llm_marl_envs.core import TextEnv  # noqa: E402
 from verifiers import Verdict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_SCRIPT = ROOT.parent / "shared" / "peers" / "comlrl_magrpo_cpu.py"
-DEFAULT_COMLRL_PYTHON = "/work/comlrl-venv/bin/python"
-COMLRL_SETUP = ("python -m venv /work/comlrl-venv && "
-                "/work/comlrl-venv/bin/pip install torch==2.13.0 comlrl accelerate gguf")
 
 # The peer script's text and per-agent prompt prefixes (its `formatters`).
 PEER_TEXT = ("The city council met on Tuesday to discuss the new park. "
@@ -185,11 +185,16 @@ def time_ours(prompts: int, new_tokens: int, generations: int, seed: int = 0) ->
 
 # ----------------------------------------------------------------------------------- speed: comlrl
 def comlrl_python(flag: str | None) -> str:
-    """The comlrl virtualenv's interpreter (flag, else ``$COMLRL_PYTHON``, else the default), or a clear error."""
-    python = flag or os.environ.get("COMLRL_PYTHON") or DEFAULT_COMLRL_PYTHON
+    """The comlrl virtualenv's interpreter (flag, else ``$COMLRL_PYTHON``, else the cache's venv), or a clear error."""
+    venv = cache_root() / "comlrl-venv"
+    sources = [("--comlrl-python", flag), ("$COMLRL_PYTHON", os.environ.get("COMLRL_PYTHON")),
+               ("the default", str(venv / "bin" / "python"))]
+    source, python = next((name, value) for name, value in sources if value)
     if not Path(python).is_file():
-        raise SystemExit(f"comlrl interpreter {python!r} not found. Create the peer's virtualenv with\n    {COMLRL_SETUP}\n"
-                         f"and pass --comlrl-python PATH (or set COMLRL_PYTHON), or run with --skip-comlrl.")
+        raise SystemExit(f"comlrl interpreter {python!r} (from {source}) not found. Create the peer's virtualenv with\n"
+                         f"    python -m venv {venv} && {venv}/bin/pip install torch==2.13.0 comlrl accelerate gguf\n"
+                         f"or pass --comlrl-python PATH (or set COMLRL_PYTHON) to an existing one, or run with "
+                         f"--skip-comlrl.")
     return python
 
 
@@ -284,7 +289,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--new-tokens", type=int, default=64, help="max new tokens per completion")
     parser.add_argument("--generations", type=int, default=4, help="G: samples per agent per prompt")
     parser.add_argument("--comlrl-python", default=None,
-                        help=f"python of comlrl's virtualenv (default: $COMLRL_PYTHON or {DEFAULT_COMLRL_PYTHON})")
+                        help="python of comlrl's virtualenv (default: $COMLRL_PYTHON, else comlrl-venv/bin/python "
+                             "under $LLM_MARL_CACHE or ~/.cache/llm_marl_envs)")
     parser.add_argument("--skip-comlrl", action="store_true", help="time only ours (no ratio)")
     parser.add_argument("--skip-memory", action="store_true", help="skip the memory comparison")
     parser.add_argument("--memory-agents", type=int, default=4, help="agents of the LoRA team in the memory test")

@@ -15,6 +15,7 @@ same rollout path as training). Run directory::
     episodes.jsonl      one record per finished episode, appended as episodes finish
     summary.json        metrics with bootstrap 95% CIs (see :func:`summarize`)
     report.md           the summary as tables, with the plots below
+    report.html         the same plus every episode's transcript, with filters (:mod:`llm_marl.report`)
     accuracy_per_turn.png, transitions.png
 
 An interrupted run resumes where it stopped: finished episodes (by index) are skipped.
@@ -34,7 +35,9 @@ import numpy as np
 from llm_marl_envs import metrics
 from llm_marl_envs.registry import make, spec
 
+from . import report
 from .files import write_text_atomically
+from .report import RunView
 
 BASELINES = ("single", "majority", "debate")
 RUN_FILE, EPISODES_FILE, SUMMARY_FILE, REPORT_FILE = "run.json", "episodes.jsonl", "summary.json", "report.md"
@@ -131,8 +134,11 @@ def episode_record(index: int, episode: Any, wall_time_s: float, models: Sequenc
         "task_id": episode.task_id,
         "seed": episode.seed,
         "models": list(models),
+        "question": _question_of(episode),
+        "gold": next((g for turn in per_turn(_gold_of) for g in turn if g is not None), None),
         "correct": per_turn(lambda t: t.correct),
         "scores": per_turn(lambda t: float(t.verdict["score"]) if t.verdict else float(t.reward)),
+        "rewards": per_turn(lambda t: float(t.reward)),
         "answers": per_turn(_answer_of),
         "responses": per_turn(lambda t: t.text),
         "tokens": int(episode.num_tokens),
@@ -140,11 +146,29 @@ def episode_record(index: int, episode: Any, wall_time_s: float, models: Sequenc
     }
 
 
+def _detail_of(agent_turn: Any, key: str) -> str | None:
+    """A verdict detail (``details[key]``) as text, if the verifier reports it."""
+    details = (agent_turn.verdict or {}).get("details") or {}
+    value = details.get(key) if isinstance(details, dict) else None
+    return None if value is None else str(value)
+
+
 def _answer_of(agent_turn: Any) -> str | None:
     """The verifier's extracted answer (``details["answer"]``), if it reports one."""
-    details = (agent_turn.verdict or {}).get("details") or {}
-    answer = details.get("answer") if isinstance(details, dict) else None
-    return None if answer is None else str(answer)
+    return _detail_of(agent_turn, "answer")
+
+
+def _gold_of(agent_turn: Any) -> str | None:
+    """The gold answer the verifier compared with (``details["gold"]``), if it reports one."""
+    return _detail_of(agent_turn, "gold")
+
+
+def _question_of(episode: Any) -> str | None:
+    """The first agent's first user message: the task as the team saw it."""
+    if not episode.turns:
+        return None
+    first = next(iter(episode.turns[0].values()))
+    return next((m["content"] for m in first.messages if m.get("role") == "user"), None)
 
 
 def read_episodes(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -166,16 +190,23 @@ def read_episodes(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------- run
-def build_team(config: BenchConfig, agents: Sequence[str], policies: dict[str, Any] | None = None):
-    """One policy per distinct model (loaded once, shared by the agents that use it), seated per agent."""
+def load_policies(config: BenchConfig, policies: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Model name -> policy for every model of ``config``'s team: those in ``policies`` as given, others loaded."""
     from llm_marl.backends import load_policy
-    from llm_marl.team import Team
 
     loaded = dict(policies or {})
     for model in dict.fromkeys(config.agent_models()):
         if model not in loaded:
             options = {"n_threads": config.threads} if config.backend == "llamacpp" and config.threads else {}
             loaded[model] = load_policy(config.backend, model, config.base_url, seed=config.seed, **options)
+    return loaded
+
+
+def build_team(config: BenchConfig, agents: Sequence[str], policies: dict[str, Any] | None = None):
+    """One policy per distinct model (loaded once, shared by the agents that use it), seated per agent."""
+    from llm_marl.team import Team
+
+    loaded = load_policies(config, policies)
     return Team.from_policies({agent: loaded[model] for agent, model in zip(agents, config.agent_models())})
 
 
@@ -305,8 +336,8 @@ def summarize(records: Sequence[dict[str, Any]], num_turns: int, *, seed: int = 
 
 
 # ---------------------------------------------------------------------------------- report
-def write_report(out_dir: str | os.PathLike) -> dict[str, Any]:
-    """(Re)build ``summary.json``, ``report.md`` and the plots of a run directory from its episodes."""
+def run_view(out_dir: str | os.PathLike, label: str | None = None) -> tuple[RunView, dict[str, Any]]:
+    """The summary (recomputed from the episodes) and records of a run directory, and its ``run.json``."""
     out = Path(out_dir)
     run_file = out / RUN_FILE
     if not run_file.is_file():
@@ -316,51 +347,54 @@ def write_report(out_dir: str | os.PathLike) -> dict[str, Any]:
     _, num_turns = run["env_shape"]
     summary = {**{k: run[k] for k in ("env_id", "baseline", "models", "backend", "seed", "env_shape", "debate_shape")},
                **summarize(records, num_turns, seed=run["seed"])}
+    return RunView(label or run["baseline"], summary, records), run
+
+
+def write_report(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """(Re)build ``summary.json``, ``report.md``, ``report.html`` and the plots of a run directory from its episodes."""
+    out = Path(out_dir)
+    view, run = run_view(out)
+    summary = view.summary
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    _plot_accuracy(summary, out / ACCURACY_PLOT)
-    if "transitions" in summary:
-        _plot_transitions(summary, out / TRANSITIONS_PLOT)
+    title = f"{summary['env_id']} — {summary['baseline']} (95% CI)"
+    figures = report.run_figures([view], title)
+    for (_, fig, _), name in zip(figures, (ACCURACY_PLOT, TRANSITIONS_PLOT)):
+        report.save_png(fig, out / name)
     (out / REPORT_FILE).write_text(render_report(summary, run), encoding="utf-8")
+    report.write_html_report(out / report.REPORT_HTML, f"Benchmark: {summary['env_id']} — {summary['baseline']}",
+                             [view], meta=run_meta(summary, run), figures=report.embed(figures))
     return summary
 
 
-def _fmt(entry: dict[str, Any] | None, scale: float = 1.0, digits: int = 3) -> str:
-    if entry is None or entry["mean"] is None:
-        return "n/a"
-    lo, hi = (x * scale if x is not None else float("nan") for x in entry["ci95"])
-    return f"{entry['mean'] * scale:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+def run_meta(summary: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    """The settings lines of a run (models, env shape, episodes, sampling, start)."""
+    agents, turns = summary["env_shape"]
+    return [
+        f"models: {', '.join(summary['models'])} (backend {summary['backend']})",
+        f"env: {agents} agent(s) × {turns} turn(s); matched debate: {summary['debate_shape'][0]} × "
+        f"{summary['debate_shape'][1]}",
+        f"episodes: {summary['num_episodes']}, seed {summary['seed']}, sampling: "
+        f"max_new_tokens={run['config']['max_new_tokens']}, temperature={run['config']['temperature']}, "
+        f"top_p={run['config']['top_p']}",
+        f"started {run['started']}; python {run['python']}",
+    ]
 
 
 def render_report(summary: dict[str, Any], run: dict[str, Any]) -> str:
     """The markdown report of a summary."""
-    agents, turns = summary["env_shape"]
     label = "accuracy" if summary["metric"] == "accuracy" else "mean score"
     lines = [
         f"# Benchmark: {summary['env_id']} — {summary['baseline']}",
         "",
-        f"- models: {', '.join(summary['models'])} (backend `{summary['backend']}`)",
-        f"- env: {agents} agent(s) × {turns} turn(s); matched debate: {summary['debate_shape'][0]} × "
-        f"{summary['debate_shape'][1]}",
-        f"- episodes: {summary['num_episodes']}, seed {summary['seed']}, "
-        f"sampling: max_new_tokens={run['config']['max_new_tokens']}, temperature={run['config']['temperature']}, "
-        f"top_p={run['config']['top_p']}",
-        f"- started {run['started']}; python {run['python']}",
+        *(f"- {line}" for line in run_meta(summary, run)),
         "",
         "All intervals are bootstrap 95% CIs over episodes. Episodes run in batches through the rollout "
-        "engine; an episode's wall time is its batch's time divided by the batch size.",
+        "engine; an episode's wall time is its batch's time divided by the batch size. Every episode's "
+        f"transcript is in [{report.REPORT_HTML}]({report.REPORT_HTML}).",
         "",
         "| metric | value [95% CI] |",
         "| --- | --- |",
-    ]
-    for t, entry in enumerate(summary["accuracy_per_turn"]):
-        lines.append(f"| {label}, turn {t} (mean over agents) | {_fmt(entry)} |")
-    lines += [
-        f"| final majority-vote accuracy | {_fmt(summary['final_majority_accuracy'])} |",
-        f"| consensus rate (final turn) | {_fmt(summary['consensus_rate'])} |",
-        f"| tokens generated per episode | {_fmt(summary['tokens_per_episode'], digits=1)} |",
-        f"| wall time per episode (s) | {_fmt(summary['wall_time_per_episode_s'], digits=2)} |",
-        f"| tokens generated (total) | {summary['tokens_total']} |",
-        f"| wall time (total, s) | {summary['wall_time_total_s']:.1f} |",
+        *(f"| {name} | {value} |" for name, value in report.summary_rows(summary)),
         "",
         f"![{label} per turn]({ACCURACY_PLOT})",
     ]
@@ -373,59 +407,9 @@ def render_report(summary: dict[str, Any], run: dict[str, Any]) -> str:
             "",
             "| transition | count | rate [95% CI] |",
             "| --- | ---: | --- |",
-            *(f"| {name} | {count} | {_fmt(rates[name])} |"
+            *(f"| {name} | {count} | {report.format_ci(rates[name])} |"
               for name, count in zip(metrics.TRANSITION_LABELS, (cc, ci_, ic, ii))),
             "",
             f"![transitions]({TRANSITIONS_PLOT})",
         ]
     return "\n".join(lines) + "\n"
-
-
-def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def _plot_accuracy(summary: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
-    entries = summary["accuracy_per_turn"]
-    means = np.array([e["mean"] for e in entries])
-    lows = np.array([e["ci95"][0] for e in entries])
-    highs = np.array([e["ci95"][1] for e in entries])
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    turns = np.arange(len(entries))
-    ax.errorbar(turns, means, yerr=[means - lows, highs - means], marker="o", capsize=4, label="mean over agents")
-    if summary.get("final_majority_accuracy"):
-        ax.axhline(summary["final_majority_accuracy"]["mean"], linestyle="--", color="gray", label="final majority")
-    ax.set_xticks(turns)
-    ax.set_xlabel("turn")
-    ax.set_ylabel("accuracy" if summary["metric"] == "accuracy" else "mean score")
-    if summary["metric"] == "accuracy":
-        ax.set_ylim(-0.03, 1.03)
-    ax.set_title(f"{summary['env_id']} — {summary['baseline']} (95% CI)")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def _plot_transitions(summary: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
-    counts = np.array(summary["transitions"]["counts"])
-    total = max(int(counts.sum()), 1)
-    fig, ax = plt.subplots(figsize=(4, 3.5))
-    image = ax.imshow(counts / total, cmap="Blues", vmin=0, vmax=1)
-    for (row, col), count in np.ndenumerate(counts):
-        ax.text(col, row, f"{count}\n{count / total:.0%}", ha="center", va="center",
-                color="white" if count / total > 0.5 else "black")
-    ax.set_xticks([0, 1], ["correct", "incorrect"])
-    ax.set_yticks([0, 1], ["correct", "incorrect"])
-    ax.set_xlabel("turn t+1")
-    ax.set_ylabel("turn t")
-    ax.set_title("correctness transitions")
-    fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -1,7 +1,7 @@
 """The ``llm-marl`` command line: list envs, benchmark LLM teams, train, rebuild reports.
 
     llm-marl envs
-    llm-marl bench gsm_symbolic_debate-v0 --model smollm2-135m --episodes 20
+    llm-marl bench arithmetic_debate-v0 --baseline single,majority,debate --episodes 40
     llm-marl bench anli_debate-v0 --models smollm2-135m,/path/to/other --backend hf --baseline debate
     llm-marl train magrpo tldr_writing-v0 --config cfg.yaml --set learning_rate=1e-5
     llm-marl report runs/bench/gsm_symbolic_debate-v0-debate-seed0
@@ -68,8 +68,9 @@ def default_backend(models: Sequence[str]) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run (or resume) a benchmark and write its report."""
+    """Run (or resume) a benchmark, or several baselines on the same tasks, and write the report."""
     from .benchmark import BenchConfig, run_benchmark
+    from .compare import compare_baselines, format_comparison, parse_baselines
 
     models = [m.strip() for m in args.models.split(",")] if args.models else [args.model or DEFAULT_MODEL]
     if args.models and args.model:
@@ -77,13 +78,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if any(not m for m in models):
         raise UserError(f"--models has an empty name in {args.models!r}; separate names with single commas")
     backend = args.backend or default_backend(models)
+    baselines = parse_baselines(args.baseline)
     env_kwargs = {k: v for k, v in env_arguments(args).items() if k not in ("num_agents", "num_turns")}
     config = BenchConfig(
-        env_id=args.env, models=models, backend=backend, base_url=args.base_url, baseline=args.baseline,
+        env_id=args.env, models=models, backend=backend, base_url=args.base_url, baseline=baselines[0],
         num_agents=args.num_agents, num_turns=args.num_turns, episodes=args.episodes, seed=args.seed,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
         episodes_per_batch=args.episodes_per_batch, threads=args.threads, env_kwargs=env_kwargs)
-    out = Path(args.out or Path("runs") / "bench" / f"{args.env}-{args.baseline}-seed{args.seed}")
+    out = Path(args.out or Path("runs") / "bench" / f"{args.env}-{'+'.join(baselines)}-seed{args.seed}")
+    if len(baselines) > 1:
+        print(format_comparison(compare_baselines(config, baselines, out, progress=not args.quiet), out))
+        return 0
     summary = run_benchmark(config, out, progress=not args.quiet)
     print(format_summary(summary, out))
     return 0
@@ -91,7 +96,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def format_summary(summary: dict[str, Any], out: Path) -> str:
     """A few lines for the terminal: headline metrics and where the report is."""
-    from .benchmark import REPORT_FILE, _fmt
+    from .benchmark import REPORT_FILE
+    from .report import REPORT_HTML as HTML_REPORT, format_ci as _fmt
 
     turns = ", ".join(_fmt(e) for e in summary["accuracy_per_turn"])
     lines = [f"{summary['env_id']} | {summary['baseline']} | {', '.join(summary['models'])} | "
@@ -100,14 +106,18 @@ def format_summary(summary: dict[str, Any], out: Path) -> str:
              f"  final majority: {_fmt(summary['final_majority_accuracy'])}   "
              f"consensus: {_fmt(summary['consensus_rate'])}",
              f"  tokens: {summary['tokens_total']}   wall time: {summary['wall_time_total_s']:.1f} s",
-             f"  report: {out / REPORT_FILE}"]
+             f"  report: {out / HTML_REPORT}  ({out / REPORT_FILE})"]
     return "\n".join(lines)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Rebuild summary.json, report.md and the plots of a run directory."""
+    """Rebuild summary.json, report.md, report.html and the plots of a run (or comparison) directory."""
     from .benchmark import write_report
+    from .compare import format_comparison, is_comparison, write_comparison
 
+    if is_comparison(args.dir):
+        print(format_comparison(write_comparison(args.dir), Path(args.dir)))
+        return 0
     summary = write_report(args.dir)
     print(format_summary(summary, Path(args.dir)))
     return 0
@@ -225,8 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmark a model or team on an env",
                            description="Run baseline episodes (single agent, majority vote at a matched token budget, "
-                                       "debate, mixed teams) and write episodes.jsonl, summary.json, report.md and "
-                                       "plots to --out. Re-running with the same --out resumes.")
+                                       "debate, mixed teams) and write episodes.jsonl, summary.json, report.md, "
+                                       "report.html and plots to --out; several baselines share the tasks and "
+                                       "get one comparison report. Re-running with the same --out resumes.")
     bench.add_argument("env", help="environment id (see `llm-marl envs`)")
     team = bench.add_mutually_exclusive_group()
     team.add_argument("--model", default=None, help=f"model for every agent: embedded name, .gguf file, local HF "
@@ -236,13 +247,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="inference backend (default: llamacpp for embedded/.gguf models, else hf)")
     bench.add_argument("--base-url", default=None, help="OpenAI-compatible server URL for --backend openai, "
                        "e.g. http://127.0.0.1:8000/v1")
-    bench.add_argument("--baseline", choices=["single", "majority", "debate"], default="debate",
-                       help="single: 1 agent 1 turn; majority: N*T independent samples voted; debate: N agents x T turns "
-                       "(default: debate)")
+    bench.add_argument("--baseline", default="debate", metavar="B[,B...]",
+                       help="single: 1 agent 1 turn; majority: N*T independent samples voted; debate: N agents x T turns. "
+                       "Several, comma-separated (e.g. single,majority,debate), run on the same tasks and write one "
+                       "comparison report (default: debate)")
     bench.add_argument("--episodes", type=int, default=20, help="number of episodes (tasks) (default: 20)")
     add_env_arguments(bench)
     bench.add_argument("--seed", type=int, default=0, help="seed of task order, sampling and bootstrap CIs (default: 0)")
-    bench.add_argument("--out", default=None, help="run directory (default: runs/bench/ENV-BASELINE-seedSEED)")
+    bench.add_argument("--out", default=None, help="run directory (default: runs/bench/ENV-BASELINES-seedSEED)")
     bench.add_argument("--max-new-tokens", type=int, default=256, help="tokens per answer (default: 256)")
     bench.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, 0 = greedy (default: 0.7)")
     bench.add_argument("--top-p", type=float, default=0.9, help="nucleus sampling mass (default: 0.9)")
@@ -267,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=cmd_train)
 
     report = sub.add_parser("report", help="rebuild the report of a bench run directory",
-                            description="Recompute summary.json, report.md and plots from episodes.jsonl.")
+                            description="Recompute summary.json, report.md, report.html and plots from "
+                                        "episodes.jsonl (of every baseline, for a comparison directory).")
     report.add_argument("dir", help="a bench run directory (its --out)")
     report.set_defaults(func=cmd_report)
 

@@ -136,3 +136,14 @@ def with_ci(data: Sequence[Any] | np.ndarray, statistic: Callable[[np.ndarray], 
 
 def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], *, seed: int = 0,
+                      num_resamples: int = 1000) -> dict[str, Any]:
+    """Mean of ``a - b`` over paired episodes (the same tasks) with a bootstrap 95% CI, and win/tie/loss counts."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired_difference needs two equal-length 1-D sequences, got shapes {a.shape} and {b.shape}")
+    out = with_ci(a - b, seed=seed, num_resamples=num_resamples)
+    out.update(wins=int((a > b).sum()), ties=int((a == b).sum()), losses=int((a < b).sum()))
+    return out

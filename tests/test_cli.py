@@ -120,8 +120,8 @@ def test_bench_then_report_end_to_end(tiny_model_dir, tmp_path, capsys):
             "--quiet"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "2 episodes" in printed and str(out / "report.md") in printed
-    for name in ("run.json", "episodes.jsonl", "summary.json", "report.md", "accuracy_per_turn.png",
+    assert "2 episodes" in printed and str(out / "report.html") in printed
+    for name in ("run.json", "episodes.jsonl", "summary.json", "report.md", "report.html", "accuracy_per_turn.png",
                  "transitions.png"):
         assert (out / name).is_file(), name
     summary = json.loads((out / "summary.json").read_text())
@@ -130,6 +130,31 @@ def test_bench_then_report_end_to_end(tiny_model_dir, tmp_path, capsys):
     assert main(["report", str(out)]) == 0
     assert json.loads((out / "summary.json").read_text()) == summary
     assert "# Benchmark: gsm_symbolic_debate-v0" in (out / "report.md").read_text()
+
+
+def test_bench_compares_baselines_on_the_same_tasks(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "compare"
+    argv = ["bench", "arithmetic_debate-v0", "--model", str(tiny_model_dir), "--backend", "hf", "--episodes", "2",
+            "--baseline", "single,majority,debate", "--num-agents", "2", "--num-turns", "2", "--max-new-tokens", "4",
+            "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "debate 2x2, majority of 4" in printed and "team answer debate - single" in printed
+    result = json.loads((out / "comparison.json").read_text())
+    assert list(result["baselines"]) == ["single", "majority", "debate"] and result["num_paired_tasks"] == 2
+    assert [result["baselines"][b]["env_shape"] for b in result["baselines"]] == [[1, 1], [4, 1], [2, 2]]
+    tasks = [[json.loads(line)["task_index"] for line in (out / b / "episodes.jsonl").read_text().splitlines()]
+             for b in ("single", "majority", "debate")]
+    assert tasks[0] == tasks[1] == tasks[2]
+    page = (out / "report.html").read_text()
+    assert all(f'id="ep-{b}-1"' in page for b in ("single", "majority", "debate"))
+    assert (out / "comparison.png").read_bytes()[:4] == b"\x89PNG" and "| debate − single |" in (
+        out / "comparison.md").read_text()
+    (out / "comparison.json").unlink()
+    assert main(["report", str(out)]) == 0
+    assert json.loads((out / "comparison.json").read_text()) == result
+    assert main(["bench", "arithmetic_debate-v0", "--baseline", "single,vote", "--out", str(tmp_path / "x")]) == 2
+    assert "unknown baseline(s) ['vote']" in capsys.readouterr().err
 
 
 def test_train_magrpo_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path, capsys):

@@ -70,6 +70,17 @@ def test_peer_line_parsing_and_missing_interpreter_error(tmp_path, monkeypatch):
     monkeypatch.delenv("COMLRL_PYTHON", raising=False)
     with pytest.raises(SystemExit, match="pip install torch==2.13.0 comlrl"):
         bench.comlrl_python(str(tmp_path / "missing" / "python"))
+    monkeypatch.setenv("COMLRL_PYTHON", str(tmp_path / "env" / "python"))
+    with pytest.raises(SystemExit, match=r"env/python' \(from \$COMLRL_PYTHON\) not found"):
+        bench.comlrl_python(None)
+    monkeypatch.delenv("COMLRL_PYTHON")
+    monkeypatch.setenv("LLM_MARL_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(SystemExit, match=r"(?s)\(from the default\) not found.*python -m venv .*cache/comlrl-venv"):
+        bench.comlrl_python(None)
+    python = tmp_path / "cache" / "comlrl-venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    assert bench.comlrl_python(None) == str(python)
 
 
 def test_example_paired_difference_counts_posts():

@@ -32,6 +32,10 @@ Layers, each reported as active or not in ``Verdict.details["isolation"]``:
 - ``env``: the environment is scrubbed (``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` only).
 - ``no_new_privs`` and a parent-death signal; a wall-clock timeout kills the runner.
 
+When the kernel or user refuses a namespace layer (netns, pidns, readonly_fs, or the uid drop as
+root), checks still run with the remaining layers and a ``RuntimeWarning`` naming the missing ones
+is issued once; with ``LLM_MARL_SANDBOX_STRICT=1`` the sandbox refuses instead (``IsolationError``).
+
 Results come back on a dedicated pipe, one line per assert execution, each carrying a per-check
 random nonce; the zygote drops lines without it, so printing or writing fake results does
 not count. The recorder is bound under a per-check random global name and holds its own
@@ -51,6 +55,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -170,6 +175,11 @@ class _Zygote:
             self._close_pipes()
             raise RuntimeError(f"sandbox zygote {_ZYGOTE_SCRIPT} did not start (exit code {self.proc.poll()}):\n{error}")
         self.caps: dict[str, Any] = hello["caps"]
+        try:
+            check_isolation(self.caps)
+        except IsolationError:
+            self.discard()
+            raise
 
     def _receive(self, deadline: float) -> Any:
         return read_message(self.proc.stdout.fileno(), deadline)
@@ -213,6 +223,40 @@ class _Zygote:
                 stream.close()
             except OSError:
                 pass
+
+
+STRICT_ENV = "LLM_MARL_SANDBOX_STRICT"
+_warned_missing: set[str] = set()
+
+
+class IsolationError(RuntimeError):
+    """Strict mode (``LLM_MARL_SANDBOX_STRICT=1``) and a sandbox layer the kernel or user does not allow."""
+
+
+def missing_layers(caps: Mapping[str, Any]) -> list[str]:
+    """The kernel isolation layers a zygote could not set up (the uid drop counts only when running as root)."""
+    wanted = ["netns", "pidns", "readonly_fs"] + (["drop_uid"] if os.geteuid() == 0 else [])
+    return [layer for layer in wanted if not caps.get(layer)]
+
+
+def check_isolation(caps: Mapping[str, Any]) -> None:
+    """Refuse (strict mode) or warn once per set of missing layers when a sandbox runs without all of its layers."""
+    missing = missing_layers(caps)
+    if not missing:
+        return
+    fix = ("allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
+           "kernel.apparmor_restrict_unprivileged_userns=0), or in a container grant CAP_SYS_ADMIN / an unconfined "
+           "seccomp profile")
+    if os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+        raise IsolationError(f"{STRICT_ENV} is set and the sandbox cannot set up {missing}; refusing to run untrusted "
+                             f"code without them. To get them: {fix}; or unset {STRICT_ENV} to run with the "
+                             f"remaining layers (separate process, rlimits, scrubbed environment, timeout)")
+    if set(missing) - _warned_missing:
+        _warned_missing.update(missing)
+        warnings.warn(f"SANDBOX ISOLATION REDUCED: generated code runs WITHOUT {missing} (the kernel or user does not "
+                      f"allow them): it can reach the network, other processes or the file system that these layers "
+                      f"would block. To get them: {fix}. Set {STRICT_ENV}=1 to refuse to run code without them.",
+                      RuntimeWarning, stacklevel=3)
 
 
 def _isolation(caps: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,14 +8,18 @@ episodes the way the benchmark harness does: records from
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from llm_marl.benchmark import episode_record
+from llm_marl.benchmark import episode_record, summarize
 from llm_marl.episode import Episode
 from llm_marl.policy import SamplingParams
+from llm_marl.report import RunView, write_html_report
 from llm_marl.rollout import RolloutEngine
 from llm_marl_envs import metrics
 
@@ -36,6 +40,7 @@ class EvalResult:
             interval; ``None`` when the verifier judges no answer right or wrong (e.g. writing rewards).
         episodes: one JSON-ready record per episode, in task order (``episode_record`` of the
             benchmark: per turn and agent, correctness, scores, extracted answers, responses).
+        num_turns: turns of the env the episodes ran in.
     """
 
     num_episodes: int
@@ -45,6 +50,7 @@ class EvalResult:
     accuracy_per_turn: list[float] | None
     accuracy_per_turn_ci: list[tuple[float, float]] | None
     episodes: list[dict[str, Any]] = field(repr=False)
+    num_turns: int = 1
 
     @classmethod
     def from_episodes(cls, episodes: Sequence[Episode], num_turns: int, models: Sequence[str]) -> "EvalResult":
@@ -62,7 +68,8 @@ class EvalResult:
             accuracy = [float(m) for m in means]
             accuracy_ci = [(float(lo), float(hi)) for lo, hi in zip(lows, highs)]
         return cls(num_episodes=len(records), team_reward=float(mean), team_reward_ci=(float(low), float(high)),
-                   rewards=rewards, accuracy_per_turn=accuracy, accuracy_per_turn_ci=accuracy_ci, episodes=records)
+                   rewards=rewards, accuracy_per_turn=accuracy, accuracy_per_turn_ci=accuracy_ci, episodes=records,
+                   num_turns=num_turns)
 
     def metrics(self) -> dict[str, float]:
         """The scalars a metric sink takes: team reward with its CI, accuracy of each turn."""
@@ -71,23 +78,42 @@ class EvalResult:
         out.update({f"accuracy_turn{t}": value for t, value in enumerate(self.accuracy_per_turn or [])})
         return out
 
+    def write_report(self, path: str | os.PathLike, title: str = "Evaluation") -> Path:
+        """Write these episodes as ``report.html`` (:mod:`llm_marl.report`: tables, plots, transcripts, filters)."""
+        view = RunView("eval", summarize(self.episodes, self.num_turns), self.episodes)
+        low, high = self.team_reward_ci
+        meta = [f"{self.num_episodes} episodes; team reward {self.team_reward:.3f} [{low:.3f}, {high:.3f}] "
+                "(bootstrap 95% CI)"]
+        return write_html_report(path, title, [view], meta=meta)
 
-def evaluate_episodes(engine: RolloutEngine, dp: Any, accelerator: Any, tasks: Sequence[int], seeds: Sequence[int],
-                      params: SamplingParams, *, desc: str = "evaluate") -> EvalResult:
+
+def eval_report_path(output_dir: str | os.PathLike, step: int) -> Path:
+    """Where a trainer writes the page of its evaluation at ``step``: ``<output_dir>/eval/step-<step>/report.html``."""
+    return Path(output_dir) / "eval" / f"step-{step:06d}" / "report.html"
+
+
+def evaluate_episodes(engine: RolloutEngine, dp: Any | None, accelerator: Any | None, tasks: Sequence[int],
+                      seeds: Sequence[int], params: SamplingParams, *, desc: str = "evaluate",
+                      report_path: str | os.PathLike | None = None) -> EvalResult:
     """Play ``tasks`` (with ``seeds``) through ``engine``, each process its share, and summarise all of them.
 
     ``dp`` is the trainer's ``DataParallel``: every process must call this (gathering sharded
-    weights is a collective) and every process gets the whole result. The global RNG states are
-    left as they were, so evaluating does not change the training that follows.
+    weights is a collective) and every process gets the whole result; ``dp=None`` and
+    ``accelerator=None`` play everything in this process. The global RNG states are left as they
+    were, so evaluating does not change the training that follows. With ``report_path``, the main
+    process writes the episodes' ``report.html`` there.
     """
-    local_tasks, local_seeds = dp.shard(list(tasks)), dp.shard(list(seeds))
+    local_tasks, local_seeds = (dp.shard(list(tasks)), dp.shard(list(seeds))) if dp else (list(tasks), list(seeds))
     local: list[Episode] = []
-    with dp.full_weights():
+    with dp.full_weights() if dp else contextlib.nullcontext():
         if local_tasks:
-            with torch.random.fork_rng(), accelerator.autocast():
+            with torch.random.fork_rng(), accelerator.autocast() if accelerator else contextlib.nullcontext():
                 local = engine.collect(task_indices=local_tasks, seeds=local_seeds, params=params, desc=desc)
     models = [engine.team.policy(agent).name for agent in engine.env.possible_agents]
-    return EvalResult.from_episodes(dp.unshard(local), engine.env.num_turns, models)
+    result = EvalResult.from_episodes(dp.unshard(local) if dp else local, engine.env.num_turns, models)
+    if report_path is not None and (dp is None or dp.is_main):
+        result.write_report(report_path, title=f"{desc}: {engine.env_name}")
+    return result
 
 
-__all__ = ["EvalResult", "evaluate_episodes", "BOOTSTRAP_RESAMPLES"]
+__all__ = ["EvalResult", "evaluate_episodes", "eval_report_path", "BOOTSTRAP_RESAMPLES"]

@@ -44,7 +44,7 @@ from llm_marl_envs.core import TextEnv
 
 from ..common.checkpoint import latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
 from ..common.distributed import prepare_training
-from ..common.evaluation import EvalResult, evaluate_episodes
+from ..common.evaluation import EvalResult, eval_report_path, evaluate_episodes
 from ..common.logging import MetricsLogger
 from ..common.losses import kl_per_token, sequence_means
 from llm_marl.backends.hf import HFPolicy
@@ -354,7 +354,8 @@ class MAGRPOTrainer:
         params = SamplingParams(max_new_tokens=self.config.max_new_tokens, temperature=self.config.eval_temperature,
                                 top_p=self.config.top_p)
         seeds = [self.config.seed + i for i in range(len(tasks))]
-        return evaluate_episodes(self.eval_engine, self.dp, self.accelerator, tasks, seeds, params)
+        return evaluate_episodes(self.eval_engine, self.dp, self.accelerator, tasks, seeds, params,
+                                 report_path=eval_report_path(self.config.output_dir, self.step))
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> None:

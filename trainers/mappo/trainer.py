@@ -43,7 +43,7 @@ from llm_marl_envs.core import render_messages
 from trainers.common.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint
 from trainers.common.distributed import prepare_training
 from llm_marl.episode import Episode
-from trainers.common.evaluation import EvalResult, evaluate_episodes
+from trainers.common.evaluation import EvalResult, eval_report_path, evaluate_episodes
 from trainers.common.logging import MetricsLogger
 from trainers.common.losses import kl_per_token, masked_mean
 from llm_marl.policy import SamplingParams
@@ -432,7 +432,7 @@ class MAPPOTrainer:
         engine = RolloutEngine(self.eval_env, self.team, progress=False)
         params = self.sampling_params(0, temperature=self.config.eval_temperature)
         return evaluate_episodes(engine, self.dp, self.accelerator, list(range(n)), [self.config.seed + i for i in range(n)],
-                                 params, desc="eval")
+                                 params, desc="eval", report_path=eval_report_path(self.config.output_dir, self.step))
 
 
 def _idle_response(agent: str, pad_id: int) -> Response:

@@ -1,0 +1,45 @@
+"""Several baselines on the same tasks: headline metrics, paired differences, the comparison files."""
+from __future__ import annotations
+
+import pytest
+
+from llm_marl.benchmark import summarize
+from llm_marl.compare import comparison, parse_baselines, team_score
+from llm_marl.report import RunView
+from llm_marl_envs.metrics import paired_difference
+from tests.test_report import debate_records, single_records
+
+
+def test_parse_baselines_names_the_bad_one():
+    assert parse_baselines("single, majority,debate,single") == ["single", "majority", "debate"]
+    with pytest.raises(ValueError, match=r"unknown baseline\(s\) \['vote'\].*single,majority,debate"):
+        parse_baselines("single,vote")
+
+
+def test_paired_difference_counts_tasks_and_bootstraps_the_mean():
+    out = paired_difference([1, 1, 0, 1], [0, 1, 0, 0], seed=0)
+    assert out["mean"] == pytest.approx(0.5) and (out["wins"], out["ties"], out["losses"]) == (2, 2, 0)
+    assert 0.0 <= out["ci95"][0] <= 0.5 <= out["ci95"][1] <= 1.0
+    with pytest.raises(ValueError, match="equal-length"):
+        paired_difference([1, 0], [1])
+
+
+def test_comparison_pairs_baselines_on_the_same_tasks():
+    single, debate = single_records(), debate_records()
+    views = [RunView("single", {**summarize(single, 1), "env_id": "e", "models": ["m"], "backend": "hf", "seed": 0,
+                                "debate_shape": [2, 2], "env_shape": [1, 1]}, single),
+             RunView("debate", {**summarize(debate, 2), "env_id": "e", "models": ["m", "m"], "backend": "hf",
+                                "seed": 0, "debate_shape": [2, 2], "env_shape": [2, 2]}, debate)]
+    assert [team_score(r) for r in single] == [0.0, 0.0, 1.0]
+    assert [team_score(r) for r in debate] == [0.0, 1.0, 1.0]     # episode 0: final answers "7", "7", both wrong
+    result = comparison(views)
+    assert result["num_paired_tasks"] == 3
+    assert result["baselines"]["debate"]["team_answer_accuracy"]["mean"] == pytest.approx(2 / 3)
+    assert result["baselines"]["debate"]["first_answer_accuracy"]["mean"] == pytest.approx(0.5)
+    assert result["baselines"]["single"]["transitions"] is None
+    (pair,) = result["paired_team_answer_difference"]
+    assert (pair["a"], pair["b"], pair["wins"], pair["ties"], pair["losses"]) == ("debate", "single", 1, 2, 0)
+    assert pair["mean"] == pytest.approx(1 / 3)
+    shifted = [dict(r, task_index=r["task_index"] + 1) for r in debate]
+    with pytest.raises(ValueError, match="same tasks"):
+        comparison([views[0], RunView("debate", views[1].summary, shifted)])
