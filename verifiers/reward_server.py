@@ -11,14 +11,24 @@ MAPoRL ran its reward model as a separate server so the trainer's process need n
 ====================  =============================================================================
 
 Batching: concurrent requests are queued and one worker thread scores them together, up to
-``max_batch_size`` items, waiting at most ``max_wait_ms`` for a batch to fill. Bad requests get a
-4xx JSON ``{"error": "..."}``: 400 (not JSON, missing or mistyped fields, empty ``items``), 404
-(unknown path), 411 (no ``Content-Length``), 413 (body or item count too large). A scorer
-failure is a 500 with the exception text. The server binds to loopback only (no auth).
+``max_batch_size`` items, waiting at most ``max_wait_ms`` for a batch to fill.
+
+Load and bad input. The listen backlog holds ``backlog`` connections (default 1024), so a burst
+of clients is queued by the kernel, not reset. At most ``max_pending_requests`` requests are
+being read or scored at once; one more gets ``503`` with ``Retry-After`` (the client should
+come back), never a dropped connection. A body must arrive within ``read_timeout_s`` in total
+(a slow or truncated body gets ``408``), and idle keep-alive connections close after the same
+time. Every bad request gets a 4xx JSON ``{"error": "..."}`` and the server keeps serving: 400
+(not UTF-8, not JSON, nested too deep, missing or mistyped fields, empty ``items``, a bad or
+repeated ``Content-Length``, a body shorter than announced), 404 (unknown path), 405 (other
+methods), 408 (body too slow), 411 (no ``Content-Length``), 413 (body or item count too large),
+and the stdlib's own 400/414/431/505 for malformed request lines and headers, also as JSON. A
+scorer failure is a 500 with the exception text. The server binds to loopback only (no auth).
 
 :class:`RewardClient` times out every request, retries connection failures, timeouts and 5xx
-answers with exponential backoff, and raises :class:`RewardServerError` (never returns a default
-score) when the server cannot answer or refuses the request.
+answers with exponential backoff (at least the server's ``Retry-After``), and raises
+:class:`RewardServerError` (never returns a default score) when the server cannot answer or
+refuses the request.
 
 Command line: ``python -m verifiers.reward_server --model DIR [--port 8008]``.
 """
@@ -27,11 +37,13 @@ from __future__ import annotations
 import argparse
 import json
 import queue
+import socket
 import threading
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Sequence
 
@@ -46,9 +58,26 @@ class RewardServerError(RuntimeError):
 
 
 class _BadRequest(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    """A request the server answers with ``status`` and a JSON error (``close``: the body was not read whole)."""
+
+    def __init__(self, status: int, message: str, close: bool = False) -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.close = status, close
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """The stdlib threading server with a listen backlog of our choosing and quiet connection errors."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], backlog: int) -> None:
+        self.request_queue_size = backlog        # read by server_activate() inside __init__: listen(backlog)
+        self.num_connection_errors = 0
+        super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that vanished mid-reply (reset, broken pipe) is counted, not printed."""
+        self.num_connection_errors += 1
 
 
 class RewardServer:
@@ -65,6 +94,11 @@ class RewardServer:
         max_wait_ms: float = 10.0,
         max_items_per_request: int = 256,
         max_body_bytes: int = 4_000_000,
+        backlog: int = 1024,
+        max_pending_requests: int = 256,
+        read_timeout_s: float = 10.0,
+        score_timeout_s: float = 300.0,
+        retry_after_s: int = 1,
     ) -> None:
         if host not in LOOPBACK_HOSTS:
             raise ValueError(f"the reward server has no authentication and binds to loopback only; got host={host!r}, "
@@ -72,15 +106,25 @@ class RewardServer:
         if max_batch_size < 1 or max_items_per_request < 1 or max_wait_ms < 0:
             raise ValueError(f"max_batch_size and max_items_per_request must be >= 1 and max_wait_ms >= 0, got "
                              f"{max_batch_size}, {max_items_per_request}, {max_wait_ms}")
+        if backlog < 1 or max_pending_requests < 1 or max_body_bytes < 1 or retry_after_s < 0:
+            raise ValueError(f"backlog, max_pending_requests and max_body_bytes must be >= 1 and retry_after_s >= 0, "
+                             f"got {backlog}, {max_pending_requests}, {max_body_bytes}, {retry_after_s}")
+        if read_timeout_s <= 0 or score_timeout_s <= 0:
+            raise ValueError(f"read_timeout_s and score_timeout_s must be > 0, got {read_timeout_s}, {score_timeout_s}")
         self.scorer, self.name = scorer, name
         self.max_batch_size, self.max_wait_s = max_batch_size, max_wait_ms / 1000.0
         self.max_items_per_request, self.max_body_bytes = max_items_per_request, max_body_bytes
-        self.num_requests = 0
+        self.max_pending_requests, self.retry_after_s = max_pending_requests, retry_after_s
+        self.read_timeout_s, self.score_timeout_s = read_timeout_s, score_timeout_s
+        self.num_requests = 0           # /score requests answered 200
         self.num_batches = 0
+        self.num_rejected = 0           # 4xx answers
+        self.num_overloaded = 0         # 503 answers
+        self._count_lock = threading.Lock()
+        self._pending = threading.BoundedSemaphore(max_pending_requests)
         self._jobs: queue.Queue = queue.Queue()
         self._stopping = threading.Event()
-        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
-        self._httpd.daemon_threads = True
+        self._httpd = _HTTPServer((host, port), self._handler_class(), backlog)
         self._threads: list[threading.Thread] = []
 
     @property
@@ -88,6 +132,11 @@ class RewardServer:
         """Base URL, e.g. ``http://127.0.0.1:54321``."""
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
+
+    @property
+    def num_connection_errors(self) -> int:
+        """Connections that failed at the socket level (the client reset or left mid-reply)."""
+        return self._httpd.num_connection_errors
 
     def start(self) -> "RewardServer":
         """Serve in background threads (returns self; use as a context manager to stop)."""
@@ -112,6 +161,10 @@ class RewardServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+    def _count(self, name: str) -> None:
+        with self._count_lock:
+            setattr(self, name, getattr(self, name) + 1)
 
     # ---------------------------------------------------------------- batching
     def submit(self, pairs: list[tuple[str, str]]) -> Future:
@@ -142,7 +195,7 @@ class RewardServer:
 
     def _score_jobs(self, jobs: list[tuple[list[tuple[str, str]], Future]]) -> None:
         pairs = [pair for job_pairs, _ in jobs for pair in job_pairs]
-        self.num_batches += 1
+        self._count("num_batches")
         try:
             verdicts = self.scorer(pairs)
             if len(verdicts) != len(pairs):
@@ -159,9 +212,16 @@ class RewardServer:
     # ---------------------------------------------------------------- HTTP
     def _parse_items(self, body: bytes) -> list[tuple[str, str]]:
         try:
-            payload = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise _BadRequest(400, f"body is not valid JSON: {error}") from error
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise _BadRequest(400, f"body is not UTF-8 text: {error}") from None
+        try:
+            payload = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise _BadRequest(400, f"body is not valid JSON: {error}") from None
+        except RecursionError:
+            raise _BadRequest(400, "body is not valid JSON: nested too deeply to parse; send a flat "
+                                   '{"items": [...]} object') from None
         if not isinstance(payload, dict) or not isinstance(payload.get("items"), list):
             raise _BadRequest(400, 'body must be a JSON object {"items": [{"question": str, "answer": str}, ...]}')
         items = payload["items"]
@@ -176,50 +236,142 @@ class RewardServer:
             pairs.append((item["question"], item["answer"]))
         return pairs
 
+    def _body_length(self, headers: Any) -> int:
+        """The announced body length, checked against the limits."""
+        lengths = headers.get_all("Content-Length") or []
+        if not lengths:
+            raise _BadRequest(411, "Content-Length header is required (chunked bodies are not accepted)", close=True)
+        if len(set(lengths)) > 1:
+            raise _BadRequest(400, f"conflicting Content-Length headers {lengths}; send one", close=True)
+        length = lengths[0].strip()
+        if not length.isdigit():
+            raise _BadRequest(400, f"Content-Length must be a non-negative integer, got {length!r:.40}", close=True)
+        if int(length) > self.max_body_bytes:
+            raise _BadRequest(413, f"body of {length} bytes exceeds max_body_bytes={self.max_body_bytes}", close=True)
+        return int(length)
+
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            timeout = server.read_timeout_s         # per socket read; idle keep-alive connections close after it
 
             def log_message(self, format: str, *args: Any) -> None:   # quiet: tests and trainers log themselves
                 pass
 
-            def _reply(self, status: int, payload: dict[str, Any]) -> None:
+            def _reply(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.write(data)
 
+            def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+                """The stdlib's errors (malformed request line or headers, unknown method) as JSON too."""
+                self.close_connection = True
+                self.request_version = "HTTP/1.1"   # an unparsed request line reads as HTTP/0.9: no status line
+                text = message or self.responses.get(code, ("error",))[0]
+                server._count("num_rejected")
+                self._reply(code, {"error": f"{text}: {explain}" if explain else text})
+
+            def _read_body(self, length: int) -> bytes:
+                """``length`` bytes within ``read_timeout_s`` in total, else 408 (slow) or 400 (cut short)."""
+                deadline = time.monotonic() + server.read_timeout_s
+                chunks, got = [], 0
+                try:
+                    while got < length:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise TimeoutError
+                        self.connection.settimeout(left)
+                        chunk = self.rfile.read1(min(1 << 16, length - got))
+                        if not chunk:
+                            raise _BadRequest(400, f"body ended after {got} of the {length} bytes announced by "
+                                                   f"Content-Length", close=True)
+                        chunks.append(chunk)
+                        got += len(chunk)
+                except TimeoutError:
+                    raise _BadRequest(408, f"body not received within read_timeout_s={server.read_timeout_s:g} "
+                                           f"({got} of {length} bytes arrived)", close=True) from None
+                finally:
+                    self.connection.settimeout(server.read_timeout_s)
+                return b"".join(chunks)
+
+            def _discard_body(self) -> None:
+                """Read and drop what the client still sends (bounded by ``read_timeout_s``) before closing,
+                so that closing with unread data does not reset the connection under the error reply."""
+                try:
+                    self.connection.shutdown(socket.SHUT_WR)
+                    deadline = time.monotonic() + server.read_timeout_s
+                    while (left := deadline - time.monotonic()) > 0:
+                        self.connection.settimeout(left)
+                        if not self.connection.recv(1 << 16):
+                            break
+                except OSError:
+                    pass
+
             def do_GET(self) -> None:
                 if self.path != "/health":
+                    server._count("num_rejected")
                     self._reply(404, {"error": f"unknown path {self.path!r}; endpoints: GET /health, POST /score"})
                     return
                 self._reply(200, {"status": "ok", "name": server.name, "max_batch_size": server.max_batch_size,
-                                  "requests": server.num_requests, "batches": server.num_batches})
+                                  "requests": server.num_requests, "batches": server.num_batches,
+                                  "rejected": server.num_rejected, "overloaded": server.num_overloaded})
+
+            def _method_not_allowed(self) -> None:
+                self.close_connection = True
+                server._count("num_rejected")
+                self._reply(405, {"error": f"method {self.command} not allowed; endpoints: GET /health, POST /score"},
+                            {"Allow": "GET, POST"})
+
+            do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _method_not_allowed
 
             def do_POST(self) -> None:
+                if not server._pending.acquire(blocking=False):
+                    self._overloaded()
+                    return
+                try:
+                    self._score()
+                finally:
+                    server._pending.release()
+
+            def _overloaded(self) -> None:
+                """503 + Retry-After, after reading the body (or its first read_timeout_s) so the reply arrives."""
+                self.close_connection = True
+                server._count("num_overloaded")
+                self._reply(503, {"error": f"server busy: {server.max_pending_requests} requests pending; retry after "
+                                           f"{server.retry_after_s} s"}, {"Retry-After": str(server.retry_after_s)})
+                self._discard_body()
+
+            def _score(self) -> None:
                 try:
                     if self.path != "/score":
-                        raise _BadRequest(404, f"unknown path {self.path!r}; endpoints: GET /health, POST /score")
-                    length = self.headers.get("Content-Length")
-                    if length is None:
-                        raise _BadRequest(411, "Content-Length header is required")
-                    if not length.isdigit() or int(length) > server.max_body_bytes:
-                        self.close_connection = True      # do not read a body we refuse
-                        raise _BadRequest(413, f"body of {length} bytes exceeds max_body_bytes={server.max_body_bytes}")
-                    pairs = server._parse_items(self.rfile.read(int(length)))
+                        raise _BadRequest(404, f"unknown path {self.path!r}; endpoints: GET /health, POST /score",
+                                          close=True)
+                    pairs = server._parse_items(self._read_body(server._body_length(self.headers)))
                 except _BadRequest as error:
+                    server._count("num_rejected")
+                    self.close_connection = self.close_connection or error.close
                     self._reply(error.status, {"error": str(error)})
+                    if error.close:
+                        self._discard_body()
                     return
-                server.num_requests += 1
                 try:
-                    verdicts = server.submit(pairs).result()
+                    verdicts = server.submit(pairs).result(timeout=server.score_timeout_s)
+                except FutureTimeout:
+                    self._reply(504, {"error": f"scoring took longer than score_timeout_s={server.score_timeout_s:g}"})
+                    return
                 except Exception as error:
                     self._reply(500, {"error": f"scorer failed: {type(error).__name__}: {error}"})
                     return
+                server._count("num_requests")
                 self._reply(200, {"verdicts": [v.to_dict() for v in verdicts]})
 
         return Handler
@@ -238,9 +390,10 @@ class RewardClient:
     def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         data = json.dumps(payload).encode() if payload is not None else None
         last_error: Exception | None = None
+        retry_after = 0.0
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                time.sleep(max(self.backoff_s * 2 ** (attempt - 1), retry_after))
             request = urllib.request.Request(self.url + path, data=data, method=method,
                                              headers={"Content-Type": "application/json"})
             try:
@@ -250,9 +403,10 @@ class RewardClient:
                 message = error.read().decode(errors="replace")
                 if error.code < 500:       # the request itself is wrong: retrying cannot help
                     raise RewardServerError(f"reward server {self.url} refused {method} {path} with {error.code}: {message}") from error
+                retry_after = _seconds(error.headers.get("Retry-After"), cap=self.timeout_s)
                 last_error = RewardServerError(f"{error.code}: {message}")
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
-                last_error = error
+                last_error, retry_after = error, 0.0
         raise RewardServerError(
             f"reward server {self.url} did not answer {method} {path} after {self.retries + 1} attempt(s) "
             f"(timeout {self.timeout_s}s each); last error: {last_error}. Is the server running?"
@@ -273,6 +427,14 @@ class RewardClient:
     def score(self, question: str, answer: str) -> Verdict:
         """The verdict on one answer."""
         return self.score_batch([(question, answer)])[0]
+
+
+def _seconds(retry_after: str | None, cap: float) -> float:
+    """A ``Retry-After`` header in seconds (0 when absent or a date), at most ``cap``."""
+    try:
+        return min(max(float(retry_after or 0), 0.0), cap)
+    except ValueError:
+        return 0.0
 
 
 def main(argv: Sequence[str] | None = None) -> None:
