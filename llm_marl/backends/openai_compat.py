@@ -1,19 +1,28 @@
 """Any OpenAI-compatible ``/v1/chat/completions`` server (vLLM, ollama, ``python -m llama_cpp.server``).
 
 :class:`OpenAIPolicy` sends each (conversation, sample) as its own request from a bounded thread
-pool, with timeouts, retries with exponential backoff, and an error naming the URL and the fix
-when the server cannot be reached.
+pool. Every attempt has one deadline, ``timeout_s``, for the whole exchange (connect, request,
+headers and body): a server that stalls, or trickles bytes, is cut off at it. Failures that may
+pass are retried with exponential backoff, at most ``max_retries`` times: a refused or dropped
+connection, a timeout, HTTP 429 and 5xx, a body that is not JSON or is cut short, and a reply that
+is not one chat completion of at most ``max_tokens`` tokens. Other 4xx answers are not retried.
+When the retries run out the error names the server URL and the last failure:
+:class:`ServerUnreachableError` when the server could not be reached or answered an error,
+:class:`ServerReplyError` when it answered something that is not a usable completion. A failed
+request fails its whole ``generate`` call (requests not yet sent are cancelled), so a caller
+never gets a partial batch: the benchmark writes an episode only after all its generations arrived.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
+import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
+from urllib.parse import urlsplit
 
 from ..policy import Conversation, Generation, SamplingParams
 from .base import CountedGeneration, InferenceBackend, SeedSource
@@ -21,6 +30,14 @@ from .base import CountedGeneration, InferenceBackend, SeedSource
 
 class ServerUnreachableError(ConnectionError):
     """The OpenAI-compatible server could not be reached (or kept failing) after all retries."""
+
+
+class ServerReplyError(ValueError):
+    """The OpenAI-compatible server kept answering something that is not one usable chat completion."""
+
+
+class _Refused(Exception):
+    """A 4xx answer other than 429: the request itself is wrong, retrying cannot help."""
 
 
 class OpenAIPolicy(InferenceBackend):
@@ -61,8 +78,38 @@ class OpenAIPolicy(InferenceBackend):
         self.backoff_s = backoff_s
         self._seeds = SeedSource(seed)
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """POST ``body`` to the chat endpoint, retrying 429/5xx/connection errors with exponential backoff."""
+    def _attempt(self, data: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        """One POST, ``(status, body)``, within ``timeout_s`` in total: a watchdog shuts the socket at the deadline."""
+        parts = urlsplit(self.url)
+        connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        connection = connection_class(parts.hostname, parts.port, timeout=self.timeout_s)
+        expired = threading.Event()
+
+        def cut_off() -> None:
+            expired.set()
+            if connection.sock is not None:
+                try:
+                    connection.sock.shutdown(socket.SHUT_RDWR)     # wakes a recv() blocked on a stalled server
+                except OSError:
+                    pass
+
+        watchdog = threading.Timer(self.timeout_s, cut_off)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            connection.request("POST", parts.path, body=data, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException) as err:
+            if expired.is_set():
+                raise TimeoutError(f"no complete answer within timeout_s={self.timeout_s:g} s") from err
+            raise
+        finally:
+            watchdog.cancel()
+            connection.close()
+
+    def _post(self, body: dict[str, Any]) -> CountedGeneration:
+        """POST ``body`` to the chat endpoint; its completion, retrying the failures that may pass (module docstring)."""
         data = json.dumps(body).encode("utf-8")
         headers = {"Content-Type": "application/json"}
         if self.api_key:
@@ -71,40 +118,71 @@ class OpenAIPolicy(InferenceBackend):
         for attempt in range(self.max_retries + 1):
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    return json.loads(response.read().decode("utf-8"))
-            except urllib.error.HTTPError as err:
-                detail = err.read().decode("utf-8", errors="replace")[:500]
-                if err.code != 429 and err.code < 500:
-                    raise ValueError(f"{self.url} refused the request with HTTP {err.code}: {detail}; "
-                                     f"check the model name ({self.model!r}) and the sampling parameters") from err
-                last_error = RuntimeError(f"HTTP {err.code}: {detail}")
-            except (urllib.error.URLError, socket.timeout, ConnectionError, TimeoutError) as err:
+                status, payload = self._attempt(data, headers)
+                detail = payload[:500].decode("utf-8", errors="replace")
+                if status != 200 and status != 429 and status < 500:
+                    raise _Refused(f"HTTP {status}: {detail}")
+                if status != 200:
+                    raise ConnectionError(f"HTTP {status}: {detail}")
+                return _chat_completion(payload, body["max_tokens"])
+            except _Refused as err:
+                raise ValueError(f"{self.url} refused the request with {err}; check the model name ({self.model!r}) "
+                                 f"and the sampling parameters") from None
+            except (OSError, http.client.HTTPException, ServerReplyError) as err:
                 last_error = err
+        attempts = f"{self.max_retries + 1} attempt(s) of at most {self.timeout_s:g} s each"
+        if isinstance(last_error, ServerReplyError):
+            raise ServerReplyError(f"OpenAI-compatible server at {self.url} sent no usable chat completion in "
+                                   f"{attempts}; last reply: {last_error}") from last_error
         raise ServerUnreachableError(
-            f"OpenAI-compatible server at {self.url} failed after {self.max_retries + 1} attempt(s): {last_error}. "
+            f"OpenAI-compatible server at {self.url} failed after {attempts}: {_describe(last_error)}. "
             f"Start a server there (e.g. `python -m llama_cpp.server --model <file.gguf> --port 8000`) "
-            f"or pass the right --base-url.")
+            f"or pass the right --base-url.") from last_error
 
     def _complete(self, conversation: Conversation, params: SamplingParams, seed: int) -> Generation:
-        body = {"model": self.model, "messages": list(conversation), "max_tokens": params.max_new_tokens,
-                "temperature": params.temperature, "top_p": params.top_p, "seed": seed, "n": 1}
-        reply = self._post(body)
-        try:
-            choice = reply["choices"][0]
-            text = choice["message"].get("content") or ""
-        except (KeyError, IndexError, TypeError, AttributeError) as err:
-            raise ValueError(f"{self.url} returned no chat completion: {json.dumps(reply)[:300]}") from err
-        finish_reason = "length" if choice.get("finish_reason") == "length" else "stop"
-        tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
-        return CountedGeneration(text=text, finish_reason=finish_reason, reported_tokens=tokens)
+        return self._post({"model": self.model, "messages": list(conversation), "max_tokens": params.max_new_tokens,
+                           "temperature": params.temperature, "top_p": params.top_p, "seed": seed, "n": 1})
 
     def _sample_all(self, conversations: Sequence[Conversation], params: SamplingParams,
                     seeds: list[list[int]]) -> list[list[Generation]]:
         """Every (conversation, sample) as its own request, at most ``max_concurrency`` at once."""
         jobs = [(conversation, s) for conversation, row in zip(conversations, seeds) for s in row]
-        with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(jobs)))) as pool:
-            flat = iter(list(pool.map(lambda job: self._complete(job[0], params, job[1]), jobs)))
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(jobs))))
+        try:
+            futures = [pool.submit(self._complete, conversation, params, seed) for conversation, seed in jobs]
+            flat = iter([future.result() for future in futures])
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)      # after a failure: the requests not yet sent are dropped
         return [[next(flat) for _ in row] for row in seeds]
+
+
+def _chat_completion(payload: bytes, max_tokens: int) -> CountedGeneration:
+    """The one completion of an HTTP 200 body, or :class:`ServerReplyError` saying what is wrong with it."""
+    try:
+        reply = json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise ServerReplyError(f"body is not JSON ({type(err).__name__}: {err}): {payload[:200]!r}") from None
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or len(choices) != 1:
+        count = len(choices) if isinstance(choices, list) else "no"
+        raise ServerReplyError(f"expected 1 choice (n=1), got {count}: {json.dumps(reply)[:300]}")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    text = message.get("content", "") if isinstance(message, dict) else None
+    if not isinstance(text, str) and not (text is None and isinstance(message, dict)):   # null content: empty answer
+        raise ServerReplyError(f"choices[0].message.content is not a string: {json.dumps(choice)[:300]}")
+    usage = reply.get("usage") or {}
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 <= tokens <= max_tokens):
+        raise ServerReplyError(f"usage.completion_tokens={tokens!r} is not a count within max_tokens={max_tokens}: "
+                               f"{json.dumps(reply)[:300]}")
+    finish_reason = "length" if choice.get("finish_reason") == "length" else "stop"
+    return CountedGeneration(text=text or "", finish_reason=finish_reason, reported_tokens=int(tokens or 0))
+
+
+def _describe(error: Exception | None) -> str:
+    """The failure in words: its type (a timeout, a reset, a dropped connection) and message."""
+    if error is None:
+        return "no attempt was made"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
