@@ -8,15 +8,24 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from llm_marl.files import write_text_atomically
+
 
 class MetricsLogger:
-    """Write ``{"step": s, **metrics}`` to ``metrics.jsonl`` and scalars to TensorBoard (and W&B)."""
+    """Write ``{"step": s, **metrics}`` to ``metrics.jsonl`` and scalars to TensorBoard (and W&B).
+
+    A run resumed from a checkpoint replays the steps after it: the first record this logger
+    writes, at step ``s``, replaces every record of step ``s`` or later already in the file (logged
+    by the killed run after its last checkpoint), and a last line torn by a crash is dropped, so
+    the file reads as if the run had never stopped.
+    """
 
     def __init__(self, output_dir: str | os.PathLike, report_to: Sequence[str] = ("jsonl", "tensorboard"),
                  enabled: bool = True, run_config: Mapping[str, Any] | None = None) -> None:
         self.output_dir = Path(output_dir)
         self.enabled = enabled
         self._jsonl = self._tensorboard = self._wandb = None
+        self._resume_checked = False
         if not enabled:
             return
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -44,6 +53,8 @@ class MetricsLogger:
         if not self.enabled:
             return
         if self._jsonl is not None:
+            if not self._resume_checked:
+                self._drop_records_from(step)
             self._jsonl.write(json.dumps({"step": step, **metrics}, default=float) + "\n")
             self._jsonl.flush()
         scalars = {k: float(v) for k, v in metrics.items()
@@ -54,6 +65,16 @@ class MetricsLogger:
             self._tensorboard.flush()
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
+
+    def _drop_records_from(self, step: int) -> None:
+        """Rewrite ``metrics.jsonl`` without records of ``step`` or later and without a torn last line."""
+        self._resume_checked = True
+        text = self.path.read_text(encoding="utf-8")
+        kept = [line for line in text.splitlines(keepends=True) if line.endswith("\n") and _step_of(line) < step]
+        if "".join(kept) != text:
+            self._jsonl.close()
+            write_text_atomically(self.path, "".join(kept))
+            self._jsonl = open(self.path, "a", encoding="utf-8")
 
     def close(self) -> None:
         """Flush and close every sink."""
@@ -66,6 +87,14 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+
+
+def _step_of(line: str) -> float:
+    """The step of a ``metrics.jsonl`` line (-inf for a whole line that is not a record: it is kept as it is)."""
+    try:
+        return float(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return -math.inf
 
 
 def read_metrics(output_dir: str | os.PathLike) -> list[dict[str, Any]]:
