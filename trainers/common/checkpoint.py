@@ -8,7 +8,8 @@ Layout of ``<output_dir>/checkpoints/step-000012/``::
     config.json                  the trainer config
 
 A checkpoint is written to a hidden temp dir and renamed into place, so a crash at any
-moment leaves the previous checkpoint intact and never a half-written one. In a multi-process
+moment leaves the previous checkpoint intact and never a half-written one (the next save
+removes the temp dir a killed writer left). In a multi-process
 run only the main process writes (the replicas' weights and optimizer states are identical;
 sharded ones are gathered whole first, so the files are the same either way);
 ``rng`` holds the main process's RNG states and ``process_rng`` those of every process, so a
@@ -100,6 +101,8 @@ def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimi
     weights, optimizer_states = tensors if tensors is not None else training_tensors(team, optimizers)
     target = checkpoint_dir(output_dir, step)
     target.parent.mkdir(parents=True, exist_ok=True)
+    for orphan in [*target.parent.glob(".tmp-*"), *target.parent.glob(".stale-*")]:   # a writer killed mid-way
+        shutil.rmtree(orphan, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}.", dir=target.parent))
     try:
         (tmp / "agents").mkdir()
