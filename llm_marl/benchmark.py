@@ -267,25 +267,29 @@ def run_benchmark(config: BenchConfig, out_dir: str | os.PathLike, *, policies: 
     finished = read_episodes(episodes_file)
     _rewrite_complete(episodes_file, finished)
     done = {r["episode"] for r in finished}
-    todo = [i for i in range(config.episodes) if i not in done]
-    if todo:
+    # fixed batches [0, B), [B, 2B), ...: a batch cut short by a crash runs again whole (its sampling
+    # depends on the batch), and only its missing episodes are written
+    batches = [list(range(start, min(start + config.episodes_per_batch, config.episodes)))
+               for start in range(0, config.episodes, config.episodes_per_batch)]
+    batches = [batch for batch in batches if not done.issuperset(batch)]
+    if batches:
         engine = RolloutEngine(env, build_team(config, env.possible_agents, policies), progress=False,
                                env_name=config.env_id)
-        bar = tqdm(total=config.episodes, initial=config.episodes - len(todo), unit="episode",
+        bar = tqdm(total=config.episodes, initial=len(done & set(range(config.episodes))), unit="episode",
                    desc=f"{config.env_id} {config.baseline}", disable=not progress)
         with open(episodes_file, "a", encoding="utf-8") as sink, bar:
-            for start in range(0, len(todo), config.episodes_per_batch):
-                batch = todo[start:start + config.episodes_per_batch]
+            for batch in batches:
                 params = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                                         top_p=config.top_p, seed=config.seed * 1_000_003 + batch[0])
                 began = time.perf_counter()
                 episodes = engine.collect(seeds=[config.seed + i for i in batch],
                                           task_indices=[schedule[i] for i in batch], params=params)
                 per_episode_s = (time.perf_counter() - began) / len(batch)  # batched: the batch's time, shared
-                for i, episode in zip(batch, episodes):
+                missing = [(i, episode) for i, episode in zip(batch, episodes) if i not in done]
+                for i, episode in missing:
                     sink.write(json.dumps(episode_record(i, episode, per_episode_s, models)) + "\n")
                 sink.flush()
-                bar.update(len(batch))
+                bar.update(len(missing))
     return write_report(out)
 
 
