@@ -160,7 +160,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     import importlib
 
     from .models import load
-    from llm_marl_envs.registry import make
 
     module_name, config_name, trainer_name = TRAINERS[args.algorithm]
     values: dict[str, Any] = {}
@@ -182,7 +181,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UserError(f"the {args.algorithm} trainer is not available in this installation ({err}); "
                         f"update llm-marl-envs to a version that ships {module_name}.{trainer_name}") from None
     config = build_config(config_cls, values)
-    env = make(args.env, **env_arguments(args))
+    env, eval_env = train_and_eval_envs(args)
     agents = env.possible_agents
     from llm_marl.team import Team
 
@@ -191,12 +190,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         model, tokenizer = load(args.model)
         team = Team.shared_lora(model, tokenizer, agents, name=args.model)
-    trainer = trainer_cls(env, team, config)
+    trainer = trainer_cls(env, team, config, eval_env=eval_env)
     trainer.train()
     if trainer.dp.is_main:          # under `accelerate launch` every process runs this command
         print(f"trained {args.algorithm} on {args.env} ({len(agents)} agents, {env.num_turns} turns); "
               f"outputs in {getattr(config, 'output_dir', '?')}")
     return 0
+
+
+def train_and_eval_envs(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The env to train on (``--split``, default ``train``) and the one to evaluate on (``--eval-split``, default ``test``)."""
+    from llm_marl_envs.registry import make
+
+    kwargs = env_arguments(args)
+    train_split = kwargs.pop("split", "train")
+    if train_split == args.eval_split:
+        raise UserError(f"--split and --eval-split are both {train_split!r}: evaluation would replay training tasks; "
+                        f"pick another --eval-split")
+    return make(args.env, split=train_split, **kwargs), make(args.env, split=args.eval_split, **kwargs)
 
 
 def env_arguments(args: argparse.Namespace) -> dict[str, Any]:
@@ -215,12 +226,12 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------- parser
-def add_env_arguments(parser: argparse.ArgumentParser) -> None:
+def add_env_arguments(parser: argparse.ArgumentParser, split_help: str = "dataset split (default: the env's)") -> None:
     """The env options shared by ``bench`` and ``train``."""
     parser.add_argument("--num-agents", type=int, default=None, help="agents N (default: the env's)")
     parser.add_argument("--num-turns", type=int, default=None, help="turns T (default: the env's)")
     parser.add_argument("--data-dir", default=None, help="local JSONL data directory (else $LLM_MARL_DATA_DIR)")
-    parser.add_argument("--split", default=None, help="dataset split (default: the env's)")
+    parser.add_argument("--split", default=None, help=split_help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -275,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", default=None, help="output directory (overrides the config's output_dir)")
     train.add_argument("--full-finetune", action="store_true",
                        help="one full model copy per agent (default: one shared frozen base, a LoRA adapter per agent)")
-    add_env_arguments(train)
+    add_env_arguments(train, split_help="dataset split to train on (default: train)")
+    train.add_argument("--eval-split", default="test", help="dataset split evaluate() plays, held out from "
+                       "training (default: test)")
     train.set_defaults(func=cmd_train)
 
     report = sub.add_parser("report", help="rebuild the report of a bench run directory",

@@ -2,15 +2,22 @@
 
 Each task module declares a :class:`DatasetSpec`. :func:`load_records` looks for
 ``<data_dir>/<spec.local_dir>/<file>`` in the ``data_dir=`` argument, then in the folder named
-by ``LLM_MARL_DATA_DIR``, then calls ``datasets.load_dataset(spec.hub_id, ...)``. When all of
-them fail it raises :class:`DataNotFoundError` saying where it looked and how to provide data.
+by ``LLM_MARL_DATA_DIR``, then calls ``datasets.load_dataset(spec.hub_id, ...)``, then (for a split
+that has one) the spec's local stand-in file, with a warning. When all of them fail it raises
+:class:`DataNotFoundError` saying where it looked and how to provide data.
 The local layout is the one of the project's offline copies (``shared/data``), e.g.
 ``gsm8k/test.jsonl`` or ``anli_r3/dev.jsonl``.
+
+Splits are compared by content, not by id: :func:`canonical_text` is what "the same task" means
+(lower case, whitespace collapsed), and :func:`hash_split` assigns a text to ``"train"`` or
+``"test"`` by a hash of it, so generated tasks land in disjoint splits by construction.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -40,6 +47,9 @@ class DatasetSpec:
             carry a ``task_id``.
         local_filter: optional predicate on normalised local rows (e.g. MBPP's standard split
             by task id, since the local file holds all rows).
+        fallback_files: our split name -> a JSONL file in ``local_dir`` that stands in for the
+            split when neither its local file nor the hub provides it (e.g. ANLI's dev file for
+            its train split, which has no offline copy); using one warns.
     """
 
     name: str
@@ -50,11 +60,29 @@ class DatasetSpec:
     hub_config: str | None = None
     hub_splits: Mapping[str, str] = field(default_factory=dict)
     local_filter: Callable[[Record, str], bool] | None = None
+    fallback_files: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def splits(self) -> list[str]:
         """Every split that some source can provide."""
-        return sorted(set(self.local_files) | set(self.hub_splits))
+        return sorted(set(self.local_files) | set(self.hub_splits) | set(self.fallback_files))
+
+
+def canonical_text(text: str) -> str:
+    """``text`` lower-cased with runs of whitespace collapsed: two tasks are the same when these match."""
+    return " ".join(text.lower().split())
+
+
+def hash_split(text: str, train_fraction: float = 0.5) -> str:
+    """``"train"`` or ``"test"``: where ``text`` belongs under a split of the content space by a hash.
+
+    A fixed function of :func:`canonical_text` (SHA-256, independent of Python's hash seed), so a
+    task can never be in both splits, whatever generated it; ``train_fraction`` of all texts go to train.
+    """
+    if not 0 < train_fraction < 1:
+        raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
+    digest = hashlib.sha256(canonical_text(text).encode("utf-8")).digest()
+    return "train" if int.from_bytes(digest[:8], "big") < train_fraction * 2**64 else "test"
 
 
 def read_jsonl(path: str | os.PathLike) -> list[Record]:
@@ -103,6 +131,14 @@ def load_records(spec: DatasetSpec, split: str, data_dir: str | os.PathLike | No
         except Exception as err:  # the hub raises many types (connection, offline, missing)
             looked.append(f"datasets.load_dataset({spec.hub_id!r}, {spec.hub_config!r}, "
                           f"split={spec.hub_splits[split]!r}) failed: {type(err).__name__}: {err}")
+    if split in spec.fallback_files:
+        for origin, folder in candidate_dirs(data_dir):
+            path = folder / spec.local_dir / spec.fallback_files[split]
+            if path.is_file():
+                warnings.warn(f"{spec.name} split {split!r}: no local file or hub copy, using the stand-in {path}",
+                              stacklevel=2)
+                return list(_load_local(spec, split, str(path.resolve())))
+            looked.append(f"{path} ({origin}, stand-in for split {split!r}): no such file")
     example = f"{spec.local_dir}/{next(iter(spec.local_files.values()), '<split>.jsonl')}"
     raise DataNotFoundError(
         f"No data for {spec.name} split {split!r}. Looked in:\n  - " + "\n  - ".join(looked)

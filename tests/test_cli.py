@@ -173,3 +173,27 @@ def test_train_unknown_config_field_is_a_user_error(tmp_path, capsys):
     code = main(["train", "magrpo", "gsm_symbolic_debate-v0", "--set", "learning_rat=1e-4", "--out", str(tmp_path)])
     assert code == 2
     assert "unknown MAGRPOConfig field(s) ['learning_rat']" in capsys.readouterr().err
+
+
+def test_train_trains_on_the_train_split_and_evaluates_on_test(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import types
+
+    import trainers.mappo
+
+    built = []
+
+    class RecordingTrainer:          # stands in for MAPPOTrainer: records the envs the command builds
+        def __init__(self, env, team, config, eval_env=None):
+            built.append((env.split, eval_env.split if eval_env is not None else None))
+            self.dp = types.SimpleNamespace(is_main=False)
+
+        def train(self):
+            return []
+
+    monkeypatch.setattr(trainers.mappo, "MAPPOTrainer", RecordingTrainer)
+    base = ["train", "mappo", "anli_debate-v0", "--model", str(tiny_model_dir), "--out", str(tmp_path)]
+    assert main(base) == 0, capsys.readouterr().err
+    assert main(base + ["--split", "dev", "--eval-split", "test"]) == 0
+    assert built == [("train", "test"), ("dev", "test")]
+    assert main(base + ["--split", "test"]) == 2
+    assert "--split and --eval-split are both 'test'" in capsys.readouterr().err

@@ -171,12 +171,21 @@ def test_random_strings_are_scored_without_the_sandbox():
 
 
 def test_datasets_and_splits(data_dir):
-    assert len(llm_marl_envs.make("humaneval_coding-v0").tasks) == 164
-    assert len(llm_marl_envs.make("coophumaneval_coding-v0").tasks) == 82
+    def ids(env_id: str, split: str) -> list[str]:
+        return [t["task_id"] for t in llm_marl_envs.make(env_id, split=split).tasks]
+
+    # CoMLRL's splits: HumanEval train test[33:163], eval test[:32]; CoopHumanEval eval [:16], train [16:]
+    assert ids("humaneval_coding-v0", "test") == [f"HumanEval/{n}" for n in range(32)]
+    assert ids("humaneval_coding-v0", "train") == [f"HumanEval/{n}" for n in range(33, 163)]
+    assert len(ids("humaneval_coding-v0", "all")) == 164
+    assert ids("coophumaneval_coding-v0", "test") == [f"CoopHumanEval/{n}" for n in range(16)]
+    assert ids("coophumaneval_coding-v0", "train") == [f"CoopHumanEval/{n}" for n in range(16, 82)]
+    assert len(ids("coophumaneval_coding-v0", "all")) == 82
     sizes = {split: len(llm_marl_envs.make("mbpp_coding-v0", split=split).tasks) for split in ("train", "validation", "test")}
     assert sizes == {"train": 374, "validation": 90, "test": 500}
-    with pytest.raises(ValueError, match="only the split 'test'"):
-        _ = llm_marl_envs.make("humaneval_coding-v0", split="train").tasks
+    for env_id in ("humaneval_coding-v0", "coophumaneval_coding-v0"):
+        with pytest.raises(ValueError, match=r"has the splits \['test', 'train', 'all'\], got split='validation'"):
+            _ = llm_marl_envs.make(env_id, split="validation").tasks
 
 
 @pytest.mark.parametrize("env_id", ["mbpp_coding-v0", "humaneval_coding-v0"])

@@ -15,6 +15,7 @@ from llm_marl.models import tiny_model
 from tests.toy_env import SayNumberEnv
 from llm_marl.rollout import RolloutEngine
 from llm_marl.team import Team
+from trainers.common.checkpoint import latest_checkpoint, resolve_checkpoint
 from trainers.common.logging import read_metrics
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import Expansion, joint_actions
@@ -172,6 +173,40 @@ def loss_at(output_dir: Path, step: int) -> float:
     return sum(v for k, v in records[-1].items() if k.endswith("/loss"))   # the latest run's record
 
 
+CHECKPOINT_FILES = {"agents", "optimizers.pt", "schedulers.pt", "trainer_state.pt", "config.json"}
+
+
+def assert_complete_checkpoint(path: Path, agents=("agent_0", "agent_1")) -> None:
+    """``path`` holds every file a checkpoint writes, one weights file per agent."""
+    assert {p.name for p in path.iterdir()} == CHECKPOINT_FILES, path
+    assert {p.name for p in (path / "agents").iterdir()} == {f"{a}.safetensors" for a in agents}, path
+
+
+def test_a_crash_while_saving_leaves_the_last_good_checkpoint_the_latest(tmp_path, team, monkeypatch):
+    trainer = MAGRPOTrainer(SayNumberEnv(), team, small_config(tmp_path))
+    trainer.save()
+    good = tmp_path / "checkpoints" / "step-000000"
+    assert_complete_checkpoint(good)
+    real_save = torch.save
+
+    def crash_on_trainer_state(obj, file, *args, **kwargs):
+        if str(file).endswith("trainer_state.pt"):
+            raise OSError("disk full (simulated)")
+        return real_save(obj, file, *args, **kwargs)
+
+    trainer.step = 1
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "save", crash_on_trainer_state)
+        with pytest.raises(OSError, match="simulated"):
+            trainer.save()                     # weights and optimizer states already written when it fails
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000000"]
+    # a SIGKILL mid-write skips the clean-up: its temp dir, half written, must never count as a checkpoint
+    (tmp_path / "checkpoints" / ".tmp-step-000002.x1y2" / "agents").mkdir(parents=True)
+    assert latest_checkpoint(tmp_path) == good
+    assert resolve_checkpoint("latest", tmp_path) == good
+    assert_complete_checkpoint(good)
+
+
 def test_resume_after_sigkill_reproduces_the_uninterrupted_loss(tmp_path):
     steps = 4
     straight = run_worker(tmp_path / "straight", steps)
@@ -183,9 +218,11 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_loss(tmp_path):
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     assert first.exists(), killed.stderr.read().decode()[-2000:]
-    checkpoints = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").iterdir())
-    assert not any(name.startswith(".tmp") for name in checkpoints) or checkpoints[-1].startswith("step-")
-    resumed_from = int(sorted(n for n in checkpoints if n.startswith("step-"))[-1].split("-")[1])
+    published = sorted((tmp_path / "killed" / "checkpoints").glob("step-*"))
+    for path in published:                     # a kill may leave a hidden temp dir, never a half-written step-*
+        assert_complete_checkpoint(path)
+    assert latest_checkpoint(tmp_path / "killed") == published[-1]
+    resumed_from = int(published[-1].name.split("-")[1])
     assert resumed_from < steps, "the run finished before it could be killed; raise `steps`"
     resumed = run_worker(tmp_path / "killed", steps, resume=True)
     for process in (straight, resumed):

@@ -57,6 +57,19 @@ def test_one_step_trains_logs_and_checkpoints(tmp_path):
     assert len(evaluation.episodes) == 2 and len(evaluation.accuracy_per_turn) == 2
 
 
+def test_evaluate_plays_held_out_tasks_never_trained_on(tmp_path):
+    trainer = build_trainer(tmp_path)          # 20 train-split tasks, eval_tasks=2, no eval_env
+    assert trainer.eval_tasks == [18, 19] and trainer.train_tasks == list(range(18))
+    held_out = [trainer.env.tasks[i]["task_id"] for i in (18, 19)]
+    assert [e["task_id"] for e in trainer.evaluate().episodes] == held_out
+    drawn = {episode.task_index for step in range(1, 9) for episode in trainer.collect(step)}
+    assert drawn and not drawn & {18, 19}
+    test_env = llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=2, num_tasks=20, split="test")
+    with_test = MAPPOTrainer(trainer.env, trainer.team, trainer.config, eval_env=test_env, verifier=trainer.verifier)
+    assert with_test.train_tasks == list(range(20))
+    assert [e["task_id"] for e in with_test.evaluate().episodes] == [t["task_id"] for t in test_env.tasks[:2]]
+
+
 def test_update_moves_log_probs_along_the_advantages(tmp_path):
     trainer = build_trainer(tmp_path, ppo_epochs=1, minibatch_size=8, kl_coef=0.0)
     responses = trainer.compute_rewards(trainer.collect(1))

@@ -39,6 +39,12 @@ def last_boxed(text: str) -> str | None:
     ``\\boxed 5`` (no braces) gives ``"5"``. Unclosed or over-long boxes are skipped in favour
     of an earlier one; ``None`` when there is no usable box.
     """
+    found = last_boxed_at(text)
+    return found[1] if found else None
+
+
+def last_boxed_at(text: str) -> tuple[int, str] | None:
+    """``(where its command starts, content)`` of the box :func:`last_boxed` returns, or ``None``."""
     end = len(text)
     for _ in range(_MAX_BOX_ATTEMPTS):
         start = max(text.rfind(command, 0, end) for command in _BOX_COMMANDS)
@@ -46,7 +52,7 @@ def last_boxed(text: str) -> str | None:
             return None
         content = _box_content(text, start)
         if content:
-            return content
+            return start, content
         end = start
     return None
 
@@ -82,15 +88,22 @@ def final_statement_spans(text: str) -> list[str]:
     Each span runs to the end of its sentence (``.`` not inside a number, ``!``, ``?``, ``;``)
     or line, whichever comes first.
     """
-    spans = []
+    return [span for _, span in final_statements(text)]
+
+
+def final_statements(text: str) -> list[tuple[int, str]]:
+    """``(where the statement starts in text, span)`` for each of :func:`final_statement_spans`, last one first."""
+    offset = max(0, len(text) - TAIL_CHARS)
+    found = []
     for match in _FINAL_STATEMENT_RE.finditer(tail(text)):
         span = match.group("span")
         while inner := _FINAL_STATEMENT_RE.search(span):  # "Final Answer: The final answer is 3."
             span = inner.group("span")
         end = _SENTENCE_END_RE.search(span)
-        spans.append((span[:end.start()] if end else span).strip())
-    spans.reverse()
-    return spans
+        found.append((offset + match.start(), (span[:end.start()] if end else span).strip()))
+    found.reverse()
+    return found
 
 
-__all__ = ["TAIL_CHARS", "final_statement_spans", "last_boxed", "response_problem", "tail"]
+__all__ = ["TAIL_CHARS", "final_statement_spans", "final_statements", "last_boxed", "last_boxed_at", "response_problem",
+           "tail"]

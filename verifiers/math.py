@@ -1,12 +1,16 @@
 """Numeric / symbolic answer verification for math word problems (GSM8K, MATH-style).
 
 ``verify_answer(response, gold)`` extracts the model's final answer and judges it against the
-gold answer. Extraction priority (first that applies wins):
+gold answer.
 
-1. the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces; ``\\boxed 5`` too),
-2. the last ``#### x`` (GSM8K style),
-3. the last "final answer: x" / "the answer is x" / "answer: x" (case-insensitive),
-4. the last number in the text (``\\frac{a}{b}`` with number arguments counts as one).
+Extraction: the LAST final answer the response states wins, whatever marked it. The markers are
+``\\boxed{...}`` / ``\\fbox{...}`` (nested braces; ``\\boxed 5`` too), ``#### x`` (GSM8K style) and
+"final answer: x" / "the answer is x" / "answer: x" (case-insensitive); of the last of each kind,
+the one that starts latest in the text is taken, so a corrected answer beats the one it corrects
+(``"... \\boxed{3}. Wait, recheck: 4. The answer is 4"`` -> 4, and ``"The answer is 3 ...
+\\boxed{4}"`` -> 4). A statement counts only when it holds a number or LaTeX, and not a box
+(``"The answer is \\boxed{4}"`` is the box). Only without any marker is the last number in the
+text taken (``\\frac{a}{b}`` with number arguments counts as one).
 
 Boxes are found anywhere (``str.rfind``); the other rules search only the last
 :data:`verifiers._text.TAIL_CHARS` characters, and a ``####`` line must start like a number
@@ -15,11 +19,12 @@ wrappers (``$``, ``\\(``, ``\\text{}``, ``\\left``), ``\\dfrac``/``\\tfrac``, th
 currency signs, ``%``, degree signs, a leading ``x =``, trailing punctuation, and unit or
 explanation words after a number (``5 dollars``, ``12 cm``, ``72 because ...``) are removed.
 
-Equivalence: plain numbers, simple fractions and mixed numbers (``12``, ``-3``, ``1,234``,
-``0.75``, ``3/4``, ``\\frac{3}{4}``, ``1 1/2``, ``1\\frac{1}{2}``) are compared exactly as
-:class:`fractions.Fraction` without touching sympy (microseconds). A decimal also matches a
-non-terminating fraction when it is that fraction correctly rounded to its shown digits (at
-least two: ``0.33`` = ``1/3``).
+Equivalence: plain numbers, simple fractions, mixed numbers and scientific notation (``12``,
+``-3``, ``1,234``, ``0.75``, ``3/4``, ``\\frac{3}{4}``, ``1 1/2``, ``1\\frac{1}{2}``, ``1.2e3``) are
+compared by exact value as :class:`fractions.Fraction` without touching sympy (microseconds).
+Equal means exactly equal: ``1.2e3`` = ``1200`` and ``0.5`` = ``1/2``, but a rounded decimal is
+not the fraction it rounds, either way round: ``0.33`` != ``1/3`` (gold ``1/3``, answer ``0.33``:
+wrong; gold ``0.33``, answer ``1/3``: wrong, the task asked for the rounded value).
 Anything else goes to math-verify (``parse``/``verify``, sympy underneath) after a complexity
 guard (length, huge or nested exponents, big factorials) so that inputs like ``10^10^10``
 return score 0 instead of hanging, and under a time limit: math-verify's own (signal based)
@@ -42,7 +47,7 @@ from fractions import Fraction
 
 from verifiers import Verdict
 from verifiers._symbolic_worker import SYMBOLIC_TIMEOUT_S, SymbolicWorker, symbolic_equal
-from verifiers._text import final_statement_spans, last_boxed, response_problem, tail
+from verifiers._text import final_statements, last_boxed_at, response_problem, tail
 
 MAX_SYMBOLIC_CHARS = 300
 """Answers longer than this (after normalisation) are not handed to sympy."""
@@ -54,7 +59,7 @@ variables, whose expansion is costly) are not handed to sympy."""
 MAX_NUMBER_DIGITS = 400
 """Number literals with more digits than this are treated as unparseable."""
 
-_NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
+_NUMBER = r"(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d{1,3}(?!\d))?"
 _UNITS = (
     r"dollars?|cents?|usd|euros?|pounds?|percent|cm|mm|km|m|kg|g|mg|lbs?|oz|ft|feet|foot|"
     r"inch(?:es)?|in|miles?|mi|mph|hours?|hrs?|h|minutes?|mins?|seconds?|secs?|s|ml|l|liters?|"
@@ -73,8 +78,10 @@ _LAST_NUMBER_RE = re.compile(
     rf"(?<![\w.])-?\\[dt]?frac\s*\{{\s*-?(?:{_NUMBER})\s*\}}\s*\{{\s*(?:{_NUMBER})\s*\}}"
     rf"|(?<![\w.])-?(?:\d+[ \t]+(?=\d+/\d))?(?:{_NUMBER})(?:\s*/\s*(?:{_NUMBER}))?(?![\d])"
 )
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _CLAUSE_END_RE = re.compile(r",\s|\s(?:and|because|since|as|so)\s")
 _LAST_NUMBER_WINDOW = 2 * MAX_NUMBER_DIGITS
+_EXPONENT_RE = re.compile(r"(?<=\d)[eE]([-+]?\d+)")
 _PLAIN_INTEGER_RE = re.compile(r"-?\d{1,30}")
 _GSM8K_MARK = "####"
 _GSM8K_ANSWER_RE = re.compile(r"####[ \t]*([-+$\\\d.(][^\n]*)")
@@ -121,17 +128,26 @@ def verify_answer(response: str, gold: str) -> Verdict:
 
 
 def extract_answer(text: str) -> tuple[str, str] | None:
-    """The raw final-answer text and the rule that found it (``boxed``, ``####``, ``statement``, ``last_number``)."""
-    boxed = last_boxed(text)
+    """The raw final-answer text and the rule that found it (``boxed``, ``####``, ``statement``, ``last_number``).
+
+    The marked answer that starts latest wins (see the module docstring); the last number only without one.
+    """
+    marked: list[tuple[int, str, str]] = []      # (where it starts, raw answer, rule)
+    boxed = last_boxed_at(text)
     if boxed is not None:
-        return boxed, "boxed"
-    marked = _GSM8K_ANSWER_RE.findall(tail(text))
-    if marked:
-        return marked[-1][:200], "####"
-    for span in final_statement_spans(text):
+        marked.append((boxed[0], boxed[1], "boxed"))
+    offset = max(0, len(text) - len(tail(text)))
+    gsm8k = list(_GSM8K_ANSWER_RE.finditer(tail(text)))
+    if gsm8k:
+        marked.append((offset + gsm8k[-1].start(), gsm8k[-1].group(1)[:200], "####"))
+    for start, span in final_statements(text):
         cut = _first_clause(span)
-        if cut and (_LAST_NUMBER_RE.search(cut) or "\\" in cut):
-            return cut, "statement"
+        if cut and (_LAST_NUMBER_RE.search(cut) or "\\" in cut) and not _BOX_RE.search(cut):
+            marked.append((start, cut, "statement"))
+            break
+    if marked:
+        _, raw, rule = max(marked, key=lambda found: found[0])
+        return raw, rule
     last_digit = max(text.rfind(digit) for digit in "0123456789")
     if last_digit < 0:
         return None
@@ -160,7 +176,6 @@ class _Answer:
 
     canonical: str | None
     value: Fraction | None = None
-    decimals: int | None = None  # digits shown after the decimal point (numeric answers)
     problem: str | None = None
 
 
@@ -168,7 +183,7 @@ def _parse_answer(raw: str) -> _Answer:
     """Normalise ``raw``; numeric fast path first, else a guarded symbolic form."""
     if _PLAIN_INTEGER_RE.fullmatch(raw):
         value = int(raw)
-        return _Answer(str(value), value=Fraction(value), decimals=0)
+        return _Answer(str(value), value=Fraction(value))
     text = normalize_answer(raw)
     if not text:
         return _Answer(None, problem=f"extracted answer {raw[:50]!r} is empty after normalisation")
@@ -186,8 +201,9 @@ def _numeric_answer(match: re.Match[str], text: str) -> _Answer:
     denominator = match.group("den") or match.group("fden")
     if len(text) > MAX_NUMBER_DIGITS:
         return _Answer(text[:50], problem=f"number longer than {MAX_NUMBER_DIGITS} digits")
+    if any(abs(int(exponent)) > MAX_NUMBER_DIGITS for exponent in _EXPONENT_RE.findall(text)):
+        return _Answer(text[:50], problem=f"exponent beyond 10^{MAX_NUMBER_DIGITS}")
     value = _to_fraction(numerator)
-    decimals = _decimal_places(numerator) if denominator is None else None
     if denominator is not None:
         divisor = _to_fraction(denominator)
         if divisor == 0:
@@ -199,17 +215,12 @@ def _numeric_answer(match: re.Match[str], text: str) -> _Answer:
         value += int(match.group("whole"))
     if match.group("sign") == "-":
         value = -value
-    return _Answer(canonical_number(value), value=value, decimals=decimals)
+    return _Answer(canonical_number(value), value=value)
 
 
 def _to_fraction(literal: str) -> Fraction:
     """Exact value of a number literal with optional sign, spaces and thousands commas."""
     return Fraction(literal.replace(",", "").replace(" ", ""))
-
-
-def _decimal_places(literal: str) -> int:
-    """How many digits follow the decimal point in ``literal``."""
-    return len(literal.split(".", 1)[1]) if "." in literal else 0
 
 
 def canonical_number(value: Fraction) -> str:
@@ -251,21 +262,12 @@ def _parse_gold_text(gold: str) -> _Answer:
 def _equivalent(answer: _Answer, gold: _Answer) -> bool | None:
     """Whether two parsed answers are equal; ``None`` if the symbolic check failed."""
     if answer.value is not None and gold.value is not None:
-        return _numbers_match(answer, gold) or _numbers_match(gold, answer)
+        return answer.value == gold.value        # exact: 1.2e3 == 1200, 0.33 != 1/3
     if answer.canonical == gold.canonical:
         return True
     if threading.current_thread() is threading.main_thread():
         return symbolic_equal(gold.canonical, answer.canonical)
     return _symbolic_worker().compare(gold.canonical, answer.canonical)
-
-
-def _numbers_match(shown: _Answer, exact: _Answer) -> bool:
-    """Exact equality, or ``shown`` is a decimal correctly rounding a non-terminating ``exact``."""
-    if shown.value == exact.value:
-        return True
-    if not shown.decimals or shown.decimals < 2 or "/" not in (exact.canonical or ""):
-        return False
-    return abs(shown.value - exact.value) <= Fraction(1, 2 * 10 ** shown.decimals)
 
 
 def _too_complex(text: str) -> bool:

@@ -10,7 +10,7 @@ hypothesis, contradict it, or neither?), following the protocol of `llm_marl_env
 | Turns | 3 by default (fewer with `stop_on_consensus`) |
 | Action space | `TextSpace(max_action_chars)`: reasoning ending in `\\boxed{label}` |
 | Observation space | `TextSpace`: the agent's chat history rendered as text |
-| Data | ANLI R3: hub `facebook/anli` (`train_r3` / `dev_r3` / `test_r3`) or local `anli_r3/{dev,test}.jsonl` |
+| Data | ANLI R3: local `anli_r3/{train,dev,test}.jsonl` or hub `facebook/anli` (`train_r3` / `dev_r3` / `test_r3`); offline, train stands in with `dev.jsonl` |
 | Verifier | `verifiers.nli.verify_label`: the label the answer commits to, against `entailment` / `neutral` / `contradiction` |
 | Reward | per agent per turn: 1.0 if its label is correct, else 0.0 |
 
@@ -24,7 +24,11 @@ llm_marl_envs.make("anli_debate-v0", num_agents=2, num_turns=3, split="test", da
                    show_scores=False, stop_on_consensus=False, max_action_chars=8192, render_mode=None)
 ```
 
-`split`: `"train"` (hub only), `"dev"` or `"test"` (1200 problems each).
+`split`: `"train"`, `"dev"` or `"test"` (dev and test: 1200 problems each; train: 100,459 on the hub).
+Each is read from `anli_r3/<split>.jsonl` under `data_dir` / `$LLM_MARL_DATA_DIR`, else from the
+hub. When neither has the train split (the offline copies hold only dev and test), `"train"` is
+`anli_r3/dev.jsonl`, with a warning: training then uses the 1200 dev problems, which share no
+problem with test, and `"dev"` is no longer held out from training.
 
 `show_scores`, `stop_on_consensus`: as in every debate env (`llm_marl_envs.envs.debate`); the
 remaining arguments are those of every env (`llm_marl_envs.core`).
@@ -32,6 +36,8 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 ### Version History
 
 * v0: initial release
+* v0 (split fix): offline, `split="train"` uses `anli_r3/dev.jsonl` instead of failing; a local
+  `anli_r3/train.jsonl` is read when present
 """
 from __future__ import annotations
 
@@ -60,10 +66,11 @@ def anli_record(row: Record, index: int) -> Record:
 ANLI_R3 = DatasetSpec(
     name="anli_r3",
     local_dir="anli_r3",
-    local_files={"dev": "dev.jsonl", "test": "test.jsonl"},
+    local_files={"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"},
     normalize=anli_record,
     hub_id="facebook/anli",
     hub_splits={"train": "train_r3", "dev": "dev_r3", "test": "test_r3"},
+    fallback_files={"train": "dev.jsonl"},   # no offline copy of R3 train exists (see shared/data/README.md)
 )
 
 
@@ -72,7 +79,7 @@ class ANLIDebateEnv(DebateEnv):
 
     metadata = {**DebateEnv.metadata, "name": "anli_debate-v0"}
     dataset = ANLI_R3
-    data_source = "ANLI R3 (facebook/anli, or anli_r3/*.jsonl)"
+    data_source = "ANLI R3 (anli_r3/*.jsonl, or facebook/anli)"
     verifier = verify_label
     verifier_name = "verifiers.nli.verify_label"
     answer_instruction = ("Reason step by step, then give your final label in \\boxed{} as exactly one of: "

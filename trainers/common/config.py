@@ -61,7 +61,9 @@ class TrainerConfig:
     seed: int = field(default=0, metadata={"help": "Seed of task sampling, generation and initialisation."})
     # --- evaluation
     eval_every: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only when .evaluate() is called)."})
-    eval_tasks: int = field(default=16, metadata={"help": "Tasks evaluate() plays: the first eval_tasks tasks of the eval env."})
+    eval_tasks: int = field(default=16, metadata={"help": (
+        "Held-out tasks evaluate() plays: with an eval_env (llm-marl train passes the test split) its first "
+        "eval_tasks tasks; without one, the last eval_tasks tasks of the env, which training then never samples.")})
     eval_temperature: float = field(default=0.0, metadata={"help": "Sampling temperature of evaluate() (0: greedy)."})
     # --- checkpoints and logging
     output_dir: str = field(default="outputs", metadata={"help": "Checkpoints, metrics.jsonl and TensorBoard logs."})

@@ -1,6 +1,7 @@
 """`EvalResult`: what every trainer's ``evaluate()`` returns, and the evaluation pass that fills it.
 
-A trainer picks the tasks, their seeds and the sampling settings; :func:`evaluate_episodes` plays
+:func:`held_out_tasks` decides which tasks a trainer trains on and which it evaluates on (the same
+rule for every trainer). A trainer picks the seeds and the sampling settings; :func:`evaluate_episodes` plays
 them (each process its share under ``accelerate launch``) and summarises every process's
 episodes the way the benchmark harness does: records from
 :func:`llm_marl.benchmark.episode_record`, means with percentile-bootstrap CIs from
@@ -86,6 +87,21 @@ class EvalResult:
                 "(bootstrap 95% CI)"]
         return write_html_report(path, title, [view], meta=meta)
 
+def held_out_tasks(env: Any, eval_env: Any | None, eval_tasks: int) -> tuple[list[int], list[int]]:
+    """``(training task indices of env, evaluation task indices)``: evaluation never sees a training task.
+
+    With an ``eval_env`` (``llm-marl train`` passes the env's test split): every task of ``env`` trains
+    and the first ``eval_tasks`` of ``eval_env`` evaluate. Without one: the last ``eval_tasks`` tasks of
+    ``env`` are held out and never trained on; holding out all of them is a ``ValueError``.
+    """
+    n = len(env.tasks)
+    if eval_env is not None:
+        return list(range(n)), list(range(min(eval_tasks, len(eval_env.tasks))))
+    if n - eval_tasks < 1:
+        raise ValueError(f"the env has {n} tasks and eval_tasks={eval_tasks} would hold out all of them; "
+                         f"lower eval_tasks or pass eval_env (e.g. the env made with split='test')")
+    return list(range(n - eval_tasks)), list(range(n - eval_tasks, n))
+
 
 def eval_report_path(output_dir: str | os.PathLike, step: int) -> Path:
     """Where a trainer writes the page of its evaluation at ``step``: ``<output_dir>/eval/step-<step>/report.html``."""
@@ -116,4 +132,4 @@ def evaluate_episodes(engine: RolloutEngine, dp: Any | None, accelerator: Any | 
     return result
 
 
-__all__ = ["EvalResult", "evaluate_episodes", "eval_report_path", "BOOTSTRAP_RESAMPLES"]
+__all__ = ["EvalResult", "evaluate_episodes", "eval_report_path", "held_out_tasks", "BOOTSTRAP_RESAMPLES"]

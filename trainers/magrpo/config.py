@@ -82,9 +82,6 @@ class MAGRPOConfig(TrainerConfig):
         "help": "Completions per forward/backward pass in each process when computing the loss (gradients are "
                 "accumulated; does not change the update)."})
     # --- this trainer's defaults of shared fields
-    eval_tasks: int = trainer_default("eval_tasks", 16, help=(
-        "Held-out tasks: with an eval_env its first eval_tasks tasks; without one, the last eval_tasks tasks of the "
-        "env, which training then never samples."))
     output_dir: str = trainer_default("output_dir", "outputs/magrpo")
 
     def __post_init__(self) -> None:

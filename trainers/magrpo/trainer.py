@@ -44,7 +44,7 @@ from llm_marl_envs.core import TextEnv
 
 from ..common.checkpoint import latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
 from ..common.distributed import prepare_training
-from ..common.evaluation import EvalResult, eval_report_path, evaluate_episodes
+from ..common.evaluation import EvalResult, eval_report_path, evaluate_episodes, held_out_tasks
 from ..common.logging import MetricsLogger
 from ..common.losses import kl_per_token, sequence_means
 from llm_marl.backends.hf import HFPolicy
@@ -116,7 +116,7 @@ class MAGRPOTrainer:
                                        top_p=config.top_p)
         self.engine = RolloutEngine(env, team, self.sampling, progress=False)
         self.eval_engine = RolloutEngine(eval_env or env, team, progress=config.progress and self.dp.is_main)
-        self.train_tasks, self.eval_tasks = self._split_tasks(env, eval_env)
+        self.train_tasks, self.eval_tasks = held_out_tasks(env, eval_env, config.eval_tasks)
         self.task_rng = np.random.default_rng(config.seed)   # the same on every process: draws the global batch
         self.optimizers, self.schedulers, self.parameters = {}, {}, {}
         for agent in self.agents:
@@ -131,15 +131,6 @@ class MAGRPOTrainer:
         self.step = 0
         self.logger = MetricsLogger(config.output_dir, config.report_to, enabled=self.dp.is_main,
                                     run_config=config.to_dict())
-
-    def _split_tasks(self, env: TextEnv, eval_env: TextEnv | None) -> tuple[list[int], list[int]]:
-        n = len(env.tasks)
-        if eval_env is not None:
-            return list(range(n)), list(range(min(self.config.eval_tasks, len(eval_env.tasks))))
-        if n - self.config.eval_tasks < 1:
-            raise ValueError(f"the env has {n} tasks and eval_tasks={self.config.eval_tasks} would hold out all of them; "
-                             f"lower eval_tasks or pass eval_env")
-        return list(range(n - self.config.eval_tasks)), list(range(n - self.config.eval_tasks, n))
 
     # ------------------------------------------------------------------ 1. collect
     def collect(self) -> list[TreeNode]:

@@ -111,7 +111,7 @@ class MAPPOConfig(TrainerConfig):
                     "reward_model_path/reward_server_url are only used with verifier='learned'; set verifier='learned'")
         for name in ("episodes_per_step", "ppo_epochs", "minibatch_size", "critic_lora_r", "critic_max_context_tokens"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
-        # evaluate() has no held-out split of its own to fall back on: it plays the eval env's first eval_tasks tasks
+        # evaluate() plays held-out tasks only (trainers.common.evaluation.held_out_tasks): at least one
         require(self.eval_tasks >= 1, f"eval_tasks must be >= 1, got {self.eval_tasks}")
         for name in ("critic_learning_rate", "clip_eps", "value_clip"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")

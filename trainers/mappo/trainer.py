@@ -43,7 +43,7 @@ from llm_marl_envs.core import render_messages
 from trainers.common.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint
 from trainers.common.distributed import prepare_training
 from llm_marl.episode import Episode
-from trainers.common.evaluation import EvalResult, eval_report_path, evaluate_episodes
+from trainers.common.evaluation import EvalResult, eval_report_path, evaluate_episodes, held_out_tasks
 from trainers.common.logging import MetricsLogger
 from trainers.common.losses import kl_per_token, masked_mean
 from llm_marl.policy import SamplingParams
@@ -103,7 +103,8 @@ class MAPPOTrainer:
     def __init__(self, env: Any, team: Any, config: MAPPOConfig | None = None, *, eval_env: Any = None,
                  verifier: Any = None, accelerator: Any = None) -> None:
         self.config = config = config or MAPPOConfig()
-        self.env, self.eval_env, self.team = env, eval_env or env, team
+        self.env, self.eval_env, self.team = env, eval_env if eval_env is not None else env, team
+        self.train_tasks, self.eval_tasks = held_out_tasks(env, eval_env, config.eval_tasks)
         self.agents = list(env.possible_agents)
         team.check_covers(self.agents)
         for agent in self.agents:
@@ -186,7 +187,8 @@ class MAPPOTrainer:
     def collect(self, step: int) -> list[Episode]:
         """Play this process's share of the step's episodes (tasks drawn from ``(seed, step)``) through the rollout engine."""
         rng = np.random.default_rng(_step_seed(self.config.seed, step, 2))
-        tasks = rng.integers(len(self.env.tasks), size=self.config.episodes_per_step).tolist()   # global, same everywhere
+        draws = rng.integers(len(self.train_tasks), size=self.config.episodes_per_step)    # global, same everywhere
+        tasks = [self.train_tasks[i] for i in draws]
         seeds = [_step_seed(self.config.seed, step, 3 + i) for i in range(len(tasks))]
         engine = RolloutEngine(self.env, self.team, self.sampling_params(step), progress=False)
         with self.accelerator.autocast():
@@ -422,17 +424,21 @@ class MAPPOTrainer:
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self, num_episodes: int | None = None) -> EvalResult:
-        """Play tasks ``0..n-1`` of the eval env (``eval_temperature``, label verdicts); accuracy per turn with CIs.
+        """Play the first ``n`` held-out tasks (``eval_temperature``, label verdicts); accuracy per turn with CIs.
 
-        Under ``accelerate launch`` each process plays its share; every process gets all episodes.
+        Held out (:func:`~trainers.common.evaluation.held_out_tasks`): the eval env's tasks, else the
+        training env's last ``eval_tasks``, which training never draws. Under ``accelerate launch`` each
+        process plays its share; every process gets all episodes.
         """
         n = num_episodes or self.config.eval_tasks
-        if n > len(self.eval_env.tasks):
-            raise ValueError(f"eval asks for {n} episodes but the eval env has {len(self.eval_env.tasks)} tasks")
+        if n > len(self.eval_tasks):
+            raise ValueError(f"eval asks for {n} episodes but there are {len(self.eval_tasks)} held-out tasks; "
+                             f"ask for fewer or raise eval_tasks")
         engine = RolloutEngine(self.eval_env, self.team, progress=False)
         params = self.sampling_params(0, temperature=self.config.eval_temperature)
-        return evaluate_episodes(engine, self.dp, self.accelerator, list(range(n)), [self.config.seed + i for i in range(n)],
-                                 params, desc="eval", report_path=eval_report_path(self.config.output_dir, self.step))
+        return evaluate_episodes(engine, self.dp, self.accelerator, self.eval_tasks[:n],
+                                 [self.config.seed + i for i in range(n)], params, desc="eval",
+                                 report_path=eval_report_path(self.config.output_dir, self.step))
 
 
 def _idle_response(agent: str, pad_id: int) -> Response:
