@@ -259,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--base-url", default=None, help="OpenAI-compatible server URL for --backend openai, "
                        "e.g. http://127.0.0.1:8000/v1")
     bench.add_argument("--baseline", default="debate", metavar="B[,B...]",
-                       help="single: 1 agent 1 turn; majority: N*T independent samples voted; debate: N agents x T turns. "
+                       help="single: 1 agent 1 turn; majority: N*T independent samples voted; "
+                       "debate: N agents x T turns. "
                        "Several, comma-separated (e.g. single,majority,debate), run on the same tasks and write one "
                        "comparison report (default: debate)")
     bench.add_argument("--episodes", type=int, default=20, help="number of episodes (tasks) (default: 20)")

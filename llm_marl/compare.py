@@ -108,7 +108,7 @@ def comparison(views: Sequence[RunView]) -> dict[str, Any]:
 
 
 def team_score(record: dict[str, Any]) -> float:
-    """1/0 for a correct/incorrect team answer (majority vote of the final answers); the mean final score if unjudged."""
+    """1/0 for a right/wrong team answer (majority vote of the final answers); the mean final score if unjudged."""
     final_correct = record["correct"][-1]
     correct = metrics.majority_correct(record["answers"][-1], final_correct)
     if correct is None:
@@ -167,7 +167,8 @@ def comparison_tables(result: dict[str, Any]) -> list[Table]:
         rows.append([name, "{} × {}".format(*row["env_shape"]), format_ci(row["first_answer_accuracy"]),
                      format_ci(row["final_turn_accuracy"]), format_ci(row["team_answer_accuracy"]),
                      format_ci(rates.get("C→I")), format_ci(rates.get("I→C")),
-                     format_ci(row["tokens_per_episode"], digits=0), format_ci(row["wall_time_per_episode_s"], digits=2)])
+                     format_ci(row["tokens_per_episode"], digits=0),
+                     format_ci(row["wall_time_per_episode_s"], digits=2)])
     side = Table("Baselines on the same tasks (mean [95% CI])", header, rows,
                  note="first answer: per-sample accuracy at turn 0; final turn: mean over agents at the last turn; "
                       "team answer: majority vote of the final answers; C→I / I→C: share of an agent's consecutive-"
@@ -227,8 +228,9 @@ def comparison_figure(result: dict[str, Any], views: Sequence[RunView]) -> Any:
 def format_comparison(result: dict[str, Any], out: Path) -> str:
     """A few lines for the terminal: one line per baseline, the paired differences and where the reports are."""
     n, t = result["debate_shape"]
-    lines = [f"{result['env_id']} | {', '.join(dict.fromkeys(result['models']))} | {result['num_paired_tasks']} tasks | "
-             f"seed {result['seed']} | debate {n}x{t}, majority of {n * t}"]
+    models = ", ".join(dict.fromkeys(result["models"]))
+    lines = [f"{result['env_id']} | {models} | {result['num_paired_tasks']} tasks | seed {result['seed']} | "
+             f"debate {n}x{t}, majority of {n * t}"]
     width = max(len(name) for name in result["baselines"])
     for name, row in result["baselines"].items():
         lines.append(f"  {name:<{width}}  first {format_ci(row['first_answer_accuracy'])}  "

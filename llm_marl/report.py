@@ -265,7 +265,8 @@ def _table(table: Table) -> str:
     head = "".join(f"<th>{e(h)}</th>" for h in table.header)
     body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in table.rows)
     note = f"<p class=\"meta\">{e(table.note)}</p>" if table.note else ""
-    return f"<table><caption>{e(table.caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+    return (f"<table><caption>{e(table.caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
+            f"</table>{note}")
 
 
 def _episodes_section(views: Sequence[RunView]) -> str:
@@ -276,11 +277,14 @@ def _episodes_section(views: Sequence[RunView]) -> str:
              "<form id=\"filters\" onsubmit=\"return false\">",
              f"<label>run <select name=\"run\"><option value=\"\">all</option>{runs}</select></label>",
              "<label>transition <select name=\"transition\"><option value=\"\">any</option>"
-             "<option value=\"C-I\">some agent C→I</option><option value=\"I-C\">some agent I→C</option></select></label>",
+             "<option value=\"C-I\">some agent C→I</option>"
+             "<option value=\"I-C\">some agent I→C</option></select></label>",
              "<label>disagreement <select name=\"disagree\"><option value=\"\">any</option>"
-             "<option value=\"1\">agents disagree at some turn</option><option value=\"0\">never</option></select></label>",
+             "<option value=\"1\">agents disagree at some turn</option>"
+             "<option value=\"0\">never</option></select></label>",
              "<label>team answer <select name=\"outcome\"><option value=\"\">any</option>"
-             "<option value=\"correct\">correct</option><option value=\"incorrect\">incorrect</option></select></label>",
+             "<option value=\"correct\">correct</option>"
+             "<option value=\"incorrect\">incorrect</option></select></label>",
              "<a href=\"#episodes\" id=\"clear\">clear filters</a></form>",
              f"<p id=\"shown\">{total} of {total} episodes shown</p>"]
     for view in views:
@@ -341,7 +345,8 @@ td.answer{font-family:monospace}.flags{color:#a50;font-size:.85em}
 _JS = """
 (function(){
   var form=document.getElementById('filters'), names=['run','transition','disagree','outcome'];
-  function state(){var s={};new URLSearchParams(location.hash.replace(/^#/,'')).forEach(function(v,k){s[k]=v;});return s;}
+  function state(){var s={};
+    new URLSearchParams(location.hash.replace(/^#/,'')).forEach(function(v,k){s[k]=v;});return s;}
   function matches(el,s){
     if(s.run&&el.dataset.run!==s.run)return false;
     if(s.transition==='C-I'&&el.dataset.cI!=='1')return false;

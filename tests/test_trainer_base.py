@@ -94,6 +94,8 @@ def test_both_trainers_evaluate_to_the_same_shape_and_log_it_every_eval_every_st
         assert history[-1]["eval/num_episodes"] == 2.0 and "eval/accuracy_turn0" in history[-1]
         results[name] = trainer.evaluate()
         assert_eval_result(results[name], num_episodes=2, num_turns=2)
+        page = (tmp_path / name / "eval" / f"step-{trainer.step:06d}" / "report.html").read_text()
+        assert 'id="ep-eval-1"' in page and "Episodes" in page      # the evaluation's episodes, as in bench
     assert {f.name: type(getattr(results["magrpo"], f.name)) for f in dataclasses.fields(EvalResult)} == \
         {f.name: type(getattr(results["mappo"], f.name)) for f in dataclasses.fields(EvalResult)}
     assert results["magrpo"].episodes[0].keys() == results["mappo"].episodes[0].keys()

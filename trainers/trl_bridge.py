@@ -85,8 +85,8 @@ class EnvRollout:
         if reward not in REWARDS:
             raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
         if getattr(env, "stop_on_consensus", False):
-            raise ValueError("TRL needs exactly num_generations rows per task, but stop_on_consensus=True ends episodes "
-                             "early (fewer rows); make the env with stop_on_consensus=False")
+            raise ValueError("TRL needs exactly num_generations rows per task, but stop_on_consensus=True ends "
+                             "episodes early (fewer rows); make the env with stop_on_consensus=False")
         self.env, self.reward, self.seed = env, reward, seed
         self.rows_per_episode = len(env.possible_agents) * env.num_turns
         self.task_of = {}
