@@ -102,6 +102,11 @@ def buffer_choice(use_extra_bufts: bool | None = None) -> BufferChoice:
     return BufferChoice(bool(use_extra_bufts), "set by the caller")
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def free_cores() -> int:
     """CPU cores not busy with other processes (usable cores minus the 1-minute load average), at least 1.
 
@@ -109,7 +114,7 @@ def free_cores() -> int:
     slows down by an order of magnitude (measured on 2 cores at load ~6: 7.6 tok/s with 1
     thread vs 1.5 tok/s with 2), so backends take the free cores, not all of them.
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     try:
         busy = os.getloadavg()[0]
     except OSError:
@@ -149,7 +154,7 @@ class CoreMeter:
     def __init__(self, read: Callable[[], CpuReading | None] = read_cpu_times, min_window_s: float = 0.1,
                  cores: int | None = None) -> None:
         self._read, self.min_window_s = read, min_window_s
-        self.cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+        self.cores = cores or usable_cores()
         self._last = read()
         self._answer: int | None = None
 

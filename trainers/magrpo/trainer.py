@@ -197,18 +197,25 @@ class MAGRPOTrainer:
     def sequence_kls(self, agent: str, rows: Sequence[tuple[list[int], list[int]]]) -> torch.Tensor:
         """Σ_t k3 of each ``(prompt ids, completion ids)`` row under the agent's policy against the reference."""
         policy, adapter, cfg = self.team.policy(agent), self.team.adapter(agent), self.config
-        chunks = [list(rows[start:start + cfg.micro_batch_size]) for start in range(0, len(rows), cfg.micro_batch_size)]
-        idle = [([policy.pad_id], [policy.pad_id])]          # sharded weights: every process runs as many passes
         sums = []
-        for index in range(self.dp.lockstep(len(chunks))):
-            chunk = chunks[index] if index < len(chunks) else idle
+        for chunk, real in self.micro_batches(agent, rows):
             prompts, completions = [r[0] for r in chunk], [r[1] for r in chunk]
             with self.accelerator.autocast():
                 logp, mask = policy.token_logprobs(prompts, completions, adapter=adapter, temperature=cfg.temperature)
                 ref, _ = policy.token_logprobs(prompts, completions, temperature=cfg.temperature, reference=True)
-            if index < len(chunks):
+            if real:
                 sums.append((kl_per_token(logp.float(), ref.float(), "k3") * mask).sum(-1).cpu())
         return torch.cat(sums) if sums else torch.zeros(0)
+
+    def micro_batches(self, agent: str, rows: Sequence[tuple], *idle_extra: Any):
+        """``(chunk, real)`` per forward pass: ``micro_batch_size`` rows at a time, then, with sharded weights, idle
+        passes over one ``([pad], [pad], *idle_extra)`` row (``real=False``) until every process has run as many
+        passes as the busiest."""
+        size, pad = self.config.micro_batch_size, self.team.policy(agent).pad_id
+        chunks = [list(rows[start:start + size]) for start in range(0, len(rows), size)]
+        idle = [([pad], [pad], *idle_extra)]
+        for index in range(self.dp.lockstep(len(chunks))):
+            yield (chunks[index], True) if index < len(chunks) else (idle, False)
 
     def node_kls(self, nodes: Sequence[TreeNode]) -> list[dict[str, torch.Tensor]] | None:
         """Per node, per agent: Σ_t k3 of its G samples (``kl_placement="reward"`` with ``kl_coef > 0``), else ``None``."""
@@ -285,11 +292,8 @@ class MAGRPOTrainer:
         loss_sum, kl_sum = 0.0, 0.0
         if cfg.kl_coef == 0 or cfg.kl_placement == "reward":   # zero-advantage samples add no gradient: skip them
             rows = [row for row in rows if row[2] != 0.0]
-        chunks = [rows[start:start + cfg.micro_batch_size] for start in range(0, len(rows), cfg.micro_batch_size)]
-        # sharded weights: every process runs as many passes as the busiest; the extra ones weigh 0
-        idle = [([self.team.policy(agent).pad_id], [self.team.policy(agent).pad_id], 0.0)]
-        for index in range(self.dp.lockstep(len(chunks))):
-            chunk, weight = (chunks[index], 1.0) if index < len(chunks) else (idle, 0.0)
+        for chunk, real in self.micro_batches(agent, rows, 0.0):      # sharded weights: the idle passes weigh 0
+            weight = 1.0 if real else 0.0
             with self.accelerator.autocast():
                 loss, kl = self.loss(agent, [r[0] for r in chunk], [r[1] for r in chunk],
                                      torch.tensor([r[2] for r in chunk]), total)
