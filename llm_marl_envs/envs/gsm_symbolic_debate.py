@@ -58,7 +58,7 @@ DRAWS_PER_TASK = 20          # give up (problem space too small) after this many
 
 def reasoning_gym_records(task_name: str, split: str, size: int, accept: Callable[[Record], bool] | None = None,
                           **task_config: Any) -> list[Record]:
-    """``size`` distinct problems of a reasoning-gym task that belong to ``split`` (``task_config``: the task's options).
+    """``size`` distinct problems of a reasoning-gym task that belong to ``split`` (``task_config``: its options).
 
     Problems are drawn from one stream (seed ``GENERATOR_SEED``) and kept when
     :func:`~llm_marl_envs.data.hash_split` of their question is ``split`` (and ``accept`` of the
