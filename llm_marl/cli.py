@@ -199,7 +199,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def train_and_eval_envs(args: argparse.Namespace) -> tuple[Any, Any]:
-    """The env to train on (``--split``, default ``train``) and the one to evaluate on (``--eval-split``, default ``test``)."""
+    """The env to train on (``--split``, default ``train``) and to evaluate on (``--eval-split``, default ``test``)."""
     from llm_marl_envs.registry import make
 
     kwargs = env_arguments(args)

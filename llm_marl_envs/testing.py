@@ -9,6 +9,9 @@ Call it on any env, built in or your own::
 
     from llm_marl_envs.testing import text_env_api_test
     text_env_api_test(lambda: llm_marl_envs.make("gsm8k_debate-v0"))
+
+``held_out_test(train_env, test_env)`` checks that two splits are a held-out pair: both non-empty
+and no task of one in the other, compared by content (:func:`task_text`), not by id.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from typing import Callable
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 
 from .core import TextEnv, render_messages
+from .data import Record, canonical_text
 
 INFO_KEYS = {"turn", "task_id", "verdict", "messages", "scores", "correct", "action_truncated"}
 
@@ -108,3 +112,20 @@ def text_env_api_test(env_fn: Callable[[], TextEnv], num_cycles: int = 20) -> No
     check_observations_and_infos(env_fn())
     check_task_pinning_and_clone(env_fn())
     check_bad_input(env_fn())
+
+
+def task_text(env: TextEnv, task: Record) -> str:
+    """What makes two tasks the same: the canonical text of agent 0's opening messages for ``task``."""
+    return canonical_text("\n".join(m["content"] for m in env.first_prompt(0, task)))
+
+
+def held_out_test(train_env: TextEnv, test_env: TextEnv) -> None:
+    """Both envs have tasks and ``test_env`` has none whose content is also a task of ``train_env``."""
+    for env in (train_env, test_env):
+        if not env.tasks:
+            raise AssertionError(f"{env.metadata['name']} split {env.split!r} has no tasks")
+    seen = {task_text(train_env, task) for task in train_env.tasks}
+    shared = [task.get("task_id") for task in test_env.tasks if task_text(test_env, task) in seen]
+    if shared:
+        raise AssertionError(f"{test_env.metadata['name']}: {len(shared)} of {len(test_env.tasks)} tasks of split "
+                             f"{test_env.split!r} are also in split {train_env.split!r}, e.g. {shared[:5]}")

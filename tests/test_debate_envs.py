@@ -1,7 +1,10 @@
 """Scripted debate episodes: rewards equal verdicts; prompts carry the others' previous answers."""
+import re
+
 import pytest
 
 import llm_marl_envs
+from llm_marl_envs.data import hash_split
 from verifiers.math import verify_answer
 from verifiers.nli import verify_label
 
@@ -153,3 +156,28 @@ def test_arithmetic_debate_generates_offline_and_gold_answer_scores_one():
     assert [t["question"] for t in train.tasks] != [t["question"] for t in env.tasks]
     with pytest.raises(ValueError, match="min_terms"):
         llm_marl_envs.make("arithmetic_debate-v0", min_terms=3, max_terms=2)
+    with pytest.raises(ValueError, match=r"operators must be a non-empty string of '\+-' characters, got '\*'"):
+        llm_marl_envs.make("arithmetic_debate-v0", operators="*")
+
+
+def test_arithmetic_default_is_two_digit_additions_and_operators_filter_the_stream():
+    expressions = [t["question"].split(": ")[1] for t in llm_marl_envs.make("arithmetic_debate-v0").tasks]
+    assert len(set(expressions)) == len(expressions) == 500
+    assert all(re.fullmatch(r"[1-9]\d \+ [1-9]\d =", e) for e in expressions), expressions[:5]
+    mixed = llm_marl_envs.make("arithmetic_debate-v0", operators="-+", max_terms=3, num_tasks=200).tasks
+    assert {op for t in mixed for op in t["question"].split() if op in "+-"} == {"+", "-"}
+
+
+def test_a_problem_space_too_small_for_num_tasks_is_a_clear_error():
+    env = llm_marl_envs.make("arithmetic_debate-v0", min_digits=1, max_digits=1, num_tasks=200)
+    with pytest.raises(ValueError, match=r"gave only \d+ distinct test problems in \d+ draws, fewer than "
+                                         r"num_tasks=200: the problem space is too small"):
+        _ = env.tasks
+    assert len(llm_marl_envs.make("arithmetic_debate-v0", min_digits=1, max_digits=1, num_tasks=20).tasks) == 20
+
+
+@pytest.mark.parametrize("env_id", ["arithmetic_debate-v0", "gsm_symbolic_debate-v0"])
+def test_generated_splits_follow_the_hash_of_the_question(env_id):
+    for split in ("train", "test"):
+        tasks = llm_marl_envs.make(env_id, split=split, num_tasks=50).tasks
+        assert {hash_split(t["question"]) for t in tasks} == {split}

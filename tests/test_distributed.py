@@ -418,7 +418,9 @@ def test_mappo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
     assert [s["responses"] for s in split] == [6, 6]
     torch.testing.assert_close(torch.cat(split[0]["advantages"] + split[1]["advantages"]),
                                torch.cat(whole["advantages"]), rtol=0, atol=1e-5)
-    assert_same_update(split[0], whole, weight_atol=1e-5)
+    # FSDP2 reduce-scatters in another summation order and the Adam steps amplify it: 1.8e-5 on 1 of 512
+    # elements of a weight that moved 3.3e-3 (2-digit addition prompts); 1e-4 as for MAGRPO's FSDP run
+    assert_same_update(split[0], whole, weight_atol=1e-4)
 
     straight, resumed = reports(out / "mappo-fsdp-straight"), reports(out / "mappo-fsdp-resumed")
     assert [r["step"] for r in straight] == [2, 2] and straight[0]["history"] == straight[1]["history"]

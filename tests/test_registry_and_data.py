@@ -1,10 +1,12 @@
 """Registry errors list the valid choices; data loading says where it looked."""
 import json
+import warnings
 
 import pytest
 
 import llm_marl_envs
-from llm_marl_envs.data import DataNotFoundError, DatasetSpec, load_records
+from llm_marl_envs.data import DataNotFoundError, DatasetSpec, hash_split, load_records
+from llm_marl_envs.testing import held_out_test
 
 
 def test_unknown_env_id_lists_registered_ids():
@@ -123,3 +125,68 @@ def test_malformed_jsonl_names_file_and_line(tmp_path):
 
     with pytest.raises(ValueError, match=r"test.jsonl:2: not valid JSON"):
         load_records(GSM8K, "test", tmp_path)
+
+
+# ----------------------------------------------------------------------------- held-out splits
+@pytest.fixture
+def hub_unreachable(monkeypatch):
+    """Every hub call fails at once, as on a machine without network (datasets itself retries for ~25 s)."""
+    from llm_marl_envs import data
+
+    def unreachable(spec, split):
+        raise ConnectionError(f"no network in this test (hub {spec.hub_id!r}, split {split!r})")
+
+    monkeypatch.setattr(data, "_load_hub", unreachable)
+
+
+@pytest.mark.parametrize("env_id", llm_marl_envs.list_envs())
+def test_every_env_has_disjoint_train_and_test_splits_offline(env_id, data_dir, hub_unreachable):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="anli_r3 split 'train': no local file or hub copy")
+        train = llm_marl_envs.make(env_id, split="train", data_dir=data_dir)
+        test = llm_marl_envs.make(env_id, split="test", data_dir=data_dir)
+        held_out_test(train, test)
+
+
+def test_held_out_test_compares_content_not_ids(data_dir):
+    from llm_marl_envs.testing import task_text
+
+    env = llm_marl_envs.make("gsm8k_debate-v0", data_dir=data_dir)
+    twin = llm_marl_envs.make("gsm8k_debate-v0", split="train", data_dir=data_dir)
+    task = dict(env.tasks[3], task_id="renamed", question="  " + env.tasks[3]["question"].upper() + "\n")
+    twin._tasks = [*twin.tasks[:5], task]                  # the same question under another id and spacing
+    assert task_text(twin, task) == task_text(env, env.tasks[3])
+    with pytest.raises(AssertionError, match=r"1 of 1319 tasks of split 'test' are also in split 'train'"):
+        held_out_test(twin, env)
+
+
+def test_anli_trains_on_the_dev_file_when_nothing_else_has_train(tmp_path, data_dir, hub_unreachable):
+    from llm_marl_envs.envs.anli_debate import ANLI_R3
+
+    with pytest.warns(UserWarning, match=r"anli_r3 split 'train': no local file or hub copy, using the stand-in "
+                                         r".*anli_r3/dev.jsonl"):
+        train = load_records(ANLI_R3, "train", data_dir)
+    assert train == load_records(ANLI_R3, "dev", data_dir) and len(train) == 1200
+    (tmp_path / "anli_r3").mkdir()                         # a local train file, where one exists, comes first
+    row = {"uid": "t1", "context": "A cat sat.", "hypothesis": "An animal sat.", "label": "e"}
+    (tmp_path / "anli_r3" / "train.jsonl").write_text(json.dumps(row) + "\n")
+    assert [r["task_id"] for r in load_records(ANLI_R3, "train", tmp_path)] == ["anli_r3/t1"]
+
+
+def test_missing_stand_in_is_named_in_the_error(tmp_path, monkeypatch, hub_unreachable):
+    from llm_marl_envs.envs.anli_debate import ANLI_R3
+
+    monkeypatch.delenv("LLM_MARL_DATA_DIR", raising=False)
+    with pytest.raises(DataNotFoundError) as err:
+        load_records(ANLI_R3, "train", tmp_path)
+    assert f"{tmp_path / 'anli_r3' / 'dev.jsonl'} (data_dir argument, stand-in for split 'train')" in str(err.value)
+    assert "ConnectionError" in str(err.value)
+
+
+def test_hash_split_is_a_fixed_function_of_the_canonical_text():
+    assert hash_split("What is 2 + 2?") == hash_split("  what is 2 +   2?\n")
+    assert {hash_split(f"problem {i}") for i in range(20)} == {"train", "test"}
+    share = sum(hash_split(f"problem {i}", train_fraction=0.8) == "train" for i in range(2000)) / 2000
+    assert 0.77 < share < 0.83
+    with pytest.raises(ValueError, match=r"train_fraction must be in \(0, 1\), got 1"):
+        hash_split("x", train_fraction=1)

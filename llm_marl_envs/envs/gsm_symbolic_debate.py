@@ -44,7 +44,7 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from verifiers.math import verify_answer
 
@@ -56,13 +56,15 @@ SPLITS = ("train", "test")
 DRAWS_PER_TASK = 20          # give up (problem space too small) after this many draws per requested task
 
 
-def reasoning_gym_records(task_name: str, split: str, size: int, **task_config: Any) -> list[Record]:
-    """``size`` distinct problems of a reasoning-gym task that belong to ``split`` (``task_config``: the task's options).
+def reasoning_gym_records(task_name: str, split: str, size: int, accept: Callable[[Record], bool] | None = None,
+                          **task_config: Any) -> list[Record]:
+    """``size`` distinct problems of a reasoning-gym task that belong to ``split`` (``task_config``: its options).
 
     Problems are drawn from one stream (seed ``GENERATOR_SEED``) and kept when
-    :func:`~llm_marl_envs.data.hash_split` of their question is ``split``, skipping repeats, so
-    train and test share no question by construction. A task id names the problem's index in the
-    stream. Raises ``ValueError`` when the options allow too few distinct problems for ``size``.
+    :func:`~llm_marl_envs.data.hash_split` of their question is ``split`` (and ``accept`` of the
+    generated row is true, when given), skipping repeats, so train and test share no question by
+    construction. A task id names the problem's index in the stream. Raises ``ValueError`` when
+    the options allow too few distinct problems for ``size``.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
@@ -77,7 +79,7 @@ def reasoning_gym_records(task_name: str, split: str, size: int, **task_config: 
     for index in range(draws):
         row = dataset[index]
         key = canonical_text(row["question"])
-        if key in seen or hash_split(key) != split:
+        if key in seen or hash_split(key) != split or (accept is not None and not accept(row)):
             continue
         seen.add(key)
         records.append({"task_id": f"{task_name}/{index}", "question": row["question"], "answer": str(row["answer"])})
