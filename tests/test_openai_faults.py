@@ -115,7 +115,8 @@ class MisbehavingServer:
                 self.send(200, json.dumps(reply).encode())
 
             def play_too_long(self, body):                    # ignores max_tokens
-                self.send(200, json.dumps(completion(body, usage={"completion_tokens": body["max_tokens"] + 50})).encode())
+                usage = {"completion_tokens": body["max_tokens"] + 50}
+                self.send(200, json.dumps(completion(body, usage=usage)).encode())
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
