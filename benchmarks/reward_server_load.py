@@ -84,7 +84,8 @@ def run_level(server: RewardServer, clients: int, seconds: float, items: int) ->
     latencies.sort()
     served = server.num_requests - requests_before
     return {
-        "clients": clients, "requests": len(latencies), "errors": len(errors), "first_error": errors[0] if errors else "",
+        "clients": clients, "requests": len(latencies), "errors": len(errors),
+        "first_error": errors[0] if errors else "",
         "requests_per_s": len(latencies) / elapsed, "items_per_s": len(latencies) * items / elapsed,
         "p50_ms": 1000 * statistics.median(latencies) if latencies else float("nan"),
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else float("nan"),

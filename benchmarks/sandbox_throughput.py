@@ -81,7 +81,8 @@ def canonical_items(problems: list[dict]) -> list[tuple[str, str, str]]:
 
 def run_hostile_mix(problems: list[dict], workers: int, repeats: int, per_kind: int, hostile_timeout_s: float) -> None:
     """Good checks alone vs mixed with hostile ones; print checks/s of both and the ratio of good checks/s."""
-    good = [{"program": p, "test": t, "entry_point": e, "timeout_s": OUR_TIMEOUT_S} for p, t, e in canonical_items(problems)]
+    good = [{"program": p, "test": t, "entry_point": e, "timeout_s": OUR_TIMEOUT_S}
+            for p, t, e in canonical_items(problems)]
     hostile = [{"program": program, "test": ADD_TEST, "entry_point": "add", "timeout_s": hostile_timeout_s}
                for program in HOSTILE_PROGRAMS.values()] * per_kind
     mixed = list(good)

@@ -1,7 +1,7 @@
 """Kill at random moments, lose nothing: MAGRPO, MAPPO and benchmark runs SIGKILLed and resumed.
 
 Each run (``tests/fault_worker.py``, a tiny model) is first played uninterrupted. Then the same run
-is started in a fresh directory and killed over and over: at random moments (a timer, from the
+is started in a fresh directory and killed, in each chain of kills: at random moments (a timer, from the
 moment its set-up is done) and in the middle of its writes (the worker half-writes the chosen
 checkpoint file or log line, then SIGKILLs itself). After every kill the same command starts
 again and resumes from what the directory holds, until a start finishes. The result must be the
@@ -9,8 +9,8 @@ uninterrupted one: the same final weights, bit for bit, and the same per-step lo
 trainers; the same ``episodes.jsonl`` records for the benchmark (wall times aside); and no torn
 line or half-written checkpoint left behind.
 
-The default run kills each of the three twice (once mid-write, once at a random moment), the
-three chains side by side; ``-m slow`` runs a longer schedule. ``LLM_MARL_FAULT_SEED`` picks the
+The default run kills each of the three twice (once mid-write, then at a random moment), the
+three side by side; ``-m slow`` runs a longer schedule. ``LLM_MARL_FAULT_SEED`` picks the
 random moments (printed on failure).
 """
 from __future__ import annotations
@@ -136,62 +136,75 @@ def leftovers(output_dir: Path) -> list[str]:
 RESULTS = {"magrpo": trainer_result, "mappo": trainer_result, "bench": bench_result}
 
 
-def kill_and_resume(kind: str, tmp_path: Path, kills: list[Kill], seed: int) -> list[str]:
-    """Play ``kind`` uninterrupted, then interrupted by ``kills``; check the results match; the outcomes."""
+def kill_and_resume(kind: str, tmp_path: Path, chains: list[list[Kill]], seed: int) -> list[list[str]]:
+    """Play ``kind`` uninterrupted, then once per chain of kills (each in a fresh directory) and finish it;
+    check every result matches the uninterrupted one; the outcomes of each chain's kills."""
     rng = random.Random(f"{seed}-{kind}")
-    reference, interrupted = tmp_path / f"{kind}-reference", tmp_path / f"{kind}-killed"
+    reference = tmp_path / f"{kind}-reference"
     active_s = run_to_end(kind, reference)
-    outcomes = [play_kill(kind, interrupted, kill, active_s, rng) for kill in kills]
-    run_to_end(kind, interrupted)
-    context = f"{kind}, seed {seed}, kills {list(zip(kills, outcomes))}"
-    try:
-        assert_same(kind, RESULTS[kind](interrupted), RESULTS[kind](reference))
-    except AssertionError as error:
-        raise AssertionError(f"{context}: the resumed run differs: {error}") from None
-    assert leftovers(interrupted) == [], context
+    want = RESULTS[kind](reference)
+    outcomes = []
+    for number, kills in enumerate(chains):
+        interrupted = tmp_path / f"{kind}-killed-{number}"
+        outcomes.append([play_kill(kind, interrupted, kill, active_s, rng) for kill in kills])
+        run_to_end(kind, interrupted)
+        context = f"{kind}, seed {seed}, kills {list(zip(kills, outcomes[-1]))}"
+        try:
+            assert_same(kind, RESULTS[kind](interrupted), want)
+        except AssertionError as error:
+            raise AssertionError(f"{context}: the resumed run differs: {error}") from None
+        assert leftovers(interrupted) == [], context
     return outcomes
 
 
 def random_moments(rng: random.Random, count: int) -> list[Kill]:
-    return [Kill(after=rng.uniform(0.05, 0.95)) for _ in range(count)]
+    """Timer kills early enough in a start that they land before it finishes (most of the time)."""
+    return [Kill(after=rng.uniform(0.05, 0.8)) for _ in range(count)]
 
 
-def run_all(tmp_path: Path, schedules: dict[str, list[Kill]]) -> dict[str, list[str]]:
-    """The three chains side by side (one torch thread each)."""
+def run_all(tmp_path: Path, schedules: dict[str, list[list[Kill]]]) -> dict[str, list[list[str]]]:
+    """The three kinds side by side (one torch thread each), their chains one after the other."""
     with ThreadPoolExecutor(len(schedules)) as pool:
-        futures = {kind: pool.submit(kill_and_resume, kind, tmp_path, kills, SEED) for kind, kills in schedules.items()}
+        futures = {kind: pool.submit(kill_and_resume, kind, tmp_path, chains, SEED)
+                   for kind, chains in schedules.items()}
         return {kind: future.result() for kind, future in futures.items()}
+
+
+def assert_landed(schedules: dict[str, list[list[Kill]]], outcomes: dict[str, list[list[str]]]) -> dict[str, int]:
+    """Every mid-write kill fired (each opens its chain, so its write comes); the kills that landed per kind."""
+    for kind, chains in schedules.items():
+        for kills, results in zip(chains, outcomes[kind]):
+            mid_write = [o for kill, o in zip(kills, results) if kill.fault]
+            assert all(o.startswith("killed mid-write") for o in mid_write), (kind, results)
+    return {kind: sum(o.startswith("killed") for results in chains for o in results)
+            for kind, chains in outcomes.items()}
 
 
 @pytest.mark.ci_slow
 def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path):
     rng = random.Random(SEED)
-    schedules = {
-        "magrpo": [Kill(fault="checkpoint:7"), *random_moments(rng, 1)],      # 5 files each: inside checkpoint 2
-        "mappo": [Kill(fault="metrics:2"), *random_moments(rng, 1)],
-        "bench": [Kill(fault="episodes:4"), *random_moments(rng, 1)],         # mid-batch: episode 3 of batch [2, 3]
+    schedules = {       # one chain each: mid-write first (its write always comes), then a random moment
+        "magrpo": [[Kill(fault="checkpoint:7"), *random_moments(rng, 1)]],      # 5 files each: inside checkpoint 2
+        "mappo": [[Kill(fault="metrics:2"), *random_moments(rng, 1)]],
+        "bench": [[Kill(fault="episodes:4"), *random_moments(rng, 1)]],         # mid-batch: episode 3 of batch [2, 3]
     }
-    outcomes = run_all(tmp_path, schedules)
-    for kind, kills in schedules.items():
-        mid_write = [o for kill, o in zip(kills, outcomes[kind]) if kill.fault]
-        assert all(o.startswith("killed mid-write") for o in mid_write), (kind, outcomes[kind])
+    assert_landed(schedules, run_all(tmp_path, schedules))
 
 
 @pytest.mark.slow
 def test_killed_many_times_at_every_kind_of_write_and_at_random_moments(tmp_path):
     rng = random.Random(SEED + 1)
-    trainer_writes = [Kill(fault=f) for f in ("checkpoint:1", "publish:1", "metrics:1", "checkpoint:7", "publish:2")]
-    schedules = {
-        "magrpo": trainer_writes + random_moments(rng, 4),
-        "mappo": trainer_writes + random_moments(rng, 4),
-        "bench": [Kill(fault=f) for f in ("episodes:1", "episodes:2", "episodes:4")] + random_moments(rng, 4),
-    }
+    trainer_writes = ("checkpoint:1", "checkpoint:4", "publish:1", "metrics:1", "checkpoint:7", "publish:2")
+    bench_writes = ("episodes:1", "episodes:2", "episodes:4")
+    schedules = {kind: [[Kill(fault=fault), *random_moments(rng, 1)] for fault in writes] + [random_moments(rng, 3)]
+                 for kind, writes in (("magrpo", trainer_writes), ("mappo", trainer_writes), ("bench", bench_writes))}
     outcomes = run_all(tmp_path, schedules)
-    killed = {kind: sum(o.startswith("killed") for o in results) for kind, results in outcomes.items()}
-    print(f"kills that landed: {killed} of {({k: len(v) for k, v in schedules.items()})}; outcomes {outcomes}")
-    for kind, kills in schedules.items():
-        assert all(o.startswith("killed") for kill, o in zip(kills, outcomes[kind]) if kill.fault), outcomes[kind]
-        assert killed[kind] >= len([k for k in kills if k.fault]) + 1          # at least one timer kill landed too
+    landed = assert_landed(schedules, outcomes)
+    timers = {kind: landed[kind] - sum(1 for chain in chains for kill in chain if kill.fault)
+              for kind, chains in schedules.items()}
+    print(f"kills injected: {({k: sum(map(len, c)) for k, c in schedules.items()})}, landed: {landed} "
+          f"({timers} by timer), every resume matched; outcomes {outcomes}")
+    assert all(count >= 1 for count in timers.values()), timers
 
 
 # ------------------------------------------------------------------ the two repairs, in-process and fast

@@ -86,7 +86,8 @@ def test_hostile_programs_among_good_ones_at_three_workers_per_core():
     assert after.score == 1.0                                 # the caller and the sandbox go on
     table = processes()
     assert descendants(zygotes, table) | (zygotes & set(table)) == set()   # closed: the zygotes are gone too
-    hostile_reasons = {kind: verdict.details["reason"] for (kind, _), verdict in zip(expected, verdicts) if kind != "good"}
+    hostile_reasons = {kind: verdict.details["reason"]
+                       for (kind, _), verdict in zip(expected, verdicts) if kind != "good"}
     assert all(hostile_reasons.values()), hostile_reasons     # each hostile check says why it scored 0
 
 

@@ -109,7 +109,7 @@ class OpenAIPolicy(InferenceBackend):
             connection.close()
 
     def _post(self, body: dict[str, Any]) -> CountedGeneration:
-        """POST ``body`` to the chat endpoint; its completion, retrying the failures that may pass (module docstring)."""
+        """POST ``body`` to the chat endpoint; its completion, retrying failures that may pass (module docstring)."""
         data = json.dumps(body).encode("utf-8")
         headers = {"Content-Type": "application/json"}
         if self.api_key:
@@ -174,7 +174,8 @@ def _chat_completion(payload: bytes, max_tokens: int) -> CountedGeneration:
         raise ServerReplyError(f"choices[0].message.content is not a string: {json.dumps(choice)[:300]}")
     usage = reply.get("usage") or {}
     tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 <= tokens <= max_tokens):
+    counted = isinstance(tokens, int) and not isinstance(tokens, bool)
+    if tokens is not None and (not counted or not 0 <= tokens <= max_tokens):
         raise ServerReplyError(f"usage.completion_tokens={tokens!r} is not a count within max_tokens={max_tokens}: "
                                f"{json.dumps(reply)[:300]}")
     finish_reason = "length" if choice.get("finish_reason") == "length" else "stop"
