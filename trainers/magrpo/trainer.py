@@ -93,6 +93,20 @@ def sample_values(node: TreeNode, agent_position: int, num_generations: int) -> 
     return totals / counts.clamp(min=1)
 
 
+def sample_diagnostics(samples: Sequence[Any], group_advantages: Sequence[torch.Tensor]) -> dict[str, float]:
+    """Why a step did or did not learn: the share of groups whose advantages are all 0 (no gradient), response
+    length, and the mean negative log-prob of the sampled tokens (a Monte-Carlo estimate of the sampling entropy
+    per token; it falls as the policy sharpens)."""
+    lengths = [len(g.completion_ids) for g in samples]
+    logprobs = [lp for g in samples for lp in (g.logprobs or [])]
+    out = {"zero_advantage_groups": float(np.mean([bool((a == 0).all()) for a in group_advantages]))
+           if group_advantages else 0.0,
+           "response_tokens": float(np.mean(lengths)) if lengths else 0.0}
+    if logprobs:
+        out["entropy_estimate"] = float(-np.mean(logprobs))
+    return out
+
+
 class MAGRPOTrainer:
     """Trains a :class:`Team` on a :class:`TextEnv` with MAGRPO (see the module docstring)."""
 
@@ -279,6 +293,9 @@ class MAGRPOTrainer:
                 prefix = f"turn{turn}/{agent}"
                 metrics.update({f"{prefix}/reward_mean": float(np.mean(rewards)), f"{prefix}/reward_std": float(np.std(rewards)),
                                 f"{prefix}/advantage_mean": float(values.mean()), f"{prefix}/advantage_std": float(values.std())})
+                metrics.update({f"{prefix}/{k}": v for k, v in sample_diagnostics(
+                    [g for node in nodes for g in node.expansion.samples[agent]], [adv[agent] for adv in advantages]
+                ).items()})
             if nodes:
                 returns = [r for node in nodes for r in node.returns]
                 metrics[f"turn{turn}/return_mean"] = float(np.mean(returns))

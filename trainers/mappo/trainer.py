@@ -40,7 +40,7 @@ import torch
 from tqdm.auto import tqdm
 
 from llm_marl_envs.core import render_messages
-from trainers.common.checkpoint import checkpoint_dir, load_checkpoint, resolve_checkpoint, save_checkpoint
+from trainers.common.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
 from trainers.common.distributed import prepare_training
 from llm_marl.episode import Episode
 from trainers.common.evaluation import EvalResult, eval_report_path, evaluate_episodes, held_out_tasks
@@ -107,6 +107,7 @@ class MAPPOTrainer:
         self.train_tasks, self.eval_tasks = held_out_tasks(env, eval_env, config.eval_tasks)
         self.agents = list(env.possible_agents)
         team.check_covers(self.agents)
+        self.eval_engine = RolloutEngine(self.eval_env, team, progress=False)
         for agent in self.agents:
             policy = team.policy(agent)
             if not hasattr(policy, "trainable_parameters"):
@@ -154,6 +155,10 @@ class MAPPOTrainer:
                                    tensors=(weights, optimizer_states))
         self.dp.barrier()
         return path
+
+    def latest_checkpoint(self) -> Path | None:
+        """The newest checkpoint under ``output_dir`` (``None`` if none)."""
+        return latest_checkpoint(self.config.output_dir)
 
     def load(self, path: str | Path) -> None:
         """Restore a checkpoint written by :meth:`save`; training continues after its step."""
@@ -434,9 +439,8 @@ class MAPPOTrainer:
         if n > len(self.eval_tasks):
             raise ValueError(f"eval asks for {n} episodes but there are {len(self.eval_tasks)} held-out tasks; "
                              f"ask for fewer or raise eval_tasks")
-        engine = RolloutEngine(self.eval_env, self.team, progress=False)
         params = self.sampling_params(0, temperature=self.config.eval_temperature)
-        return evaluate_episodes(engine, self.dp, self.accelerator, self.eval_tasks[:n],
+        return evaluate_episodes(self.eval_engine, self.dp, self.accelerator, self.eval_tasks[:n],
                                  [self.config.seed + i for i in range(n)], params, desc="eval",
                                  report_path=eval_report_path(self.config.output_dir, self.step))
 

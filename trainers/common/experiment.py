@@ -1,0 +1,285 @@
+"""Before/after comparison of a team on held-out tasks: what a training example reports.
+
+A training run counts only on tasks it never trained on, judged by the env's verifier. This module
+plays the trainer's held-out tasks through the trainer's own evaluation path
+(:func:`~trainers.common.evaluation.evaluate_episodes`, the one rollout path) twice per setting:
+
+- **greedy**: one episode per task at temperature 0;
+- **sampled**: ``samples`` episodes per task at the training temperature (fresh seeds), averaged per task.
+
+Each episode is reduced to per-task numbers, and before and after are compared **paired by task**
+with a percentile bootstrap over tasks (:func:`llm_marl_envs.metrics.paired_difference`):
+
+- ``final_turn_accuracy``: the fraction of agents whose last-turn answer is right (the mean over
+  agents, not a vote); ``team_answer_accuracy`` is the majority vote of the final answers
+  (:func:`llm_marl_envs.metrics.majority_correct`) beside it.
+- ``per_turn``: the same fraction at every turn.
+- ``transitions``: the 2×2 counts of an agent's answer going from correct (C) or incorrect (I) at
+  turn t to C or I at turn t+1, summed over agents and turns, and the I→C rate (the share of an
+  agent's I answers that the next turn fixes, after reading the others: MAPoRL's collaboration
+  claim) with a bootstrap CI of its change.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from llm_marl.policy import SamplingParams
+from llm_marl_envs import metrics
+
+from .evaluation import EvalResult, evaluate_episodes
+
+RESAMPLES = 10_000
+
+
+@dataclass
+class HeldOutScores:
+    """Per-task scores of one evaluation setting (rows: tasks, in task order).
+
+    ``final``: final-turn accuracy (mean over agents, and over samples when sampled); ``team``: majority
+    vote of the final answers; ``per_turn``: ``[tasks, turns]``; ``transitions``: ``[tasks, 4]`` counts
+    C→C, C→I, I→C, I→I summed over agents, turn pairs and samples.
+    """
+
+    tasks: list[int]
+    samples: int
+    temperature: float
+    final: np.ndarray
+    team: np.ndarray
+    per_turn: np.ndarray
+    transitions: np.ndarray
+    episodes: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary: means with 95% CIs (no per-episode records)."""
+        return {"tasks": len(self.tasks), "samples_per_task": self.samples, "temperature": self.temperature,
+                "final_turn_accuracy": interval(self.final), "team_answer_accuracy": interval(self.team),
+                "per_turn": [interval(self.per_turn[:, t]) for t in range(self.per_turn.shape[1])],
+                "transitions": transition_summary(self.transitions)}
+
+
+def interval(values: Sequence[float] | np.ndarray, statistic=None) -> dict[str, float | None]:
+    """``{"mean", "low", "high"}``: the estimate and its 95% percentile-bootstrap interval over tasks."""
+    estimate, low, high = metrics.bootstrap_ci(values, statistic, num_resamples=RESAMPLES)
+    return {"mean": _number(estimate), "low": _number(low), "high": _number(high)}
+
+
+def _number(x: Any) -> float | None:
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
+def fix_rate(rows: np.ndarray) -> float:
+    """I→C / (I→C + I→I) over the rows' summed transition counts (NaN when no answer was incorrect)."""
+    fixed, kept = rows[:, 2].sum(), rows[:, 3].sum()
+    return fixed / (fixed + kept) if fixed + kept else float("nan")
+
+
+def transition_summary(counts: np.ndarray) -> dict[str, Any]:
+    """Summed counts and the fix (I→C) and break (C→I) rates with 95% CIs over tasks."""
+    total = counts.sum(axis=0)
+    out = {label: int(n) for label, n in zip(metrics.TRANSITION_LABELS, total)}
+    if counts.shape[0] and total.sum():
+        out["i_to_c_rate"] = interval(counts, fix_rate)
+        out["c_to_i_rate"] = interval(counts, lambda rows: rows[:, 1].sum() / max(rows[:, :2].sum(), 1))
+    return out
+
+
+def scores_from(result: EvalResult, tasks: Sequence[int], samples: int, temperature: float) -> HeldOutScores:
+    """Reduce an evaluation whose episodes are ``samples`` consecutive plays of each task to per-task scores."""
+    num_turns = result.num_turns
+    finals, teams, turns, transitions = [], [], [], []
+    for record in result.episodes:
+        correct = metrics.pad_turns(record["correct"], num_turns)
+        answers = metrics.pad_turns(record["answers"], num_turns)
+        per_turn = [float(np.mean([bool(c) for c in turn])) for turn in correct]
+        turns.append(per_turn)
+        finals.append(per_turn[-1])
+        teams.append(float(bool(metrics.majority_correct(answers[-1], correct[-1]))))
+        transitions.append(metrics.transition_counts(correct).ravel())
+
+    def per_task(values: list) -> np.ndarray:
+        array = np.asarray(values, dtype=float)
+        return array.reshape(len(tasks), samples, *array.shape[1:])
+
+    return HeldOutScores(list(tasks), samples, temperature, per_task(finals).mean(1), per_task(teams).mean(1),
+                         per_task(turns).mean(1), per_task(transitions).sum(1), result.episodes)
+
+
+def held_out_scores(trainer: Any, tasks: Sequence[int], *, samples: int = 1, temperature: float = 0.0,
+                    seed: int = 0, report_path: str | os.PathLike | None = None,
+                    desc: str = "evaluate") -> HeldOutScores:
+    """Play each held-out task ``samples`` times at ``temperature`` with the trainer's team; per-task scores.
+
+    Greedy (``temperature=0``) needs ``samples=1``. Sampled plays of a task get distinct seeds, so they
+    are independent draws; the same ``seed`` replays the same episodes.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    if temperature == 0 and samples != 1:
+        raise ValueError(f"greedy decoding (temperature=0) gives one answer per task; got samples={samples}")
+    cfg = trainer.config
+    params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature, top_p=cfg.top_p)
+    played = [task for task in tasks for _ in range(samples)]
+    seeds = [seed + 1_000 * i + s for i in range(len(tasks)) for s in range(samples)]
+    result = evaluate_episodes(trainer.eval_engine, trainer.dp, trainer.accelerator, played, seeds, params,
+                               desc=desc, report_path=report_path)
+    return scores_from(result, tasks, samples, temperature)
+
+
+def compare(before: HeldOutScores, after: HeldOutScores) -> dict[str, Any]:
+    """Before, after and the paired after − before difference (bootstrap over tasks) of one setting."""
+    if before.tasks != after.tasks:
+        raise ValueError("before and after must be evaluated on the same tasks in the same order to be paired")
+
+    def paired(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
+        diff = metrics.paired_difference(a, b, num_resamples=RESAMPLES)
+        return {"mean": diff["mean"], "low": diff["ci95"][0], "high": diff["ci95"][1], "better": diff["wins"],
+                "tie": diff["ties"], "worse": diff["losses"]}
+
+    rows = np.concatenate([before.transitions, after.transitions], axis=1)
+    fix_change = interval(rows, lambda r: fix_rate(r[:, 4:]) - fix_rate(r[:, :4]))
+    return {
+        "final_turn_accuracy": {"before": interval(before.final), "after": interval(after.final),
+                                "paired_difference": paired(after.final, before.final)},
+        "team_answer_accuracy": {"before": interval(before.team), "after": interval(after.team),
+                                 "paired_difference": paired(after.team, before.team)},
+        "per_turn": [{"turn": t, "before": interval(before.per_turn[:, t]), "after": interval(after.per_turn[:, t]),
+                      "paired_difference": paired(after.per_turn[:, t], before.per_turn[:, t])}
+                     for t in range(before.per_turn.shape[1])],
+        "transitions": {"before": transition_summary(before.transitions),
+                        "after": transition_summary(after.transitions), "i_to_c_rate_change": fix_change},
+    }
+
+
+def format_comparison(name: str, comparison: dict[str, Any]) -> str:
+    """One terminal line per setting: final-turn accuracy before, after and the paired difference."""
+    acc = comparison["final_turn_accuracy"]
+
+    def ci(entry: dict[str, Any]) -> str:
+        return f"{entry['mean']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]"
+
+    change = comparison["transitions"]["i_to_c_rate_change"]
+    fix = "n/a" if change["mean"] is None else ci(change)
+    return (f"{name:>8}: before {ci(acc['before'])}  after {ci(acc['after'])}  "
+            f"after - before {ci(acc['paired_difference'])}  I→C rate change {fix}")
+
+
+def write_json_atomically(path: str | os.PathLike, payload: Any) -> Path:
+    """Write JSON to a temp file beside ``path`` and rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
+    os.replace(temp, path)
+    return path
+
+
+def plot_learning_curve(history: Sequence[dict[str, Any]], evaluations: dict[str, dict[str, Any]],
+                        path: str | os.PathLike, *, reward_key: str, title: str) -> Path:
+    """Training reward per step (and its moving average) beside held-out final-turn accuracy before/after."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [h["step"] for h in history if reward_key in h]
+    rewards = [h[reward_key] for h in history if reward_key in h]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]})
+    left.plot(steps, rewards, color="0.7", lw=1, label=f"{reward_key} (per step)")
+    if len(rewards) >= 5:
+        window = max(5, len(rewards) // 10)
+        smooth = np.convolve(rewards, np.ones(window) / window, mode="valid")
+        left.plot(steps[window - 1:], smooth, color="C0", lw=2, label=f"moving average ({window} steps)")
+    left.set_xlabel("training step")
+    left.set_ylabel("training reward (train split, sampled)")
+    left.legend(loc="best", fontsize=8)
+    left.set_title("training reward (not a result)")
+    names = list(evaluations)
+    for offset, (key, color) in enumerate((("before", "0.5"), ("after", "C2"))):
+        means = [evaluations[n]["final_turn_accuracy"][key]["mean"] for n in names]
+        lows = [m - evaluations[n]["final_turn_accuracy"][key]["low"] for n, m in zip(names, means)]
+        highs = [evaluations[n]["final_turn_accuracy"][key]["high"] - m for n, m in zip(names, means)]
+        x = np.arange(len(names)) + (offset - 0.5) * 0.35
+        right.bar(x, means, 0.35, yerr=[lows, highs], color=color, capsize=4, label=key)
+    right.set_xticks(np.arange(len(names)), names)
+    right.set_ylabel("final-turn accuracy (held-out test tasks)")
+    right.set_ylim(0, 1)
+    right.legend(loc="upper right", fontsize=8)
+    right.set_title("held out, 95% bootstrap CI")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, samples: int, temperature: float,
+                      env_id: str, reward_key: str = "joint_reward_mean", extra: dict[str, Any] | None = None
+                      ) -> dict[str, Any]:
+    """Evaluate the trainer's team on ``eval_tasks`` held-out tasks, train it, evaluate again; write the results.
+
+    Both settings (greedy, and ``samples`` draws per task at ``temperature``) are played before and after on
+    the same tasks with the same seeds. Writes ``out/results.json`` (the dict returned), ``out/learning_curve.png``
+    and one ``report.html`` per evaluation under ``out/eval-<setting>-<before|after>/``.
+    """
+    import time
+
+    out = Path(out)
+    started = time.perf_counter()
+    tasks = trainer.eval_tasks[:eval_tasks]
+    if len(tasks) < eval_tasks:
+        raise ValueError(f"asked for {eval_tasks} held-out tasks but the eval env has {len(tasks)}; "
+                         f"lower eval_tasks or make the test split larger (num_tasks)")
+    settings = {"greedy": (1, 0.0), "sampled": (samples, temperature)}
+
+    def evaluate_all(when: str) -> dict[str, HeldOutScores]:
+        return {name: held_out_scores(trainer, tasks, samples=k, temperature=t, seed=trainer.config.seed,
+                                      report_path=out / f"eval-{name}-{when}" / "report.html",
+                                      desc=f"{when} ({name})")
+                for name, (k, t) in settings.items()}
+
+    before = evaluate_all("before")
+    for name, scores in before.items():
+        print(f"before ({name}): final-turn accuracy {scores.to_dict()['final_turn_accuracy']}", flush=True)
+    eval_s = time.perf_counter() - started
+    history = trainer.train()
+    train_s = time.perf_counter() - started - eval_s
+    after = evaluate_all("after")
+    evaluations = {name: compare(before[name], after[name]) for name in settings}
+    checkpoint = trainer.latest_checkpoint()
+    results = {
+        "env": env_id, "held_out_tasks": len(tasks), "split": "test",
+        "accuracy": "final_turn_accuracy: fraction of agents right at the last turn (mean over agents; sampled: "
+                    "also over samples), per task; team_answer_accuracy: majority vote of the final answers. "
+                    "Intervals: 95% percentile bootstrap over tasks; differences paired by task.",
+        # the issue's headline fields: the sampled setting at the training temperature
+        "final_turn_accuracy": evaluations["sampled"]["final_turn_accuracy"],
+        "per_turn": evaluations["sampled"]["per_turn"],
+        "transitions": evaluations["sampled"]["transitions"],
+        "greedy": evaluations["greedy"], "sampled": evaluations["sampled"],
+        "settings": {name: {"samples_per_task": k, "temperature": t} for name, (k, t) in settings.items()},
+        "checkpoint": str(checkpoint) if checkpoint else None,
+        "config": trainer.config.to_dict(), "train_history": history,
+        "wall_time_s": {"evaluation_before": eval_s, "training": train_s,
+                        "total": time.perf_counter() - started},
+        **(extra or {}),
+    }
+    write_json_atomically(out / "results.json", results)
+    plot_learning_curve(history, evaluations, out / "learning_curve.png", reward_key=reward_key,
+                        title=f"{type(trainer).__name__} on {env_id}")
+    for name in settings:
+        print(format_comparison(name, evaluations[name]), flush=True)
+    print(f"wall time {results['wall_time_s']['total'] / 60:.1f} min; wrote {out / 'results.json'} and "
+          f"{out / 'learning_curve.png'}", flush=True)
+    return results
+
+
+__all__ = ["train_and_compare", "HeldOutScores", "held_out_scores", "scores_from", "compare", "format_comparison", "interval",
+           "fix_rate", "transition_summary", "plot_learning_curve", "write_json_atomically"]
