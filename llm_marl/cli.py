@@ -186,7 +186,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from llm_marl.team import Team
 
     if args.full_finetune:
-        team = Team.separate([load(args.model) for _ in agents], agents)
+        team = Team.separate([load(args.model) for _ in agents], agents, names=[args.model] * len(agents))
     else:
         model, tokenizer = load(args.model)
         team = Team.shared_lora(model, tokenizer, agents, name=args.model)
