@@ -6,6 +6,10 @@ Baselines on the same tasks (``baseline=``):
 * ``majority`` — ``k = N·T`` independent samples (``k`` agents, one turn), the token budget of an
   ``N``-agent ``T``-turn debate, scored by majority vote over the extracted answers;
 * ``debate`` — ``N`` agents × ``T`` turns (the env's protocol);
+* ``checkpoint`` — the trained team of a training checkpoint (``checkpoint=``, see
+  :mod:`llm_marl.team_checkpoint`) in the debate's ``N × T``, each agent with its own trained
+  weights; the other baselines then run its untrained base model(s), so trained and untrained
+  play the same tasks;
 * a *mixed team* is any baseline with several models (``models=[m0, m1, ...]``, one per agent).
 
 Episodes run through the shared :class:`~llm_marl.rollout.RolloutEngine` (the
@@ -28,7 +32,7 @@ import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -39,7 +43,10 @@ from . import report
 from .files import write_text_atomically
 from .report import RunView
 
-BASELINES = ("single", "majority", "debate")
+if TYPE_CHECKING:
+    from .team import Team
+
+BASELINES = ("single", "majority", "debate", "checkpoint")
 RUN_FILE, EPISODES_FILE, SUMMARY_FILE, REPORT_FILE = "run.json", "episodes.jsonl", "summary.json", "report.md"
 ACCURACY_PLOT, TRANSITIONS_PLOT = "accuracy_per_turn.png", "transitions.png"
 
@@ -63,6 +70,7 @@ class BenchConfig:
     episodes_per_batch: int = 4        # episodes the rollout engine advances together
     threads: int | None = None         # llamacpp threads (None: the free cores)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None      # a trained team's checkpoint dir: the team of the "checkpoint" baseline
 
     def __post_init__(self) -> None:
         if self.baseline not in BASELINES:
@@ -76,6 +84,12 @@ class BenchConfig:
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be an int >= 1 or None (env default), got {value!r}")
         spec(self.env_id)  # unknown env id -> ValueError listing the registered ones
+        if self.baseline == "checkpoint" and not self.checkpoint:
+            raise ValueError("the 'checkpoint' baseline runs a trained team: give its checkpoint directory "
+                             "(--checkpoint DIR)")
+        if self.checkpoint and self.backend != "hf":
+            raise ValueError(f"a checkpoint's trained weights load into transformers models: --checkpoint needs "
+                             f"--backend hf, got --backend {self.backend}")
         if self.baseline == "single" and len(self.models) > 1:
             raise ValueError(f"the single-agent baseline runs one model, got {len(self.models)}: {self.models}; "
                              "pass one --model or use --baseline debate/majority for a mixed team")
@@ -195,6 +209,8 @@ def load_policies(config: BenchConfig, policies: dict[str, Any] | None = None) -
     from llm_marl.backends import load_policy
 
     loaded = dict(policies or {})
+    if config.baseline == "checkpoint":
+        return loaded                      # the trained team brings its own (see build_team)
     for model in dict.fromkeys(config.agent_models()):
         if model not in loaded:
             options = {"n_threads": config.threads} if config.backend == "llamacpp" and config.threads else {}
@@ -202,12 +218,23 @@ def load_policies(config: BenchConfig, policies: dict[str, Any] | None = None) -
     return loaded
 
 
-def build_team(config: BenchConfig, agents: Sequence[str], policies: dict[str, Any] | None = None):
-    """One policy per distinct model (loaded once, shared by the agents that use it), seated per agent."""
-    from llm_marl.team import Team
+def build_team(config: BenchConfig, agents: Sequence[str], policies: dict[str, Any] | None = None,
+               trained: Team | None = None) -> Team:
+    """One policy per distinct model (loaded once, shared by the agents that use it), seated per agent; for the
+    ``checkpoint`` baseline, ``trained`` or else the checkpoint's team loaded for ``agents``."""
+    from llm_marl.team import Team                   # torch and transformers load only when a run needs them
+    from llm_marl.team_checkpoint import load_team
 
+    if config.baseline == "checkpoint":
+        return trained if trained is not None else load_team(config.checkpoint, agents, config.models)
     loaded = load_policies(config, policies)
     return Team.from_policies({agent: loaded[model] for agent, model in zip(agents, config.agent_models())})
+
+
+def make_env(config: BenchConfig) -> Any:
+    """The env ``config``'s episodes run in (its baseline's agents and turns)."""
+    agents, turns = config.env_shape()
+    return make(config.env_id, **{**config.env_kwargs, "num_agents": agents, "num_turns": turns})
 
 
 def _start_run(config: BenchConfig, out: Path) -> dict[str, Any]:
@@ -244,11 +271,12 @@ def _version(md: Any, package: str) -> str | None:
 
 
 def run_benchmark(config: BenchConfig, out_dir: str | os.PathLike, *, policies: dict[str, Any] | None = None,
-                  progress: bool = True) -> dict[str, Any]:
+                  trained: Team | None = None, progress: bool = True) -> dict[str, Any]:
     """Run the episodes of ``config`` not yet in ``out_dir`` (appending each batch as it finishes), then report.
 
     ``policies`` maps model names to ready :class:`~llm_marl.policy.Policy` objects (else
-    they are loaded with :func:`~llm_marl.backends.load_policy`). Episodes run through the
+    they are loaded with :func:`~llm_marl.backends.load_policy`); ``trained``: the ready team
+    of the ``checkpoint`` baseline (else loaded from ``config.checkpoint``). Episodes run through the
     shared :class:`~llm_marl.rollout.RolloutEngine`, ``episodes_per_batch`` at a time (one
     generate call per policy per turn). Returns the summary.
     """
@@ -258,9 +286,8 @@ def run_benchmark(config: BenchConfig, out_dir: str | os.PathLike, *, policies: 
     from llm_marl.rollout import RolloutEngine
 
     out = Path(out_dir)
-    agents, turns = config.env_shape()
     models = config.agent_models()
-    env = make(config.env_id, **{**config.env_kwargs, "num_agents": agents, "num_turns": turns})
+    env = make_env(config)
     schedule = task_schedule(len(env.tasks), config.episodes, config.seed)  # loads the data: fails early
     _start_run(config, out)
     episodes_file = out / EPISODES_FILE
@@ -273,7 +300,7 @@ def run_benchmark(config: BenchConfig, out_dir: str | os.PathLike, *, policies: 
                for start in range(0, config.episodes, config.episodes_per_batch)]
     batches = [batch for batch in batches if not done.issuperset(batch)]
     if batches:
-        engine = RolloutEngine(env, build_team(config, env.possible_agents, policies), progress=False,
+        engine = RolloutEngine(env, build_team(config, env.possible_agents, policies, trained), progress=False,
                                env_name=config.env_id)
         bar = tqdm(total=config.episodes, initial=len(done & set(range(config.episodes))), unit="episode",
                    desc=f"{config.env_id} {config.baseline}", disable=not progress)
@@ -350,6 +377,7 @@ def run_view(out_dir: str | os.PathLike, label: str | None = None) -> tuple[RunV
     records = sorted(read_episodes(out / EPISODES_FILE), key=lambda r: r["episode"])
     _, num_turns = run["env_shape"]
     summary = {**{k: run[k] for k in ("env_id", "baseline", "models", "backend", "seed", "env_shape", "debate_shape")},
+               **({"checkpoint": run["config"]["checkpoint"]} if run["config"].get("checkpoint") else {}),
                **summarize(records, num_turns, seed=run["seed"])}
     return RunView(label or run["baseline"], summary, records), run
 
@@ -371,9 +399,9 @@ def write_report(out_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 def run_meta(summary: dict[str, Any], run: dict[str, Any]) -> list[str]:
-    """The settings lines of a run (models, env shape, episodes, sampling, start)."""
+    """The settings lines of a run (models, env shape, episodes, sampling, start, checkpoint)."""
     agents, turns = summary["env_shape"]
-    return [
+    lines = [
         f"models: {', '.join(summary['models'])} (backend {summary['backend']})",
         f"env: {agents} agent(s) × {turns} turn(s); matched debate: {summary['debate_shape'][0]} × "
         f"{summary['debate_shape'][1]}",
@@ -382,6 +410,10 @@ def run_meta(summary: dict[str, Any], run: dict[str, Any]) -> list[str]:
         f"top_p={run['config']['top_p']}",
         f"started {run['started']}; python {run['python']}",
     ]
+    if summary.get("checkpoint"):
+        role = "its trained team plays" if summary["baseline"] == "checkpoint" else "this baseline runs its base model"
+        lines.append(f"checkpoint: {summary['checkpoint']} ({role})")
+    return lines
 
 
 def render_report(summary: dict[str, Any], run: dict[str, Any]) -> str:

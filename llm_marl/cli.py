@@ -3,6 +3,7 @@
     llm-marl envs
     llm-marl bench arithmetic_debate-v0 --baseline single,majority,debate --episodes 40
     llm-marl bench anli_debate-v0 --models smollm2-135m,/path/to/other --backend hf --baseline debate
+    llm-marl bench arithmetic_debate-v0 --checkpoint outputs/magrpo       # trained team vs its untrained base
     llm-marl train magrpo tldr_writing-v0 --config cfg.yaml --set learning_rate=1e-5
     llm-marl report runs/bench/gsm_symbolic_debate-v0-debate-seed0
     llm-marl info                      # versions, CPU features, backend choices: paste into bug reports
@@ -71,20 +72,35 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run (or resume) a benchmark, or several baselines on the same tasks, and write the report."""
     from .benchmark import BenchConfig, run_benchmark
     from .compare import compare_baselines, format_comparison, parse_baselines
+    from .team_checkpoint import check_models, find_checkpoint, manifest_models, read_manifest
 
     models = [m.strip() for m in args.models.split(",")] if args.models else [args.model or DEFAULT_MODEL]
     if args.models and args.model:
         raise UserError("pass either --model (one model for every agent) or --models (one per agent), not both")
     if any(not m for m in models):
         raise UserError(f"--models has an empty name in {args.models!r}; separate names with single commas")
-    backend = args.backend or default_backend(models)
     baselines = parse_baselines(args.baseline)
+    num_agents, num_turns, checkpoint = args.num_agents, args.num_turns, None
+    if args.checkpoint:
+        checkpoint = find_checkpoint(args.checkpoint)
+        manifest = read_manifest(checkpoint)
+        if args.model or args.models:
+            check_models(checkpoint, manifest, models)
+        trained = manifest_models(manifest)
+        models = trained[:1] if len(set(trained)) == 1 else trained
+        num_agents = num_agents or len(manifest["agents"])
+        if num_turns is None and (manifest.get("env") or {}).get("id") == args.env:
+            num_turns = manifest["env"]["num_turns"]
+        if "checkpoint" not in baselines:
+            baselines.append("checkpoint")
+    backend = args.backend or ("hf" if checkpoint else default_backend(models))
     env_kwargs = {k: v for k, v in env_arguments(args).items() if k not in ("num_agents", "num_turns")}
     config = BenchConfig(
         env_id=args.env, models=models, backend=backend, base_url=args.base_url, baseline=baselines[0],
-        num_agents=args.num_agents, num_turns=args.num_turns, episodes=args.episodes, seed=args.seed,
+        num_agents=num_agents, num_turns=num_turns, episodes=args.episodes, seed=args.seed,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-        episodes_per_batch=args.episodes_per_batch, threads=args.threads, env_kwargs=env_kwargs)
+        episodes_per_batch=args.episodes_per_batch, threads=args.threads, env_kwargs=env_kwargs,
+        checkpoint=str(checkpoint.resolve()) if checkpoint else None)
     out = Path(args.out or Path("runs") / "bench" / f"{args.env}-{'+'.join(baselines)}-seed{args.seed}")
     if len(baselines) > 1:
         print(format_comparison(compare_baselines(config, baselines, out, progress=not args.quiet), out))
@@ -186,7 +202,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from llm_marl.team import Team
 
     if args.full_finetune:
-        team = Team.separate([load(args.model) for _ in agents], agents)
+        team = Team.separate([load(args.model) for _ in agents], agents, names=[args.model] * len(agents))
     else:
         model, tokenizer = load(args.model)
         team = Team.shared_lora(model, tokenizer, agents, name=args.model)
@@ -260,9 +276,16 @@ def build_parser() -> argparse.ArgumentParser:
                        "e.g. http://127.0.0.1:8000/v1")
     bench.add_argument("--baseline", default="debate", metavar="B[,B...]",
                        help="single: 1 agent 1 turn; majority: N*T independent samples voted; "
-                       "debate: N agents x T turns. "
+                       "debate: N agents x T turns; checkpoint: the trained team of --checkpoint, N x T. "
                        "Several, comma-separated (e.g. single,majority,debate), run on the same tasks and write one "
-                       "comparison report (default: debate)")
+                       "comparison report (default: debate; --checkpoint adds checkpoint)")
+    bench.add_argument("--checkpoint", default=None, metavar="DIR",
+                       help="a trained team: a training output_dir, its checkpoints/ dir (the newest step is used) "
+                       "or one checkpoints/step-* dir. Adds the baseline 'checkpoint' (each agent with its trained "
+                       "weights) to --baseline; the other baselines run the checkpoint's base model, untrained. "
+                       "Needs --backend hf (the default with it); --model, if given, must be the base it was "
+                       "trained on; --num-agents defaults to the checkpoint's agents and --num-turns to its "
+                       "training turns when ENV is the env it was trained on")
     bench.add_argument("--episodes", type=int, default=20, help="number of episodes (tasks) (default: 20)")
     add_env_arguments(bench)
     bench.add_argument("--seed", type=int, default=0, help="seed of task order, sampling and bootstrap CIs (default: 0)")

@@ -5,7 +5,7 @@ same env, tasks, seed, sampling and loaded models; only ``baseline`` differs), t
 :func:`write_comparison` puts the runs side by side. Run directory::
 
     compare.json        the baselines compared (each sub-run checks its own settings on resume)
-    single/ majority/ debate/    one ordinary bench run directory per baseline
+    single/ majority/ debate/ checkpoint/    one ordinary bench run directory per baseline
     comparison.json     per baseline: headline metrics with bootstrap 95% CIs;
                         per pair: the paired difference of team-answer accuracy on the same tasks
     comparison.md       the same as tables, with comparison.png
@@ -13,7 +13,8 @@ same env, tasks, seed, sampling and loaded models; only ``baseline`` differs), t
 
 The *team answer* of an episode is the majority vote over the final answers: the one answer of
 ``single``, the vote over ``N·T`` independent samples of ``majority`` (the debate's token
-budget) and the vote over the ``N`` agents' last-turn answers of ``debate``. Because episode
+budget) and the vote over the ``N`` agents' last-turn answers of ``debate`` and ``checkpoint`` (a
+trained team; the other baselines then run its untrained base model). Because episode
 ``i`` of every baseline plays the same task, differences are paired: the bootstrap resamples
 tasks and takes both baselines' outcomes on each, which is tighter than comparing two
 independent intervals.
@@ -32,7 +33,7 @@ import numpy as np
 from llm_marl_envs import metrics
 
 from . import report
-from .benchmark import BASELINES, BenchConfig, load_policies, run_benchmark, run_view, write_report
+from .benchmark import BASELINES, BenchConfig, load_policies, make_env, run_benchmark, run_view, write_report
 from .files import write_text_atomically
 from .report import RunView, Table, format_ci
 
@@ -59,17 +60,26 @@ def compare_baselines(config: BenchConfig, baselines: Sequence[str], out_dir: st
                       policies: dict[str, Any] | None = None, progress: bool = True) -> dict[str, Any]:
     """Run (or resume) ``config`` once per baseline into ``out_dir/<baseline>`` and write the comparison.
 
-    Models are loaded once and shared by every baseline. Returns the comparison (see :func:`comparison`).
+    Models are loaded once and shared by every baseline. A ``checkpoint`` baseline's team is loaded
+    first (a checkpoint that does not fit fails before any episode runs); the base under its LoRA
+    adapters, with the adapters off, is the untrained model of the other baselines. Returns the
+    comparison (see :func:`comparison`).
     """
+    from .team_checkpoint import load_team, shared_bases
+
     baselines = parse_baselines(baselines)
     configs = [dataclasses.replace(config, baseline=b) for b in baselines]   # validates each (e.g. single + mixed team)
     out = Path(out_dir)
     write_text_atomically(out / COMPARE_FILE, json.dumps({"baselines": baselines, "env_id": config.env_id}, indent=2)
                           + "\n")
-    loaded = dict(policies or {})
+    loaded, trained = dict(policies or {}), None
+    checkpoint = next((sub for sub in configs if sub.baseline == "checkpoint"), None)
+    if checkpoint is not None:
+        trained = load_team(checkpoint.checkpoint, make_env(checkpoint).possible_agents, checkpoint.models)
+        loaded = {**shared_bases(trained), **loaded}
     for sub in configs:
         loaded = load_policies(sub, loaded)
-        run_benchmark(sub, out / sub.baseline, policies=loaded, progress=progress)
+        run_benchmark(sub, out / sub.baseline, policies=loaded, trained=trained, progress=progress)
     return write_comparison(out)
 
 
@@ -102,8 +112,10 @@ def comparison(views: Sequence[RunView]) -> dict[str, Any]:
               **metrics.paired_difference(team[b.label], team[a.label], seed=seed)}
              for a, b in itertools.combinations(views, 2)]
     first = views[0].summary
+    checkpoint = next((v.summary["checkpoint"] for v in views if v.summary.get("checkpoint")), None)
     return {"env_id": first["env_id"], "models": first["models"], "backend": first["backend"], "seed": seed,
             "debate_shape": first["debate_shape"], "metric": first["metric"], "num_paired_tasks": n,
+            **({"checkpoint": checkpoint} if checkpoint else {}),
             "baselines": rows, "paired_team_answer_difference": pairs}
 
 
@@ -149,9 +161,12 @@ def comparison_meta(result: dict[str, Any], run: dict[str, Any]) -> list[str]:
     """The settings every baseline shares (``run``: one baseline's ``run.json``)."""
     n, t = result["debate_shape"]
     config = run["config"]
+    trained = [f"checkpoint: the trained team of {result['checkpoint']}, {n} agents × {t} turns; the other "
+               "baselines run its untrained base model"] if result.get("checkpoint") else []
     return [f"models: {', '.join(dict.fromkeys(result['models']))} (backend {result['backend']})",
             f"debate: {n} agents × {t} turns; majority: vote over {n * t} independent samples (the debate's "
             "token budget); single: 1 agent, 1 turn",
+            *trained,
             f"{result['num_paired_tasks']} paired tasks, seed {result['seed']}; sampling: max_new_tokens="
             f"{config['max_new_tokens']}, temperature={config['temperature']}, top_p={config['top_p']}; "
             "intervals are bootstrap 95% CIs over tasks"]
@@ -239,5 +254,7 @@ def format_comparison(result: dict[str, Any], out: Path) -> str:
     for p in result["paired_team_answer_difference"]:
         lines.append(f"  team answer {p['a']} - {p['b']}: {format_ci(p)} "
                      f"(better/tie/worse on {p['wins']}/{p['ties']}/{p['losses']} tasks)")
+    if result.get("checkpoint"):
+        lines.append(f"  checkpoint: {result['checkpoint']}")
     lines.append(f"  report: {out / report.REPORT_HTML}  ({out / COMPARISON_REPORT})")
     return "\n".join(lines)

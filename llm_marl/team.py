@@ -46,14 +46,21 @@ def _agent_names(agents: int | Sequence[str]) -> list[str]:
     return names
 
 
-def _with_adapters(model, adapter_names: Sequence[str], lora_config):
-    """Wrap ``model`` in PEFT with one LoRA adapter per name; the base stays frozen."""
+def with_adapters(model, adapter_names: Sequence[str], lora_config=None):
+    """Wrap ``model`` in PEFT with one LoRA adapter per name; the base stays frozen.
+
+    ``lora_config``: one PEFT config for every adapter, or ``{adapter name: config}``; ``None``:
+    :func:`default_lora_config`.
+    """
     from peft import get_peft_model
 
-    config = lora_config or default_lora_config()
-    peft_model = get_peft_model(model, config, adapter_name=adapter_names[0])
+    def config_of(name: str):
+        config = lora_config.get(name) if isinstance(lora_config, Mapping) else lora_config
+        return config or default_lora_config()
+
+    peft_model = get_peft_model(model, config_of(adapter_names[0]), adapter_name=adapter_names[0])
     for name in adapter_names[1:]:
-        peft_model.add_adapter(name, config)
+        peft_model.add_adapter(name, config_of(name))
     return peft_model
 
 
@@ -71,24 +78,33 @@ class Team:
                     name: str | None = None) -> "Team":
         """One frozen base shared by all agents with one LoRA adapter per agent (adapter name = agent name)."""
         names = _agent_names(agents)
-        policy = HFPolicy(_with_adapters(model, names, lora_config), tokenizer, name=name)
+        policy = HFPolicy(with_adapters(model, names, lora_config), tokenizer, name=name)
         return cls({agent: Member(policy, agent) for agent in names})
 
     @classmethod
     def separate(cls, models: Sequence[tuple[Any, Any]], agents: Sequence[str] | None = None,
-                 lora_config=None) -> "Team":
-        """One ``(model, tokenizer)`` per agent (full fine-tune, or a LoRA adapter each when ``lora_config``)."""
-        names = _agent_names(agents if agents is not None else len(models))
-        if len(names) != len(models):
-            raise ValueError(f"got {len(models)} models for {len(names)} agents; pass one (model, tokenizer) per agent")
+                 lora_config=None, names: Sequence[str] | None = None) -> "Team":
+        """One ``(model, tokenizer)`` per agent (full fine-tune, or a LoRA adapter each when ``lora_config``).
+
+        ``names``: each model's name as given to :func:`llm_marl.models.load` (recorded in checkpoints; default:
+        the model's ``name_or_path``).
+        """
+        agent_names = _agent_names(agents if agents is not None else len(models))
+        if len(agent_names) != len(models):
+            raise ValueError(f"got {len(models)} models for {len(agent_names)} agents; pass one (model, tokenizer) "
+                             f"per agent")
+        if names is not None and len(names) != len(models):
+            raise ValueError(f"got {len(names)} names for {len(models)} models; pass one name per model")
         if len({id(m) for m, _ in models}) != len(models):
             raise ValueError("Team.separate needs distinct model objects; use Team.shared_lora to share one base")
         members = {}
-        for agent, (model, tokenizer) in zip(names, models):
+        for i, (agent, (model, tokenizer)) in enumerate(zip(agent_names, models)):
+            name = names[i] if names is not None else None
             if lora_config is not None:
-                members[agent] = Member(HFPolicy(_with_adapters(model, [agent], lora_config), tokenizer), agent)
+                members[agent] = Member(HFPolicy(with_adapters(model, [agent], lora_config), tokenizer, name=name),
+                                        agent)
             else:
-                members[agent] = Member(HFPolicy(model, tokenizer), None)
+                members[agent] = Member(HFPolicy(model, tokenizer, name=name), None)
         return cls(members)
 
     @classmethod

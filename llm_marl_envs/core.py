@@ -84,6 +84,7 @@ class TextEnv(ParallelEnv):
     dataset: DatasetSpec | None = None     # subclasses with dataset-backed tasks set this
     data_source: str = ""                  # one line for tables: where tasks come from
     verifier_name: str = ""                # one line for tables: what scores answers
+    env_id: str | None = None              # the registry id make() built it as (None: built directly)
     min_agents: int = 1
     max_agents: int | None = None          # None: no upper bound
 

@@ -91,7 +91,9 @@ def make(env_id: str, **overrides: Any) -> TextEnv:
     unknown = [] if takes_any else sorted(set(overrides) - set(accepted))
     if unknown:
         raise TypeError(f"{env_id} got unknown keyword argument(s) {unknown}; accepted: {sorted(accepted)}")
-    return entry_point(**{**env_spec.defaults, **overrides})
+    env = entry_point(**{**env_spec.defaults, **overrides})
+    env.env_id = env_id
+    return env
 
 
 def list_envs() -> list[str]:

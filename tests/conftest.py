@@ -109,6 +109,18 @@ def data_dir() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny random Llama with the SmolLM2 tokenizer, saved as a local HF model directory."""
+    from llm_marl.models import tiny_model
+
+    model, tokenizer = tiny_model(seed=0)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 @pytest.fixture
 def one_torch_thread():
     """Run a test's torch ops on one thread (restored afterwards): tiny-model tests are per-op-overhead bound,

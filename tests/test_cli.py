@@ -101,18 +101,6 @@ def test_train_missing_config_file_is_a_user_error(tmp_path, capsys):
     assert "missing.yaml" in err and "does not exist" in err
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    """A tiny random Llama with the SmolLM2 tokenizer, saved as a local HF model directory."""
-    from llm_marl.models import tiny_model
-
-    model, tokenizer = tiny_model(seed=0)
-    path = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def test_bench_then_report_end_to_end(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["bench", "gsm_symbolic_debate-v0", "--model", str(tiny_model_dir), "--backend", "hf", "--episodes", "2",

@@ -173,7 +173,7 @@ def loss_at(output_dir: Path, step: int) -> float:
     return sum(v for k, v in records[-1].items() if k.endswith("/loss"))   # the latest run's record
 
 
-CHECKPOINT_FILES = {"agents", "optimizers.pt", "schedulers.pt", "trainer_state.pt", "config.json"}
+CHECKPOINT_FILES = {"agents", "optimizers.pt", "schedulers.pt", "trainer_state.pt", "config.json", "team.json"}
 
 
 def assert_complete_checkpoint(path: Path, agents=("agent_0", "agent_1")) -> None:

@@ -134,15 +134,20 @@ class HFPolicy:
         return {n: take(p) for n, p in self.model.named_parameters() if f".{adapter}." in n}
 
     def load_trainable_state_dict(self, adapter: str | None, state: dict[str, torch.Tensor]) -> None:
-        """Inverse of :meth:`trainable_state_dict` (each process keeps its shard of sharded weights)."""
+        """Inverse of :meth:`trainable_state_dict` (each process keeps its shard of sharded weights).
+
+        Tensors that this model lacks, lacks room for (another shape) or that are missing raise ``ValueError``
+        naming the tensor and both shapes, before anything is copied.
+        """
         if adapter is None:
             current = self.model.state_dict()
+            check_state_fits(state, {k: v.shape for k, v in current.items()}, f"model {self.name!r}")
             self.model.load_state_dict({k: shard_like(v, current[k]) if k in current else v for k, v in state.items()})
             return
+        self._check_adapter(adapter)
         params = dict(self.model.named_parameters())
-        missing = sorted(set(n for n in params if f".{adapter}." in n) - set(state))
-        if missing:
-            raise ValueError(f"checkpoint for adapter {adapter!r} lacks {len(missing)} tensors, e.g. {missing[0]}")
+        check_state_fits(state, {n: p.shape for n, p in params.items() if f".{adapter}." in n},
+                         f"adapter {adapter!r} of model {self.name!r}")
         with torch.no_grad():
             for n, value in state.items():
                 params[n].copy_(shard_like(value, params[n]))
@@ -375,6 +380,24 @@ class HFPolicy:
                                 logits_to_keep=1 if output_hidden_states else width + 1,
                                 output_hidden_states=output_hidden_states)
         return output, width, mask[:, -width:]
+
+
+def check_state_fits(state: dict[str, torch.Tensor], expected: dict[str, torch.Size], target: str) -> None:
+    """``ValueError`` unless ``state`` has exactly the tensors of ``expected`` with their shapes (``target`` names
+    what is loaded into)."""
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = [(k, tuple(state[k].shape), tuple(expected[k])) for k in expected if k in state
+             and tuple(state[k].shape) != tuple(expected[k])]
+    if wrong:
+        name, saved, wanted = wrong[0]
+        raise ValueError(f"{len(wrong)} saved tensor(s) do not fit {target}: e.g. {name} is {saved} in the checkpoint "
+                         f"but {wanted} in the model (was it trained on another model?)")
+    if missing or unexpected:
+        detail = "; ".join(f"{what} {len(keys)}, e.g. {keys[0]}" for what, keys in
+                           (("missing", missing), ("not in the model", unexpected)) if keys)
+        raise ValueError(f"saved tensors do not match {target}: {detail} (was it trained on another model or "
+                         f"with other LoRA settings?)")
 
 
 def shared_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:

@@ -6,6 +6,8 @@ Layout of ``<output_dir>/checkpoints/step-000012/``::
     optimizers.pt  schedulers.pt one state dict per agent
     trainer_state.pt             step, RNG states (python, numpy, torch, CUDA) of every process and trainer extras
     config.json                  the trainer config
+    team.json                    base model(s), agents, adapters and LoRA settings, env (see
+                                 :mod:`llm_marl.team_checkpoint`, which also reads a checkpoint back as a team)
 
 A checkpoint is written to a hidden temp dir and renamed into place, so a crash at any
 moment leaves the previous checkpoint intact and never a half-written one (the next save
@@ -32,8 +34,8 @@ from safetensors.torch import load_file, save_file
 
 from llm_marl.sharding import shard_optimizer_state
 from llm_marl.team import Team
-
-PREFIX = "step-"
+from llm_marl.team_checkpoint import (PREFIX, checkpoint_dir, latest_checkpoint,  # noqa: F401 (re-exported)
+                                     team_manifest, write_manifest)
 
 
 def rng_state() -> dict[str, Any]:
@@ -52,18 +54,6 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     cuda = state.get("cuda")
     if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda)
-
-
-def checkpoint_dir(output_dir: str | os.PathLike, step: int) -> Path:
-    """``<output_dir>/checkpoints/step-<step>``."""
-    return Path(output_dir) / "checkpoints" / f"{PREFIX}{step:06d}"
-
-
-def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint under ``output_dir/checkpoints`` (``None`` if there is none)."""
-    root = Path(output_dir) / "checkpoints"
-    found = sorted(p for p in root.glob(f"{PREFIX}*") if p.is_dir()) if root.is_dir() else []
-    return found[-1] if found else None
 
 
 def resolve_checkpoint(resume: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
@@ -90,13 +80,14 @@ def training_tensors(team: Team, optimizers: Mapping[str, Any], whole: bool = Tr
 def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimizers: Mapping[str, Any],
                     schedulers: Mapping[str, Any], config: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
                     process_rng: Sequence[Mapping[str, Any]] | None = None,
-                    tensors: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None) -> Path:
+                    tensors: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None, env: Any = None) -> Path:
     """Write checkpoint ``step`` atomically (temp dir + rename) and return its path.
 
     ``process_rng``: the RNG states of every process of a multi-process run, in process order
     (``DataParallel.rng_states()``); by default, this process's. ``tensors``: ``(weights per agent,
     optimizer state per agent)`` already gathered (``DataParallel.checkpoint_tensors``, needed when the
-    weights are sharded); by default they are read from ``team`` and ``optimizers``.
+    weights are sharded); by default they are read from ``team`` and ``optimizers``. ``env``: the env
+    trained on, whose id and shape ``team.json`` records.
     """
     weights, optimizer_states = tensors if tensors is not None else training_tensors(team, optimizers)
     target = checkpoint_dir(output_dir, step)
@@ -114,6 +105,7 @@ def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimi
         torch.save({"step": step, "rng": process_rng[0], "process_rng": process_rng, "extra": dict(extra or {})},
                    tmp / "trainer_state.pt")
         (tmp / "config.json").write_text(json.dumps(dict(config), indent=2, default=str))
+        write_manifest(tmp, team_manifest(team, list(optimizers), env=env, step=step))
         with open(tmp / "trainer_state.pt", "rb") as handle:   # flush to disk before the rename publishes it
             os.fsync(handle.fileno())
         if target.exists():                                   # re-saving a step: swap the old one out first

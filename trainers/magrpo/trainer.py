@@ -378,7 +378,7 @@ class MAGRPOTrainer:
             weights, optimizer_states, _ = gathered
             save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, self.schedulers,
                             self.config.to_dict(), extra={"task_rng": self.task_rng.bit_generator.state},
-                            process_rng=process_rng, tensors=(weights, optimizer_states))
+                            process_rng=process_rng, tensors=(weights, optimizer_states), env=self.env)
         self.dp.barrier()
 
     def load(self, path) -> None:

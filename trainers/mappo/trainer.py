@@ -152,7 +152,7 @@ class MAPPOTrainer:
             weights, optimizer_states, critic = gathered
             path = save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, {},
                                    self.config.to_dict(), {**critic, "history": self.history}, process_rng=process_rng,
-                                   tensors=(weights, optimizer_states))
+                                   tensors=(weights, optimizer_states), env=self.env)
         self.dp.barrier()
         return path
 

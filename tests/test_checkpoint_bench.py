@@ -1,0 +1,202 @@
+"""`llm-marl bench ENV --checkpoint DIR`: a trained team's checkpoint (team.json + weights) benchmarked beside its
+untrained base on the same tasks, and every checkpoint that does not fit refused with both sides named."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from llm_marl.cli import main
+from llm_marl.models import load, tiny_model
+from llm_marl.team import Team
+from llm_marl.team_checkpoint import find_checkpoint, load_team, read_manifest
+from llm_marl_envs import make
+from trainers.common.checkpoint import save_checkpoint
+from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
+
+ENV = "arithmetic_debate-v0"
+SEED = 3
+AGENTS = ["agent_0", "agent_1"]
+
+
+def perturb(team: Team, seed: int) -> None:
+    """Move every agent's trainable weights far from the untrained ones (LoRA B starts at zero: a no-op adapter)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for agent in team.agents:
+            for param in team.policy(agent).trainable_parameters(team.adapter(agent)):
+                if team.adapter(agent) is not None or param.ndim == 2:
+                    param.add_(0.5 * torch.randn(param.shape, generator=generator))
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model_dir, tmp_path_factory):
+    """A shared-LoRA team on the tiny model, perturbed, then one MAGRPO step; the trainer (it saved at the end)."""
+    model, tokenizer = load(str(tiny_model_dir))
+    team = Team.shared_lora(model, tokenizer, AGENTS, name=str(tiny_model_dir))
+    perturb(team, seed=0)
+    config = MAGRPOConfig(num_generations=2, max_new_tokens=8, max_steps=1, eval_tasks=2, report_to=("jsonl",),
+                          progress=False, seed=SEED, output_dir=str(tmp_path_factory.mktemp("magrpo")))
+    trainer = MAGRPOTrainer(make(ENV, num_agents=2, num_turns=1, split="train"), team, config,
+                            eval_env=make(ENV, num_agents=2, num_turns=1, split="test"))
+    trainer.train()
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def full_checkpoint(tiny_model_dir, tmp_path_factory):
+    """A fully fine-tuned team (one model per agent), perturbed and saved; ``(team, output_dir)``."""
+    name = str(tiny_model_dir)
+    team = Team.separate([load(name) for _ in AGENTS], AGENTS, names=[name] * len(AGENTS))
+    perturb(team, seed=1)
+    optimizers = {a: torch.optim.AdamW(team.policy(a).trainable_parameters(None)) for a in AGENTS}
+    output_dir = tmp_path_factory.mktemp("full")
+    save_checkpoint(output_dir, 4, team, optimizers, {}, {}, env=make(ENV, num_agents=2, num_turns=1))
+    return team, output_dir
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def bench(*argv: str) -> list[str]:
+    return ["bench", ENV, "--episodes", "2", "--max-new-tokens", "8", "--temperature", "0", "--seed", str(SEED),
+            "--quiet", *argv]
+
+
+def test_checkpoint_records_its_team(trained, tiny_model_dir):
+    output_dir = Path(trained.config.output_dir)
+    step = output_dir / "checkpoints" / "step-000001"
+    assert find_checkpoint(output_dir) == find_checkpoint(output_dir / "checkpoints") == find_checkpoint(step) == step
+    manifest = read_manifest(step)
+    assert manifest["agents"] == AGENTS and manifest["step"] == 1
+    assert manifest["env"] == {"id": ENV, "num_agents": 2, "num_turns": 1}
+    for agent in AGENTS:
+        member = manifest["members"][agent]
+        assert (member["model"], member["policy"], member["adapter"], member["weights"]) == (
+            str(tiny_model_dir), 0, agent, "lora")
+        assert (member["lora"]["r"], member["lora"]["lora_alpha"]) == (8, 16)
+        assert "model.layers.0.self_attn.q_proj" in member["lora"]["target_modules"]
+    assert not list((output_dir / "checkpoints").glob(".tmp-*"))        # the manifest was written before the rename
+
+
+@pytest.mark.parametrize("layout", ["lora", "full"])
+def test_load_team_restores_every_agents_trained_weights(layout, trained, full_checkpoint, tiny_model_dir):
+    team, output_dir = (trained.team, trained.config.output_dir) if layout == "lora" else full_checkpoint
+    assert {m["weights"] for m in read_manifest(find_checkpoint(output_dir))["members"].values()} == {layout}
+    loaded = load_team(output_dir, AGENTS, [str(tiny_model_dir)])
+    assert (loaded.policy("agent_0") is loaded.policy("agent_1")) == (layout == "lora")    # seated as trained
+    for agent in AGENTS:
+        adapter = team.adapter(agent)
+        assert loaded.adapter(agent) == adapter
+        saved = team.policy(agent).trainable_state_dict(adapter)
+        back = loaded.policy(agent).trainable_state_dict(adapter)
+        assert saved.keys() == back.keys() and all(torch.equal(saved[k], back[k]) for k in saved)
+
+
+def test_bench_checkpoint_plays_the_trained_weights_beside_the_untrained_base(trained, tiny_model_dir, tmp_path,
+                                                                              capsys):
+    out = tmp_path / "trained"
+    assert main(bench("--checkpoint", trained.config.output_dir, "--backend", "hf", "--out", str(out))) == 0, \
+        capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "team answer checkpoint - debate" in printed
+    result = json.loads((out / "comparison.json").read_text())
+    step = str((Path(trained.config.output_dir) / "checkpoints" / "step-000001").resolve())
+    assert list(result["baselines"]) == ["debate", "checkpoint"] and result["checkpoint"] == step
+    assert [row["env_shape"] for row in result["baselines"].values()] == [[2, 1], [2, 1]]   # the training shape
+    (pair,) = result["paired_team_answer_difference"]
+    assert (pair["a"], pair["b"], pair["num_tasks"]) == ("checkpoint", "debate", 2)
+    assert "| checkpoint − debate |" in (out / "comparison.md").read_text()
+    untrained, checkpoint = records(out / "debate" / "episodes.jsonl"), records(out / "checkpoint" / "episodes.jsonl")
+    tasks = [r["task_index"] for r in checkpoint]
+    assert tasks == [r["task_index"] for r in untrained]
+    assert [r["responses"] for r in checkpoint] != [r["responses"] for r in untrained]    # the weights were loaded
+
+    # the trainer's own greedy evaluation of the same tasks plays the same episodes
+    trained.eval_tasks = tasks                # evaluate() plays held-out tasks; point it at the bench's
+    evaluation = trained.evaluate()
+    assert [r["task_index"] for r in evaluation.episodes] == tasks
+    assert [r["responses"] for r in evaluation.episodes] == [r["responses"] for r in checkpoint]
+
+    # the untrained baseline (the checkpoint's base with its adapters off) is the plain model
+    plain = tmp_path / "plain"
+    assert main(bench("--model", str(tiny_model_dir), "--backend", "hf", "--num-agents", "2", "--num-turns", "1",
+                      "--out", str(plain))) == 0
+    assert [r["responses"] for r in records(plain / "episodes.jsonl")] == [r["responses"] for r in untrained]
+
+
+def test_bench_checkpoint_of_a_fully_fine_tuned_team(full_checkpoint, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(bench("--checkpoint", str(full_checkpoint[1] / "checkpoints"), "--out", str(out))) == 0, \
+        capsys.readouterr().err
+    untrained, checkpoint = records(out / "debate" / "episodes.jsonl"), records(out / "checkpoint" / "episodes.jsonl")
+    assert [r["task_index"] for r in untrained] == [r["task_index"] for r in checkpoint]
+    assert [r["responses"] for r in checkpoint] != [r["responses"] for r in untrained]
+    alone = tmp_path / "alone"                 # --baseline checkpoint: one run directory, the same episodes
+    assert main(bench("--checkpoint", str(full_checkpoint[1]), "--baseline", "checkpoint", "--out", str(alone))) == 0
+    assert "checkpoint: " in (alone / "report.md").read_text()
+    assert [r["responses"] for r in records(alone / "episodes.jsonl")] == [r["responses"] for r in checkpoint]
+
+
+# ------------------------------------------------------------------ refusals, each naming both sides
+def refused(capsys, *argv: str) -> str:
+    assert main(bench(*argv, "--out", "/nonexistent/never-written")) == 2
+    return capsys.readouterr().err
+
+
+def test_a_checkpoint_of_other_agents_is_refused(trained, capsys):
+    err = refused(capsys, "--checkpoint", trained.config.output_dir, "--num-agents", "3")
+    assert ("holds a team of 2 agents ['agent_0', 'agent_1'], but the env has 3: "
+            "['agent_0', 'agent_1', 'agent_2']") in err
+    assert "--num-agents 2" in err
+
+
+def test_a_checkpoint_of_another_model_is_refused(trained, tiny_model_dir, capsys):
+    err = refused(capsys, "--checkpoint", trained.config.output_dir, "--model", "smollm2-135m")
+    assert f"was trained on base model '{tiny_model_dir}', but the model asked for is 'smollm2-135m'" in err
+
+
+def test_a_checkpoint_needs_the_hf_backend(trained, capsys):
+    err = refused(capsys, "--checkpoint", trained.config.output_dir, "--backend", "llamacpp")
+    assert "--checkpoint needs --backend hf, got --backend llamacpp" in err
+
+
+def test_the_checkpoint_baseline_needs_a_checkpoint(tiny_model_dir, capsys):
+    err = refused(capsys, "--model", str(tiny_model_dir), "--backend", "hf", "--baseline", "checkpoint")
+    assert "the 'checkpoint' baseline runs a trained team" in err and "--checkpoint DIR" in err
+
+
+def test_missing_or_empty_checkpoint_dirs_are_refused(tmp_path, capsys):
+    assert "does not exist" in refused(capsys, "--checkpoint", str(tmp_path / "missing"))
+    (tmp_path / "empty" / "checkpoints").mkdir(parents=True)
+    err = refused(capsys, "--checkpoint", str(tmp_path / "empty"))
+    assert f"{tmp_path / 'empty'} holds no step-* checkpoint" in err
+
+
+def test_an_incomplete_or_old_checkpoint_is_refused(trained, tmp_path, capsys):
+    step = tmp_path / "step-000001"
+    shutil.copytree(Path(trained.config.output_dir) / "checkpoints" / "step-000001", step)
+    (step / "agents" / "agent_1.safetensors").unlink()
+    err = refused(capsys, "--checkpoint", str(step))
+    assert "has no weights for agent 'agent_1'" in err
+    (step / "team.json").unlink()
+    err = refused(capsys, "--checkpoint", str(step))
+    assert f"checkpoint {step} has no team.json" in err and "base model, agents and LoRA settings" in err
+
+
+def test_weights_that_do_not_fit_the_base_are_refused(tmp_path, capsys):
+    small = tmp_path / "small"
+    model, tokenizer = tiny_model(hidden_size=32)
+    model.save_pretrained(small)
+    tokenizer.save_pretrained(small)
+    model, tokenizer = tiny_model(hidden_size=64)       # trained on another model than the one it names
+    team = Team.shared_lora(model, tokenizer, AGENTS, name=str(small))
+    optimizers = {a: torch.optim.AdamW(team.policy(a).trainable_parameters(a)) for a in AGENTS}
+    step = save_checkpoint(tmp_path / "run", 1, team, optimizers, {}, {})
+    err = refused(capsys, "--checkpoint", str(step), "--num-turns", "1")
+    assert f"checkpoint {step / 'agents' / 'agent_0.safetensors'} does not fit base model '{small}'" in err
+    assert "is (8, 64) in the checkpoint but (8, 32) in the model" in err
