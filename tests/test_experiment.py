@@ -1,0 +1,106 @@
+"""Before/after held-out comparison (trainers.common.experiment): per-task reduction, pairing, the one-command run."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from llm_marl.models import tiny_model
+from llm_marl.team import Team
+from tests.toy_env import SayNumberEnv
+from trainers.common.evaluation import EvalResult
+from trainers.common.experiment import compare, fix_rate, held_out_scores, scores_from, train_and_compare
+from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
+
+
+def result_of(correct_per_episode, answers_per_episode=None) -> EvalResult:
+    """An EvalResult whose records carry only what scores_from reads (2 agents, 2 turns)."""
+    records = []
+    for i, correct in enumerate(correct_per_episode):
+        answers = (answers_per_episode or [None] * len(correct_per_episode))[i]
+        if answers is None:
+            answers = [["1" if c else "0" for c in turn] for turn in correct]
+        records.append({"correct": correct, "answers": answers})
+    return EvalResult(num_episodes=len(records), team_reward=0.0, team_reward_ci=(0.0, 0.0), rewards=[0.0] * len(records),
+                      accuracy_per_turn=None, accuracy_per_turn_ci=None, episodes=records, num_turns=2)
+
+
+def test_scores_average_samples_per_task_and_agents_at_the_last_turn():
+    # task 0: two samples; task 1: two samples. Rows are consecutive plays of a task.
+    result = result_of([
+        [[False, False], [True, False]],     # task 0 sample 0: final 0.5, I→C once, I→I once
+        [[True, True], [True, True]],        # task 0 sample 1: final 1.0, C→C twice
+        [[False, False], [False, False]],    # task 1 sample 0: final 0.0
+        [[True, False], [False, False]],     # task 1 sample 1: final 0.0, C→I once
+    ])
+    scores = scores_from(result, [7, 9], samples=2, temperature=0.7)
+    assert scores.final.tolist() == [0.75, 0.0]
+    assert scores.per_turn.tolist() == [[0.5, 0.75], [0.25, 0.0]]
+    # transitions summed over agents, turn pairs and samples: C→C, C→I, I→C, I→I
+    assert scores.transitions.tolist() == [[2, 0, 1, 1], [0, 1, 0, 3]]
+    assert fix_rate(scores.transitions) == pytest.approx(1 / 5)
+
+
+def test_team_answer_is_the_majority_vote_of_final_answers():
+    # three agents: two agree on the right answer -> the vote is right though one agent is wrong
+    result = result_of([[[True, True, False], [True, True, False]]],
+                       [[["5", "5", "6"], ["5", "5", "6"]]])
+    scores = scores_from(result, [0], samples=1, temperature=0.0)
+    assert scores.final.tolist() == [pytest.approx(2 / 3)]
+    assert scores.team.tolist() == [1.0]
+
+
+def test_compare_pairs_by_task_and_reports_the_fix_rate_change():
+    before = scores_from(result_of([[[False, False], [False, False]]] * 20), list(range(20)), 1, 0.0)
+    after = scores_from(result_of([[[False, False], [True, True]]] * 10 + [[[False, False], [False, False]]] * 10),
+                        list(range(20)), 1, 0.0)
+    out = compare(before, after)
+    diff = out["final_turn_accuracy"]["paired_difference"]
+    assert diff["mean"] == pytest.approx(0.5) and diff["low"] > 0 and diff["better"] == 10 and diff["tie"] == 10
+    assert out["transitions"]["before"]["I→C"] == 0 and out["transitions"]["after"]["I→C"] == 20
+    assert out["transitions"]["i_to_c_rate_change"]["mean"] == pytest.approx(0.5)
+    assert out["per_turn"][0]["paired_difference"]["mean"] == 0.0
+    with pytest.raises(ValueError, match="same tasks"):
+        compare(before, scores_from(result_of([[[False, False], [False, False]]] * 20), list(range(1, 21)), 1, 0.0))
+
+
+@pytest.fixture()
+def trainer(tmp_path):
+    torch.manual_seed(0)
+    model, tokenizer = tiny_model(seed=0)
+    team = Team.shared_lora(model, tokenizer, 2)
+    config = MAGRPOConfig(num_generations=2, max_new_tokens=4, max_steps=1, eval_tasks=3, learning_rate=5e-2,
+                          temperature=1.0, output_dir=str(tmp_path / "run"), report_to=("jsonl",), progress=False)
+    return MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config, eval_env=SayNumberEnv(num_turns=2, num_tasks=5))
+
+
+def test_held_out_scores_draw_independent_samples_and_replay_with_the_seed(trainer):
+    with pytest.raises(ValueError, match="greedy"):
+        held_out_scores(trainer, [0, 1], samples=2, temperature=0.0)
+    first = held_out_scores(trainer, [0, 1, 2], samples=3, temperature=1.0, seed=4)
+    again = held_out_scores(trainer, [0, 1, 2], samples=3, temperature=1.0, seed=4)
+    assert len(first.episodes) == 9 and [e["task_index"] for e in first.episodes] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    texts = [e["responses"] for e in first.episodes]
+    assert texts == [e["responses"] for e in again.episodes]              # the seed replays the episodes
+    assert len({json.dumps(t) for t in texts[:3]}) > 1                    # plays of one task differ
+
+
+def test_train_and_compare_writes_results_of_a_real_update(trainer, tmp_path):
+    base = {k: v.clone() for k, v in trainer.team.policy("agent_0").trainable_state_dict("agent_0").items()}
+    results = train_and_compare(trainer, tmp_path / "out", eval_tasks=3, samples=2, temperature=1.0,
+                                env_id="say_number")
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["held_out_tasks"] == 3 and saved["env"] == "say_number"
+    for key in ("before", "after", "paired_difference"):
+        assert set(saved["final_turn_accuracy"][key]) >= {"mean", "low", "high"}
+    assert saved["greedy"]["per_turn"][1]["turn"] == 1 and "i_to_c_rate_change" in saved["transitions"]
+    assert (tmp_path / "out" / "learning_curve.png").stat().st_size > 0
+    assert (tmp_path / "out" / "eval-sampled-after" / "report.html").is_file()
+    checkpoint = results["checkpoint"]
+    assert checkpoint and Path(checkpoint).parent.resolve() == (tmp_path / "run" / "checkpoints").resolve()
+    after = trainer.team.policy("agent_0").trainable_state_dict("agent_0")
+    assert any(not torch.equal(base[k], after[k]) for k in base)          # training moved the adapter
+    with pytest.raises(ValueError, match="held-out tasks"):
+        train_and_compare(trainer, tmp_path / "out2", eval_tasks=99, samples=1, temperature=1.0, env_id="x")
+    assert np.isfinite(saved["wall_time_s"]["total"])
