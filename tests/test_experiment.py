@@ -84,6 +84,11 @@ def test_held_out_scores_draw_independent_samples_and_replay_with_the_seed(train
     texts = [e["responses"] for e in first.episodes]
     assert texts == [e["responses"] for e in again.episodes]              # the seed replays the episodes
     assert len({json.dumps(t) for t in texts[:3]}) > 1                    # plays of one task differ
+    torch.manual_seed(123)                                                # the global RNG does not decide them
+    assert texts == [e["responses"] for e in held_out_scores(trainer, [0, 1, 2], samples=3, temperature=1.0,
+                                                             seed=4).episodes]
+    other = held_out_scores(trainer, [0, 1, 2], samples=3, temperature=1.0, seed=5)
+    assert texts != [e["responses"] for e in other.episodes]
 
 
 def test_train_and_compare_writes_results_of_a_real_update(trainer, tmp_path):

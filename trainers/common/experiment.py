@@ -124,7 +124,7 @@ def held_out_scores(trainer: Any, tasks: Sequence[int], *, samples: int = 1, tem
     if temperature == 0 and samples != 1:
         raise ValueError(f"greedy decoding (temperature=0) gives one answer per task; got samples={samples}")
     cfg = trainer.config
-    params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature, top_p=cfg.top_p)
+    params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature, top_p=cfg.top_p, seed=seed)
     played = [task for task in tasks for _ in range(samples)]
     seeds = [seed + 1_000 * i + s for i in range(len(tasks)) for s in range(samples)]
     result = evaluate_episodes(trainer.eval_engine, trainer.dp, trainer.accelerator, played, seeds, params,
