@@ -27,43 +27,18 @@ The measured run and what it shows are in the README ("Training results").
 """
 from __future__ import annotations
 
-import argparse
-
-import torch
-
-import llm_marl_envs
-from llm_marl.models import load
-from llm_marl.team import Team
-from trainers.common.experiment import train_and_compare
+from trainers.common.experiment import debate_experiment_parser, debate_team_and_envs, train_and_compare
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="arithmetic_debate-v0", help="debate env id")
-    parser.add_argument("--num-turns", type=int, default=2, help="debate turns")
+    parser = debate_experiment_parser(__doc__.split("\n\n")[0], out="outputs/mappo_debate", kl_coef=0.02)
     parser.add_argument("--steps", type=int, default=16, help="MAPPO steps")
     parser.add_argument("--episodes-per-step", type=int, default=6, help="debates collected per step")
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="actor LoRA AdamW learning rate")
     parser.add_argument("--critic-learning-rate", type=float, default=1e-4, help="critic AdamW learning rate")
-    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of training "
-                        "(and of the sampled evaluation)")
-    parser.add_argument("--max-new-tokens", type=int, default=40, help="tokens per answer")
-    parser.add_argument("--kl-coef", type=float, default=0.02, help="KL penalty to the base model")
-    parser.add_argument("--eval-tasks", type=int, default=30, help="held-out test tasks evaluated before and after")
-    parser.add_argument("--samples", type=int, default=4, help="sampled plays per held-out task")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--out", default="outputs/mappo_debate", help="output directory")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-
-    model, tokenizer = load("smollm2-135m")
-    team = Team.shared_lora(model, tokenizer, agents=2, name="smollm2-135m")
-    env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="train")
-    eval_env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="test")
+    team, env, eval_env = debate_team_and_envs(args)
     config = MAPPOConfig(
         max_steps=args.steps, episodes_per_step=args.episodes_per_step, max_new_tokens=args.max_new_tokens,
         ppo_epochs=1, minibatch_size=8, learning_rate=args.learning_rate,

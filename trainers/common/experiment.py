@@ -21,6 +21,7 @@ with a percentile bootstrap over tasks (:func:`llm_marl_envs.metrics.paired_diff
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from dataclasses import dataclass
@@ -281,5 +282,40 @@ def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, 
     return results
 
 
-__all__ = ["train_and_compare", "HeldOutScores", "held_out_scores", "scores_from", "compare", "format_comparison", "interval",
+def debate_experiment_parser(description: str, *, out: str, kl_coef: float) -> argparse.ArgumentParser:
+    """The arguments every debate training example shares (env, turns, sampling, evaluation, output)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--env", default="arithmetic_debate-v0", help="debate env id")
+    parser.add_argument("--num-turns", type=int, default=2, help="debate turns")
+    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of training "
+                        "(and of the sampled evaluation)")
+    parser.add_argument("--max-new-tokens", type=int, default=40, help="tokens per answer")
+    parser.add_argument("--kl-coef", type=float, default=kl_coef, help="weight of the KL to the base model")
+    parser.add_argument("--eval-tasks", type=int, default=30, help="held-out test tasks evaluated before and after")
+    parser.add_argument("--samples", type=int, default=4, help="sampled plays per held-out task")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--out", default=out, help="output directory")
+    parser.add_argument("--seed", type=int, default=0, help="seed of initialisation, sampling and task order")
+    return parser
+
+
+def debate_team_and_envs(args: Any, model_name: str = "smollm2-135m") -> tuple[Any, Any, Any]:
+    """``(team, train env, test env)`` of a debate example: one LoRA adapter per agent on ``model_name``."""
+    import torch
+
+    import llm_marl_envs
+    from llm_marl.models import load
+    from llm_marl.team import Team
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model, tokenizer = load(model_name)
+    team = Team.shared_lora(model, tokenizer, agents=2, name=model_name)
+    env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="train")
+    eval_env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="test")
+    return team, env, eval_env
+
+
+__all__ = ["debate_experiment_parser", "debate_team_and_envs", "train_and_compare", "HeldOutScores", "held_out_scores", "scores_from", "compare", "format_comparison", "interval",
            "fix_rate", "transition_summary", "plot_learning_curve", "write_json_atomically"]
