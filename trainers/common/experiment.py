@@ -30,6 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from llm_marl.files import write_text_atomically
 from llm_marl.policy import SamplingParams
 from llm_marl_envs import metrics
 
@@ -66,13 +67,8 @@ class HeldOutScores:
 
 def interval(values: Sequence[float] | np.ndarray, statistic=None) -> dict[str, float | None]:
     """``{"mean", "low", "high"}``: the estimate and its 95% percentile-bootstrap interval over tasks."""
-    estimate, low, high = metrics.bootstrap_ci(values, statistic, num_resamples=RESAMPLES)
-    return {"mean": _number(estimate), "low": _number(low), "high": _number(high)}
-
-
-def _number(x: Any) -> float | None:
-    x = float(x)
-    return x if np.isfinite(x) else None
+    entry = metrics.with_ci(values, statistic, num_resamples=RESAMPLES)
+    return {"mean": entry["mean"], "low": entry["ci95"][0], "high": entry["ci95"][1]}
 
 
 def fix_rate(rows: np.ndarray) -> float:
@@ -171,16 +167,6 @@ def format_comparison(name: str, comparison: dict[str, Any]) -> str:
             f"after - before {ci(acc['paired_difference'])}  I→C rate change {fix}")
 
 
-def write_json_atomically(path: str | os.PathLike, payload: Any) -> Path:
-    """Write JSON to a temp file beside ``path`` and rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(json.dumps(payload, indent=2, default=str), encoding="utf-8")
-    os.replace(temp, path)
-    return path
-
-
 def plot_learning_curve(history: Sequence[dict[str, Any]], evaluations: dict[str, dict[str, Any]],
                         path: str | os.PathLike, *, reward_key: str, title: str) -> Path:
     """Training reward per step (and its moving average) beside held-out final-turn accuracy before/after."""
@@ -272,7 +258,7 @@ def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, 
                         "total": time.perf_counter() - started},
         **(extra or {}),
     }
-    write_json_atomically(out / "results.json", results)
+    write_text_atomically(out / "results.json", json.dumps(results, indent=2, default=str))
     plot_learning_curve(history, evaluations, out / "learning_curve.png", reward_key=reward_key,
                         title=f"{type(trainer).__name__} on {env_id}")
     for name in settings:
@@ -318,4 +304,4 @@ def debate_team_and_envs(args: Any, model_name: str = "smollm2-135m") -> tuple[A
 
 
 __all__ = ["debate_experiment_parser", "debate_team_and_envs", "train_and_compare", "HeldOutScores", "held_out_scores", "scores_from", "compare", "format_comparison", "interval",
-           "fix_rate", "transition_summary", "plot_learning_curve", "write_json_atomically"]
+           "fix_rate", "transition_summary", "plot_learning_curve"]
