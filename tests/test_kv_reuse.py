@@ -56,8 +56,9 @@ def test_greedy_debates_are_the_same_with_and_without_kv_reuse(team, splice):
     later_rows = 3 * 2 * 2                                   # turns 1 and 2 of 3 episodes, 2 agents (mixed adapters)
     assert stats.misses == 3 * 2 and stats.hits + stats.partial == later_rows
     if splice:                                               # the prompts keep the sampled ids: every turn extends
-        assert stats.hits == later_rows
-    assert stats.prefill_tokens_saved > stats.prefill_tokens
+        assert stats.hits == later_rows and stats.prefill_tokens_saved > stats.prefill_tokens
+    else:                     # re-tokenized random answers often split otherwise: only their shared prefix is reused
+        assert stats.prefill_tokens_saved > 0
     assert len(policy.kv_cache) == 0                         # collect cleared what the finished episodes left
 
 
