@@ -97,7 +97,15 @@ class RolloutEngine:
             for start in range(0, len(seeds), parallel):
                 chunk = range(start, min(start + parallel, len(seeds)))
                 episodes += self._run_batch([seeds[i] for i in chunk], [task_indices[i] for i in chunk], params, bar)
+                self.clear_caches()                # these episodes are over: their KV caches cannot be extended
         return episodes
+
+    def clear_caches(self) -> None:
+        """Drop what the team's policies keep between calls (KV caches of earlier turns), where they keep any."""
+        for policy in self.team.policies():
+            clear = getattr(policy, "clear_cache", None)
+            if clear is not None:
+                clear()
 
     @staticmethod
     def _episode_specs(num_episodes, seeds, task_indices) -> tuple[list[int | None], list[int | None]]:

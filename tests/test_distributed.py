@@ -266,14 +266,28 @@ def summed_loss(record: dict) -> float:
     return sum(v for k, v in record.items() if k.endswith("/loss"))
 
 
+ADAM_EPS = 1e-8   # torch.optim.AdamW default, as the trainers use
+
+
+def largest(values: torch.Tensor) -> float:
+    return values.max().item() if values.numel() else 0.0
+
+
 def assert_same_update(split: dict, whole: dict, weight_atol: float) -> None:
     """The split run's gradients (those of the last optimizer step) and weights match the whole-batch run's."""
     scale = max(g.abs().max().item() for g in whole["gradients"].values())
     assert scale > 0 and split["gradients"].keys() == whole["gradients"].keys()
     for name, grad in whole["gradients"].items():        # sensitive to the loss normalisation, unlike Adam's step
         assert (split["gradients"][name] - grad).abs().max().item() <= 1e-4 * scale, name
+    # Adam's step is lr * g / (|g| + eps), eps = 1e-8: where |g| is within a few eps of 0, rounding in the
+    # gradient's sum moves the weight by a visible part of lr (seen: g 7.5e-9 in one process, 9.4e-9 in two,
+    # 1.9e-4 apart at lr 5e-3). Those elements must agree within one step; all others within weight_atol.
+    step = max((w - whole["initial"][n]).abs().max().item() for n, w in whole["weights"].items() if n in whole["initial"])
     for name, weight in whole["weights"].items():
-        torch.testing.assert_close(split["weights"][name], weight, rtol=0, atol=weight_atol, msg=name)
+        near_zero = whole["gradients"][name].abs() < 100 * ADAM_EPS if name in whole["gradients"] else torch.zeros_like(weight, dtype=torch.bool)
+        difference = (split["weights"][name] - weight).abs()
+        assert largest(difference[~near_zero]) <= weight_atol, (name, largest(difference[~near_zero]))
+        assert largest(difference[near_zero]) <= step, (name, largest(difference[near_zero]), step)
 
 
 def assert_resumed_run_ends_alike(out: Path, straight: str, resumed: str, atol: float) -> dict[str, torch.Tensor]:

@@ -6,11 +6,29 @@ from typing import Any, Hashable, Sequence
 
 import torch
 from torch.distributed.tensor import DTensor
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..policy import Conversation, Generation, SamplingParams
 from ..sharding import full_tensor, shard_like
+from .prefix_cache import CacheStats, PrefixCache
 
 BASE_ADAPTER = "__base__"   # PEFT's name for "no adapter" inside a mixed-adapter batch
+
+
+class _OptimizerSteps:
+    """Counts optimizer steps taken in this process (any torch optimizer) once :meth:`start` hooked them."""
+
+    count = 0
+    hook = None
+
+    @classmethod
+    def start(cls) -> None:
+        if cls.hook is None:
+            cls.hook = register_optimizer_step_post_hook(cls._step)
+
+    @classmethod
+    def _step(cls, optimizer, args, kwargs) -> None:
+        cls.count += 1
 
 
 class HFPolicy:
@@ -23,9 +41,30 @@ class HFPolicy:
     the reference policy (the base with adapters disabled). The model stays in eval mode: PEFT
     refuses mixed-adapter batches in training mode and the Llama family has no dropout.
     Inputs are built on the model's device (:attr:`device`), so the model may live on any GPU.
+
+    Multi-turn prompts extend earlier ones, and two switches make that cheap and exact:
+
+    * ``reuse_cache``: after each call the KV cache of every row (prompt + fed completion tokens) is
+      kept in a :class:`~llm_marl.backends.prefix_cache.PrefixCache` of at most ``cache_bytes``; a
+      later prompt prefills only the tokens past the longest stored prefix under its adapter. The
+      store lives here, keyed by token ids, rather than behind handles the rollout engine passes
+      around: ids cannot go stale or point at the wrong row, the :class:`~llm_marl.policy.Policy`
+      interface stays the same for every backend, and MAGRPO children (env clones) hit their
+      parent's entry with no bookkeeping. A sequence extended by a call is dropped (superseded),
+      the store is cleared when any weight changes, and the rollout engine calls
+      :meth:`clear_cache` when its episodes or trees are done.
+    * ``splice_answers``: a conversation that continues one of this policy's own answers is encoded
+      as (the earlier prompt ids + the answer's ids as sampled + the template's tokens for the rest)
+      instead of re-tokenizing the answer's text, which can give other ids. The text is the same
+      (the ids decode to the template's rendering); the model sees the tokens it produced, the
+      trajectory stays token-exact for the trainers, and every later turn hits the cache. Where
+      the template renders a past answer otherwise, the conversation is rendered afresh (counted).
+
+    :attr:`cache_stats` counts hits, prefill tokens run and saved, splices and fallbacks.
     """
 
-    def __init__(self, model, tokenizer, name: str | None = None, template_cache_size: int = 4096) -> None:
+    def __init__(self, model, tokenizer, name: str | None = None, template_cache_size: int = 4096, *,
+                 reuse_cache: bool = True, cache_bytes: int = 2**30, splice_answers: bool = True) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
@@ -36,7 +75,15 @@ class HFPolicy:
         eos = eos if isinstance(eos, (list, tuple)) else [eos]
         self.stop_ids = sorted({int(t) for t in [*eos, tokenizer.eos_token_id] if t is not None})
         self._templates: dict[tuple, list[int]] = {}
+        self._answers: dict[tuple, tuple[list[int], list[int]]] = {}   # conversation + own answer -> (prompt, answer) ids
         self._template_cache_size = template_cache_size
+        self.reuse_cache = reuse_cache
+        self.splice_answers = splice_answers
+        self.kv_cache = PrefixCache(cache_bytes)
+        self.cache_stats = CacheStats()
+        self._weights_version: tuple[int, int] | None = None
+        _OptimizerSteps.start()          # from now on, count optimizer steps (see _check_weights)
+        self._check_weights()
         self.generate_calls = 0          # batched generate calls made (the rollout engine batches across agents)
         self.gradient_checkpointing = False
         self.lockstep = False            # sharded weights (FSDP): scoring makes the same forward calls on every process
@@ -154,17 +201,53 @@ class HFPolicy:
 
     # ------------------------------------------------------------------ prompts
     def encode(self, conversation: Conversation) -> list[int]:
-        """Token ids of ``conversation`` rendered by the chat template with the generation prompt (cached)."""
-        key = tuple((m["role"], m["content"]) for m in conversation)
+        """Token ids of ``conversation`` rendered by the chat template with the generation prompt (cached).
+
+        With ``splice_answers``, a conversation that continues one of this policy's answers keeps that
+        answer's sampled ids (see the class docstring).
+        """
+        key = conversation_key(conversation)
         ids = self._templates.get(key)
         if ids is None:
-            ids = self.tokenizer.apply_chat_template(list(conversation), add_generation_prompt=True, tokenize=True,
-                                                     return_dict=False)
-            ids = list(ids[0] if ids and isinstance(ids[0], list) else ids)   # some tokenizers return a batch
-            if len(self._templates) >= self._template_cache_size:
-                self._templates.pop(next(iter(self._templates)))
-            self._templates[key] = ids
+            ids = (self._spliced(conversation) if self.splice_answers else None) or self._render(conversation)
+            remember(self._templates, key, ids, self._template_cache_size)
         return ids
+
+    def _render(self, conversation: Conversation, tokenize: bool = True) -> Any:
+        """The chat template's rendering with the generation prompt: token ids, or the text."""
+        out = self.tokenizer.apply_chat_template(list(conversation), add_generation_prompt=True, tokenize=tokenize,
+                                                 return_dict=False)
+        if not tokenize:
+            return out
+        return list(out[0] if out and isinstance(out[0], list) else out)   # some tokenizers return a batch
+
+    def _spliced(self, conversation: Conversation) -> list[int] | None:
+        """Ids of ``conversation`` = earlier prompt ids + own answer ids as sampled + template ids of the rest.
+
+        ``None`` when its last assistant message is not an answer of this policy, or when the template
+        does not render that answer's text right after the earlier prompt (then it is rendered afresh).
+        """
+        last = max((i for i, m in enumerate(conversation) if m["role"] == "assistant"), default=None)
+        found = self._answers.get(conversation_key(conversation[:last + 1])) if last is not None else None
+        if found is None:
+            return None
+        prompt_ids, answer_ids = found
+        head = self._render(conversation[:last], tokenize=False) + conversation[last]["content"]
+        text = self._render(conversation, tokenize=False)
+        if not text.startswith(head):
+            self.cache_stats.splice_fallbacks += 1
+            return None
+        self.cache_stats.splices += 1
+        rest = self.tokenizer(text[len(head):], add_special_tokens=False)["input_ids"]
+        return [*prompt_ids, *answer_ids, *rest]
+
+    def _remember_answer(self, conversation: Conversation, prompt_ids: list[int], completion_ids: list[int],
+                         text: str) -> None:
+        """Record an answer's ids for :meth:`_spliced` (only when they decode back to exactly its text)."""
+        answer = completion_ids[:-1] if completion_ids and completion_ids[-1] in self.stop_ids else completion_ids
+        if self.tokenizer.decode(answer, skip_special_tokens=False) == text:
+            key = conversation_key([*conversation, {"role": "assistant", "content": text}])
+            remember(self._answers, key, (prompt_ids, answer), self._template_cache_size)
 
     def _left_pad(self, sequences: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(s) for s in sequences)
@@ -195,6 +278,7 @@ class HFPolicy:
         adapters = list(adapters) if adapters is not None else [None] * len(conversations)
         for adapter in set(adapters):
             self._check_adapter(adapter)
+        self._check_weights()
         prompts = [self.encode(c) for c in conversations for _ in range(num_samples)]
         row_adapters = [a for a in adapters for _ in range(num_samples)]
         completions, logprobs, finished = self._decode(prompts, row_adapters, params)
@@ -204,10 +288,28 @@ class HFPolicy:
             group = []
             for row in range(i * num_samples, (i + 1) * num_samples):
                 text = self.tokenizer.decode(completions[row], skip_special_tokens=True)
+                if self.splice_answers:
+                    self._remember_answer(conversations[i], prompts[row], completions[row], text)
                 group.append(Generation(text=text, prompt_ids=prompts[row], completion_ids=completions[row],
                                         logprobs=logprobs[row], finish_reason="stop" if finished[row] else "length"))
             out.append(group)
         return out
+
+    def clear_cache(self) -> None:
+        """Forget the stored KV caches and answer ids (when the episodes or trees that made them are done)."""
+        self.kv_cache.clear()
+        self._answers.clear()
+
+    def _check_weights(self) -> None:
+        """Clear the KV store if any weight may have changed since it was filled.
+
+        In-place writes (a load, ``copy_``) bump a tensor's ``_version``; fused optimizers do not, so any
+        optimizer step in the process counts as a change too.
+        """
+        version = (_OptimizerSteps.count, sum(p._version for p in self.model.parameters()))
+        if version != self._weights_version:
+            self.kv_cache.clear()
+            self._weights_version = version
 
     def _adapter_kwargs(self, adapters: Sequence[str | None]) -> dict[str, Any]:
         """``adapter_names=`` of a mixed-adapter batch (PEFT models only)."""
@@ -217,33 +319,34 @@ class HFPolicy:
         """The decode loop: prefill, then one cached forward per token; returns ids, log-probs, EOS flags.
 
         Rows with the same prompt and adapter (the G samples of one agent) are prefilled once and
-        their KV cache is copied to every row that shares it: the prompt costs one row, not G.
+        their KV cache is copied to every row that shares it: the prompt costs one row, not G. With
+        ``reuse_cache`` the prefill runs only what each prompt adds to its longest stored prefix
+        (:meth:`_prefill_inputs`), and every row's cache is stored for the next call.
         """
         from transformers.generation.logits_process import TopPLogitsWarper
 
         source, firsts = shared_rows([(tuple(p), a) for p, a in zip(prompts, adapters)])
-        ids, mask = self._left_pad([prompts[r] for r in firsts])
         limit = getattr(self.model.config, "max_position_embeddings", None)
-        if limit is not None and ids.shape[1] + params.max_new_tokens > limit:
-            raise ValueError(f"prompt of {ids.shape[1]} tokens + max_new_tokens={params.max_new_tokens} exceeds the "
+        longest = max(len(p) for p in prompts)
+        if limit is not None and longest + params.max_new_tokens > limit:
+            raise ValueError(f"prompt of {longest} tokens + max_new_tokens={params.max_new_tokens} exceeds the "
                              f"model's {limit} positions; shorten the prompt or lower max_new_tokens")
         top_p = TopPLogitsWarper(params.top_p) if params.top_p < 1.0 else None
         greedy = params.temperature == 0
         device = self.device
-        ids, mask = ids.to(device), mask.to(device)
         generator = None
         if params.seed is not None:
             generator = torch.Generator(device=device).manual_seed(params.seed)
         batch = len(prompts)
         expand = torch.tensor(source, dtype=torch.long, device=device)
-        cache = reserved_cache(room=params.max_new_tokens)
+        ids, mask, positions, cache, extended = self._prefill_inputs([prompts[r] for r in firsts],
+                                                                     [adapters[r] for r in firsts], params.max_new_tokens)
         stop = torch.tensor(self.stop_ids, dtype=torch.long, device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         tokens, token_logprobs = [], []
         was_training = self.model.training
         self.model.eval()
         try:
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                              use_cache=True, logits_to_keep=1, **self._adapter_kwargs([adapters[r] for r in firsts]))
             if len(firsts) < batch:                                     # copy each prompt's cache to its G rows
@@ -283,7 +386,68 @@ class HFPolicy:
             completions.append(token_matrix[row][:n])
             logprobs.append(logprob_matrix[row][:n])
             finished.append(n > 0 and token_matrix[row][n - 1] in self.stop_ids)
+        if self.reuse_cache:
+            self._store(cache, mask, prompts, adapters, completions, extended)
         return completions, logprobs, finished
+
+    def _prefill_inputs(self, prompts: list[list[int]], adapters: list[str | None], max_new_tokens: int):
+        """``(ids, mask, positions, cache, extended)`` of the prefill: each prompt's tokens past its stored prefix.
+
+        Row layout: ``[pad][stored prefix][pad][new tokens]``. The stored keys and values are copied into
+        the cache, left-padded to the longest prefix; the mask zeroes both pads, and positions count real
+        tokens only, so each row computes what a prefill of its whole prompt would. ``extended``: the
+        entries some prompt extended whole (superseded once the call is done).
+        """
+        matches = [self.kv_cache.longest_prefix(a, p) if self.reuse_cache else (None, 0)
+                   for p, a in zip(prompts, adapters)]
+        reused = [n for _, n in matches]
+        stats, extended = self.cache_stats, set()
+        for prompt, (key, n) in zip(prompts, matches):
+            stats.prefill_tokens += len(prompt) - n
+            stats.prefill_tokens_saved += n
+            if key is not None and n == len(key[1]):
+                stats.hits += 1
+                extended.add(key)
+            elif n:
+                stats.partial += 1
+            else:
+                stats.misses += 1
+        ids, new_mask = self._left_pad([p[n:] for p, n in zip(prompts, reused)])
+        width = max(reused)
+        stored_mask = torch.tensor([[0] * (width - n) + [1] * n for n in reused], dtype=torch.long)
+        mask = torch.cat([stored_mask, new_mask], dim=1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, width:]
+        device = self.device
+        cache = reserved_cache(room=max_new_tokens + ids.shape[1])
+        if width:
+            layers = [self.kv_cache.layers(key) if key is not None else None for key, _ in matches]
+            template = next(entry for entry in layers if entry is not None)
+            for layer, (k0, v0) in enumerate(template):
+                keys = k0.new_zeros((len(prompts), k0.shape[0], width, k0.shape[-1]), device=device)
+                values = v0.new_zeros(keys.shape)
+                for row, (entry, n) in enumerate(zip(layers, reused)):
+                    if n:
+                        keys[row, :, width - n:] = entry[layer][0][:, :n]
+                        values[row, :, width - n:] = entry[layer][1][:, :n]
+                cache.update(keys, values, layer)
+        return ids.to(device), mask.to(device), positions.to(device), cache, extended
+
+    def _store(self, cache, mask: torch.Tensor, prompts: list[list[int]], adapters: list[str | None],
+               completions: list[list[int]], extended: set) -> None:
+        """Keep each row's states of (prompt + the completion tokens fed back) in the store; drop ``extended``."""
+        for key in extended:
+            self.kv_cache.drop(key)
+        seen = set()
+        for row, (prompt, adapter, completion) in enumerate(zip(prompts, adapters, completions)):
+            columns = mask[row].nonzero().squeeze(-1)
+            length = min(len(prompt) + len(completion), len(columns))   # the last sampled token was not fed
+            key = (adapter, tuple(prompt + completion)[:length])
+            if key in seen:
+                continue
+            seen.add(key)
+            columns = columns[:length]
+            self.kv_cache.put(adapter, key[1], [(layer.keys[row][:, columns], layer.values[row][:, columns])
+                                                for layer in cache.layers])
 
     # ------------------------------------------------------------------ scoring
     def token_logprobs(
@@ -398,6 +562,18 @@ def check_state_fits(state: dict[str, torch.Tensor], expected: dict[str, torch.S
                            (("missing", missing), ("not in the model", unexpected)) if keys)
         raise ValueError(f"saved tensors do not match {target}: {detail} (was it trained on another model or "
                          f"with other LoRA settings?)")
+
+
+def conversation_key(conversation: Conversation) -> tuple:
+    """A hashable key of a conversation's messages."""
+    return tuple((m["role"], m["content"]) for m in conversation)
+
+
+def remember(store: dict, key: Hashable, value: Any, size: int) -> None:
+    """``store[key] = value``, first dropping the oldest entry when ``store`` holds ``size`` entries."""
+    if len(store) >= size:
+        store.pop(next(iter(store)))
+    store[key] = value
 
 
 def shared_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:

@@ -173,6 +173,7 @@ class MAGRPOTrainer:
                         next_frontier.append(child)
                         next_parents.append((node, j))
             frontier, parents, turn = next_frontier, next_parents, turn + 1
+        self.engine.clear_caches()                 # the tree is complete: nothing extends its KV caches
         return roots
 
     def stops_here(self, joint_rewards: Sequence[float]) -> bool:
