@@ -1,191 +1,268 @@
-"""Train a 2-agent TL;DR writing team with MAGRPO on a CPU and compare it before and after.
+"""Train a 2-agent TL;DR writing team with MAGRPO, and judge it on ROUGE-L, a metric its reward never reads.
 
     PYTHONPATH=. python examples/magrpo_tldr.py --out outputs/magrpo_tldr
+    PYTHONPATH=. python examples/magrpo_tldr.py --kl-coef 0.05 --out outputs/magrpo_tldr_kl
+    PYTHONPATH=. python examples/magrpo_tldr.py --semantic-judge --out outputs/magrpo_tldr_judge
 
 Two agents share SmolLM2-135M-Instruct (the embedded default model, fp32) with one LoRA adapter
-each (``Team.shared_lora``). On ``tldr_writing-v0`` agent 0 writes a concise summary of a Reddit
-post and agent 1 a detailed one; both get one joint reward from ``verifiers.writing`` (length
-range, length ratio, distinct-word ratio, shared vocabulary, transition words; max 3.0).
+each. On ``tldr_writing-v0`` agent 0 writes a concise summary of a Reddit post and agent 1 a
+detailed one; both get one joint reward from ``verifiers.writing`` (length range, length ratio,
+distinct-word ratio, shared vocabulary, transition words; max 3.0), plus the embedding terms of
+``verifiers.semantic`` with ``--semantic-judge``.
 
-Data: the env's ``test`` split (500 posts of the OpenAI TL;DR test sample; there is no offline
-copy of the TL;DR train split, and the Reddit TIFU posts standing in for it run up to 2,900
-prompt tokens, too slow here). The trainer holds out the last ``--eval-tasks`` posts and never
-trains on them; the team is evaluated greedily on exactly those posts before and after training,
-and the improvement is the paired difference per post with a bootstrap 95% CI.
+Data (``$LLM_MARL_DATA_DIR``, e.g. ``../shared/data``): training posts are the env's ``train`` split
+(Reddit TIFU posts with author TL;DRs, kept to posts of at most ``--max-post-words`` words);
+the hacking monitor plays the first ``--monitor-tasks`` short posts of ``validation`` (other TIFU
+posts) every ``--monitor-every`` steps; the team is judged before and after on the first
+``--eval-tasks`` posts of ``test`` (the OpenAI TL;DR test sample). No post is in two of these.
 
-Writes to ``--out``: ``results.json`` (settings, before/after rewards per held-out post, means
-with CIs, the paired difference with its CI, the per-step training curve, sample outputs),
-``reward_curve.png`` (training joint reward per step, eval before/after), ``metrics.jsonl`` /
-TensorBoard logs and LoRA checkpoints.
+The judgement is the one the reward cannot be fitted to: **ROUGE-L F1 of each agent's summary
+against the post's human TL;DR** (``llm_marl_envs.metrics.rouge_l``), greedy, paired per post with a
+bootstrap 95% CI. Beside it: the joint reward (what was trained) and the share of *degenerate*
+summaries (distinct-word ratio below 0.4, e.g. ``"SUBREDDIT: SUBREDDIT: ..."``, the exploit this
+reward invites). A rising reward with a flat or falling ROUGE-L is reward hacking, and the script
+says so.
 
-Training stops after ``--steps`` steps or ``--train-minutes`` minutes, whichever comes first, so
-the whole run stays within about 30 minutes on 2 cores.
-
-Measured with the defaults (2 cores shared with other jobs, commit c50d574, i.e. before the
-reserved KV cache that only speeds up sampling): 31 steps (62 posts) in 23.4 min, 29.7 min wall
-time in all (load, two evaluations of 32 posts of ~460 prompt tokens, plots). Held-out joint reward,
-greedy, 32 posts:
-
-=======================  ================================
-untrained team           0.545, 95% CI [0.500, 0.631]
-trained team             2.777, 95% CI [2.763, 2.788]
-difference (paired)      +2.232, 95% CI [+2.140, +2.283]; 32 of 32 posts improved
-=======================  ================================
-
-The training joint reward rose from ~0.6-1.0 (steps 1-11) to ~2.3-2.8 (steps 16-31);
-``reward_curve.png`` shows it. What the team learned is **reward hacking**, and the example is
-kept as a demonstration of that: the untrained model copies the post into both parts (length
-ratio ~1: scoring stops after the word-count level, 0.5); after training agent 0 writes
-``"SUBREDDIT:"`` ten times (10 words, 1 distinct word, short) while agent 1 writes a fluent
-first-person retelling with transition words — which satisfies every band of the heuristic
-reward (length ratio, distinct-word ratio, shared vocabulary, transitions) without a useful
-concise summary. The writing reward has no check of content or fluency; ``kl_coef > 0`` (stay
-near the base model) or ``semantic_judge=True`` on the env (embedding coverage and consistency
-terms) are the knobs against it, not measured here.
+Writes to ``--out``: ``results.json`` (settings, per-post scores before and after, their paired
+differences, the monitor rows, the training history, sample outputs, the verdict),
+``hacking_monitor.png`` (training reward next to the monitor's ROUGE-L per step), ``metrics.jsonl`` /
+TensorBoard logs (the monitor under ``monitor/``) and LoRA checkpoints.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 import llm_marl_envs
-from llm_marl_envs.metrics import bootstrap_ci
+from llm_marl.files import write_text_atomically
 from llm_marl.models import load
-from trainers.common.evaluation import BOOTSTRAP_RESAMPLES, EvalResult
+from llm_marl.policy import SamplingParams
+from llm_marl.rollout import RolloutEngine
 from llm_marl.team import Team, default_lora_config
+from llm_marl_envs import metrics
+from trainers.common.evaluation import EvalResult, evaluate_episodes
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
-
-def summarize(evaluation: EvalResult) -> dict:
-    """Mean held-out joint reward with its bootstrap 95% CI, and the reward of every post."""
-    return {"mean": evaluation.team_reward, "ci95": list(evaluation.team_reward_ci), "rewards": evaluation.rewards}
+DEGENERATE_BELOW = 0.4   # distinct-word ratio under which a summary counts as degenerate repetition
+ENV_ID = "tldr_writing-v0"
 
 
-def paired_difference(before: dict, after: dict) -> dict:
-    """After minus before per held-out post (same posts, same order), mean with a bootstrap 95% CI."""
-    diffs = np.array(after["rewards"]) - np.array(before["rewards"])
-    mean, low, high = (float(v) for v in bootstrap_ci(diffs, num_resamples=BOOTSTRAP_RESAMPLES))
-    return {"mean": mean, "ci95": [low, high], "improved": int((diffs > 0).sum()), "worse": int((diffs < 0).sum()),
-            "tied": int((diffs == 0).sum())}
+def post_words(task: dict[str, Any]) -> int:
+    return len(task["source"].split())
 
 
-def samples(evaluation: EvalResult, agents: list[str], count: int = 3) -> list[dict]:
-    """The first ``count`` held-out episodes: both agents' texts and the joint reward."""
-    return [{"task_id": record["task_id"], "joint_reward": reward, **dict(zip(agents, record["responses"][0]))}
-            for record, reward in zip(evaluation.episodes[:count], evaluation.rewards)]
+def short_posts(env: Any, max_words: int, limit: int | None = None) -> list[int]:
+    """Indices of the env's posts of at most ``max_words`` words (the first ``limit`` of them)."""
+    found = [i for i, task in enumerate(env.tasks) if post_words(task) <= max_words]
+    if not found:
+        raise ValueError(f"no post of {env.split!r} has at most {max_words} words; raise --max-post-words")
+    return found[:limit] if limit is not None else found
 
 
-def plot_curve(history: list[dict], before: dict, after: dict, path: Path) -> None:
-    """Training joint reward per step (and a moving average), with the held-out eval before and after."""
+def judge(evaluation: EvalResult, env: Any, agents: list[str]) -> dict[str, Any]:
+    """Per post: the joint reward, each agent's ROUGE-L against the reference TL;DR, and degeneracy."""
+    references = [env.tasks[record["task_index"]]["reference"] for record in evaluation.episodes]
+    texts = {agent: [record["responses"][-1][i] for record in evaluation.episodes] for i, agent in enumerate(agents)}
+    return {
+        "task_indices": [record["task_index"] for record in evaluation.episodes],
+        "joint_reward": list(evaluation.rewards),
+        "rouge_l": {agent: metrics.rouge_l(texts[agent], references) for agent in agents},
+        "degenerate": {agent: [float(metrics.distinct_word_ratio(t) < DEGENERATE_BELOW) for t in texts[agent]]
+                       for agent in agents},
+        "samples": [{"reference": r, **{agent: texts[agent][i] for agent in agents}}
+                    for i, r in enumerate(references[:3])],
+    }
+
+
+def summary(scores: dict[str, Any]) -> dict[str, Any]:
+    """Means with bootstrap 95% CIs of a :func:`judge` result."""
+    return {"joint_reward": metrics.with_ci(scores["joint_reward"]),
+            "rouge_l": {a: metrics.with_ci(v) for a, v in scores["rouge_l"].items()},
+            "degenerate": {a: float(np.mean(v)) for a, v in scores["degenerate"].items()}}
+
+
+def paired(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """After − before per post (same posts, same order) of the reward and of each agent's ROUGE-L."""
+    if before["task_indices"] != after["task_indices"]:
+        raise ValueError("before and after must be judged on the same posts in the same order to be paired")
+    return {"joint_reward": metrics.paired_difference(after["joint_reward"], before["joint_reward"]),
+            "rouge_l": {a: metrics.paired_difference(after["rouge_l"][a], before["rouge_l"][a])
+                        for a in before["rouge_l"]}}
+
+
+def verdict(difference: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> str:
+    """One sentence: did the reward and the held-out ROUGE-L move together?"""
+    reward = difference["joint_reward"]
+    rouge_lows = [d["ci95"][0] for d in difference["rouge_l"].values()]
+    rouge_highs = [d["ci95"][1] for d in difference["rouge_l"].values()]
+    degenerate = max(after["degenerate"].values()) - max(before["degenerate"].values())
+    if reward["ci95"][0] > 0 and max(rouge_highs) < 0:
+        return (f"reward hacking: the joint reward rose ({reward['mean']:+.3f}) while every agent's ROUGE-L fell; "
+                f"degenerate summaries {degenerate:+.0%}")
+    if reward["ci95"][0] > 0 and max(rouge_lows) <= 0:
+        return (f"likely reward hacking: the joint reward rose ({reward['mean']:+.3f}) but no agent's ROUGE-L rose "
+                f"significantly; degenerate summaries {degenerate:+.0%}")
+    if reward["ci95"][0] > 0:
+        return "the joint reward and ROUGE-L rose together (some agent's ROUGE-L lower bound > 0)"
+    return f"no significant reward gain ({reward['mean']:+.3f} [{reward['ci95'][0]:+.3f}, {reward['ci95'][1]:+.3f}])"
+
+
+def play(engine: RolloutEngine, trainer: MAGRPOTrainer, tasks: list[int], desc: str) -> EvalResult:
+    """Greedy episodes of ``tasks`` through ``engine`` (the trainer's shared evaluation path)."""
+    params = SamplingParams(max_new_tokens=trainer.config.max_new_tokens, temperature=0.0)
+    return evaluate_episodes(engine, trainer.dp, trainer.accelerator, tasks, [trainer.config.seed] * len(tasks),
+                             params, desc=desc)
+
+
+def plot_monitor(history: list[dict], monitor: list[dict], agents: list[str], before: dict, after: dict,
+                 path: Path) -> None:
+    """Training reward per step (top) over the monitor's ROUGE-L (bottom), with the test before/after."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = [h["step"] for h in history]
-    rewards = [h["joint_reward_mean"] for h in history]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, rewards, ".", color="tab:blue", alpha=0.4, label="training joint reward (sampled, per step)")
-    window = max(1, len(rewards) // 10)
-    if len(rewards) >= window > 1:
-        smooth = np.convolve(rewards, np.ones(window) / window, mode="valid")
-        ax.plot(steps[window - 1:], smooth, color="tab:blue", label=f"moving average ({window} steps)")
-    last = steps[-1] if steps else 1
-    for x, (label, result, color) in zip((0, last), (("held-out, before (greedy)", before, "tab:gray"),
-                                                     ("held-out, after (greedy)", after, "tab:red"))):
-        low, high = result["ci95"]
-        ax.errorbar([x], [result["mean"]], yerr=[[result["mean"] - low], [high - result["mean"]]], fmt="s",
-                    color=color, capsize=4, label=f"{label}: {result['mean']:.2f} [{low:.2f}, {high:.2f}]")
-    ax.set_xlabel("training step")
-    ax.set_ylabel("joint reward (max 3.0)")
-    ax.set_ylim(bottom=0)
-    ax.set_title("MAGRPO on tldr_writing-v0: 2 LoRA agents on SmolLM2-135M")
-    ax.legend(fontsize=8, loc="best")
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    top.plot([h["step"] for h in history], [h["joint_reward_mean"] for h in history], ".-", color="tab:blue",
+             alpha=0.6, label="training joint reward (sampled; what is optimised)")
+    top.plot([m["step"] for m in monitor], [m["joint_reward"] for m in monitor], "s-", color="tab:purple",
+             label="monitor joint reward (validation, greedy)")
+    top.set_ylabel("joint reward")
+    top.legend(fontsize=8)
+    last = max([h["step"] for h in history] + [1])
+    for agent, color in zip(agents, ("tab:green", "tab:orange")):
+        bottom.plot([m["step"] for m in monitor], [m[f"rouge_l/{agent}"] for m in monitor], "o-", color=color,
+                    label=f"monitor ROUGE-L {agent} (validation)")
+        for x, result in ((0, before), (last, after)):
+            value = result["rouge_l"][agent]
+            bottom.errorbar([x], [value["mean"]], yerr=[[value["mean"] - value["ci95"][0]],
+                                                       [value["ci95"][1] - value["mean"]]],
+                            fmt="s", color=color, capsize=4, alpha=0.6)
+    bottom.set_xlabel("training step (squares at 0 and the end: test posts, 95% CI)")
+    bottom.set_ylabel("ROUGE-L F1 vs human TL;DR")
+    bottom.set_ylim(bottom=0)
+    bottom.legend(fontsize=8)
+    fig.suptitle("MAGRPO on tldr_writing-v0: is the reward gain better writing?", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def main() -> None:
-    """Evaluate, train with MAGRPO, evaluate again; write results.json and reward_curve.png."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=200, help="MAGRPO training steps (at most)")
-    parser.add_argument("--train-minutes", type=float, default=24.0, help="stop training after this long")
+    parser.add_argument("--steps", type=int, default=40, help="MAGRPO training steps (at most)")
+    parser.add_argument("--train-minutes", type=float, default=20.0, help="stop training after this long")
     parser.add_argument("--prompts-per-step", type=int, default=2, help="posts (tree roots) per step")
     parser.add_argument("--num-generations", type=int, default=4, help="G: samples per agent per post")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per summary")
     parser.add_argument("--temperature", type=float, default=0.8, help="training sampling temperature")
-    parser.add_argument("--top-p", type=float, default=1.0, help="training nucleus mass")
     parser.add_argument("--learning-rate", type=float, default=5e-4, help="AdamW learning rate of each adapter")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
-    parser.add_argument("--joint-mode", default="cross", choices=("aligned", "cross"), help="joint actions")
-    parser.add_argument("--eval-tasks", type=int, default=32, help="held-out posts evaluated before and after")
+    parser.add_argument("--kl-coef", type=float, default=0.0,
+                        help="β of the KL to the base model (0: none; >0 is a knob against reward hacking)")
+    parser.add_argument("--semantic-judge", action="store_true",
+                        help="add the embedding coverage/consistency terms (verifiers.semantic) to the reward")
+    parser.add_argument("--max-post-words", type=int, default=400, help="train/monitor on posts this short")
+    parser.add_argument("--eval-tasks", type=int, default=32, help="test posts judged before and after")
+    parser.add_argument("--monitor-tasks", type=int, default=8, help="validation posts of the hacking monitor")
+    parser.add_argument("--monitor-every", type=int, default=5, help="steps between monitor evaluations")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--out", default="outputs/magrpo_tldr", help="output directory")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    parser.add_argument("--model", default="smollm2-135m", help="base model (a name of llm_marl.models or a path)")
+    args = parser.parse_args(argv)
+    for name in ("eval_tasks", "monitor_tasks", "monitor_every", "steps"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    return args
+
+
+def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | None = None) -> dict[str, Any]:
+    """Judge on test, train with the monitor running, judge again; write results.json and the plot."""
+    args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     out = Path(args.out)
     started = time.time()
 
-    model, tokenizer = load("smollm2-135m")
+    model, tokenizer = model_and_tokenizer or load(args.model)
     team = Team.shared_lora(model, tokenizer, agents=2,
                             lora_config=default_lora_config(r=args.lora_rank, alpha=2 * args.lora_rank))
-    env = llm_marl_envs.make("tldr_writing-v0", split="test")
+    make = lambda split: llm_marl_envs.make(ENV_ID, split=split, semantic_judge=args.semantic_judge)  # noqa: E731
+    env, monitor_env, test_env = make("train"), make("validation"), make("test")
     config = MAGRPOConfig(
-        num_generations=args.num_generations, joint_mode=args.joint_mode, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature, top_p=args.top_p, learning_rate=args.learning_rate,
-        prompts_per_step=args.prompts_per_step, max_steps=args.steps, eval_tasks=args.eval_tasks,
-        output_dir=str(out), seed=args.seed, save_every=10,
-    )
-    trainer = MAGRPOTrainer(env, team, config)
+        num_generations=args.num_generations, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        learning_rate=args.learning_rate, kl_coef=args.kl_coef, prompts_per_step=args.prompts_per_step,
+        max_steps=args.steps, eval_tasks=args.eval_tasks, output_dir=str(out), seed=args.seed, save_every=10)
+    trainer = MAGRPOTrainer(env, team, config, eval_env=test_env)
+    trainer.train_tasks = short_posts(env, args.max_post_words)
+    monitor_engine = RolloutEngine(monitor_env, team)
+    monitor_tasks = short_posts(monitor_env, args.max_post_words, args.monitor_tasks)
+    agents = trainer.agents
 
-    before_eval = trainer.evaluate()
-    before = summarize(before_eval)
-    print(f"before: {before['mean']:.3f} [{before['ci95'][0]:.3f}, {before['ci95'][1]:.3f}]", flush=True)
+    def run_monitor() -> dict[str, Any]:
+        scores = judge(play(monitor_engine, trainer, monitor_tasks, "monitor"), monitor_env, agents)
+        row = {"step": trainer.step, "joint_reward": float(np.mean(scores["joint_reward"])),
+               **{f"rouge_l/{a}": float(np.mean(v)) for a, v in scores["rouge_l"].items()},
+               **{f"degenerate/{a}": float(np.mean(v)) for a, v in scores["degenerate"].items()}}
+        trainer.logger.log({f"monitor/{k}": v for k, v in row.items() if k != "step"}, trainer.step)
+        print("monitor " + "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()),
+              flush=True)
+        return row
 
-    # Train in chunks sized to the time left, so the budget stops training between steps
-    # (train() writes a checkpoint at the end of each chunk).
+    before_scores = judge(play(trainer.eval_engine, trainer, trainer.eval_tasks, "test before"), test_env, agents)
+    monitor = [run_monitor()]
+
+    # train in chunks of --monitor-every steps, so the monitor runs between them and the time budget holds
     history: list[dict] = []
     train_started = time.time()
     while trainer.step < args.steps:
-        left = 60 * args.train_minutes - (time.time() - train_started)
-        per_step = (time.time() - train_started) / len(history) if history else 0.0
-        chunk = min(10, args.steps - trainer.step, int(left // per_step) if per_step else 1)
+        elapsed = time.time() - train_started
+        per_step = elapsed / len(history) if history else 0.0
+        left = 60 * args.train_minutes - elapsed
+        chunk = min(args.monitor_every, args.steps - trainer.step, int(left // per_step) if per_step else args.steps)
         if chunk < 1:
             break
         trainer.config.max_steps = trainer.step + chunk
         history += trainer.train()
+        monitor.append(run_monitor())
     train_minutes = (time.time() - train_started) / 60
 
-    after_eval = trainer.evaluate()
-    after = summarize(after_eval)
-    difference = paired_difference(before, after)
+    after_scores = judge(play(trainer.eval_engine, trainer, trainer.eval_tasks, "test after"), test_env, agents)
+    before, after = summary(before_scores), summary(after_scores)
+    difference = paired(before_scores, after_scores)
     results = {
-        "env": "tldr_writing-v0", "split": "test", "held_out_task_indices": trainer.eval_tasks,
-        "config": {**config.to_dict(), "max_steps": args.steps}, "args": vars(args),
+        "env": ENV_ID, "held_out": {"split": "test", "tasks": len(trainer.eval_tasks)},
+        "metric": "ROUGE-L F1 (rouge_score, stemmed) of each agent's summary vs the human TL;DR; never in the reward",
+        "args": vars(args), "config": {**config.to_dict(), "max_steps": args.steps},
         "steps_trained": trainer.step, "train_minutes": train_minutes,
-        "before": before, "after": after, "difference": difference,
-        "train_history": history, "samples_before": samples(before_eval, trainer.agents),
-        "samples_after": samples(after_eval, trainer.agents),
+        "before": before, "after": after, "paired_difference": difference,
+        "verdict": verdict(difference, before, after), "monitor": monitor, "train_history": history,
+        "per_post": {"before": before_scores, "after": after_scores}, "checkpoint": str(trainer.config.output_dir),
         "wall_time_s": time.time() - started,
     }
-    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    plot_curve(history, before, after, out / "reward_curve.png")
-    print(f"before  {before['mean']:.3f} [{before['ci95'][0]:.3f}, {before['ci95'][1]:.3f}]")
-    print(f"after   {after['mean']:.3f} [{after['ci95'][0]:.3f}, {after['ci95'][1]:.3f}]")
-    print(f"after - before (paired over {len(before['rewards'])} held-out posts): {difference['mean']:+.3f} "
-          f"[{difference['ci95'][0]:+.3f}, {difference['ci95'][1]:+.3f}]; improved {difference['improved']}, "
-          f"worse {difference['worse']}, tied {difference['tied']}")
-    print(f"{trainer.step} steps in {train_minutes:.1f} min; wall time {results['wall_time_s'] / 60:.1f} min; "
-          f"wrote {out / 'results.json'} and {out / 'reward_curve.png'}")
+    import json
+
+    write_text_atomically(out / "results.json", json.dumps(results, indent=2, default=str))
+    plot_monitor(history, monitor, agents, before, after, out / "hacking_monitor.png")
+    fmt = lambda d: f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"  # noqa: E731
+    print(f"held-out test posts: {len(trainer.eval_tasks)}; {trainer.step} steps in {train_minutes:.1f} min")
+    print(f"joint reward (trained)   before {before['joint_reward']['mean']:.3f}  after "
+          f"{after['joint_reward']['mean']:.3f}  paired {fmt(difference['joint_reward'])}")
+    for agent in agents:
+        print(f"ROUGE-L {agent} (held out) before {before['rouge_l'][agent]['mean']:.3f}  after "
+              f"{after['rouge_l'][agent]['mean']:.3f}  paired {fmt(difference['rouge_l'][agent])}  degenerate "
+              f"{before['degenerate'][agent]:.0%} -> {after['degenerate'][agent]:.0%}")
+    print(f"verdict: {results['verdict']}")
+    print(f"wall time {results['wall_time_s'] / 60:.1f} min; wrote {out / 'results.json'} and "
+          f"{out / 'hacking_monitor.png'}")
+    return results
 
 
 if __name__ == "__main__":

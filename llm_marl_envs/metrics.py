@@ -147,3 +147,29 @@ def paired_difference(a: Sequence[float], b: Sequence[float], *, seed: int = 0,
     out = with_ci(a - b, seed=seed, num_resamples=num_resamples)
     out.update(wins=int((a > b).sum()), ties=int((a == b).sum()), losses=int((a < b).sum()))
     return out
+
+
+def rouge_l(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
+    """ROUGE-L F1 of each prediction against its reference (Google's ``rouge_score``, Porter-stemmed).
+
+    A metric for writing envs that no reward reads: logged beside the training reward it shows whether
+    a rising reward is better writing or reward hacking. An empty prediction or reference scores 0.
+    """
+    if len(predictions) != len(references):
+        raise ValueError(f"rouge_l needs one reference per prediction, got {len(predictions)} predictions "
+                         f"and {len(references)} references")
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    return [float(scorer.score(reference, prediction)["rougeL"].fmeasure)
+            for prediction, reference in zip(predictions, references)]
+
+
+def distinct_word_ratio(text: str) -> float:
+    """Distinct words ÷ words (lower-cased, split on whitespace); 0 for an empty text.
+
+    A degenerate, repetitive output (``"SUBREDDIT: SUBREDDIT: ..."``) has a ratio near 0; fluent
+    prose of a few dozen words stays above ~0.6.
+    """
+    words = text.lower().split()
+    return len(set(words)) / len(words) if words else 0.0

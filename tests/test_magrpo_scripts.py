@@ -83,10 +83,59 @@ def test_peer_line_parsing_and_missing_interpreter_error(tmp_path, monkeypatch):
     assert bench.comlrl_python(None) == str(python)
 
 
-def test_example_paired_difference_counts_posts():
-    before = {"rewards": [0.5, 0.5, 1.0, 2.0]}
-    after = {"rewards": [1.5, 0.5, 2.0, 1.0]}
-    diff = example.paired_difference(before, after)
-    assert diff["mean"] == pytest.approx(0.25)
-    assert (diff["improved"], diff["worse"], diff["tied"]) == (2, 1, 1)
-    assert diff["ci95"][0] <= diff["mean"] <= diff["ci95"][1]
+def test_rouge_l_and_distinct_words_measure_what_they_say():
+    from llm_marl_envs import metrics
+
+    same, partial, unrelated = metrics.rouge_l(["the cat sat on the mat", "the cat sat", "dogs bark loudly"],
+                                               ["the cat sat on the mat"] * 3)
+    assert same == pytest.approx(1.0) and unrelated == 0.0
+    assert partial == pytest.approx(2 * 1.0 * 0.5 / 1.5)            # LCS 3 of 3 and of 6 tokens: F1 2/3
+    assert metrics.rouge_l([""], ["a reference"]) == [0.0]
+    with pytest.raises(ValueError, match="one reference per prediction"):
+        metrics.rouge_l(["a"], [])
+    assert metrics.distinct_word_ratio("SUBREDDIT: " * 10) == pytest.approx(0.1)
+    assert metrics.distinct_word_ratio("I lost my keys at work") == 1.0 and metrics.distinct_word_ratio("") == 0.0
+
+
+def judged(rewards, rouge, degenerate=0.0):
+    n = len(rewards)
+    return {"task_indices": list(range(n)), "joint_reward": rewards, "rouge_l": {"agent_0": rouge, "agent_1": rouge},
+            "degenerate": {"agent_0": [degenerate] * n, "agent_1": [0.0] * n}}
+
+
+def test_example_calls_a_reward_gain_without_rouge_gain_hacking():
+    before = judged([0.5] * 8, [0.2, 0.25, 0.3, 0.2, 0.25, 0.3, 0.2, 0.25])
+    hacked = judged([2.7, 2.8, 2.6, 2.9, 2.7, 2.8, 2.6, 2.9], [0.05, 0.1, 0.08, 0.06, 0.1, 0.07, 0.05, 0.09], 1.0)
+    difference = example.paired(before, hacked)
+    assert difference["joint_reward"]["mean"] == pytest.approx(2.25)
+    assert difference["rouge_l"]["agent_0"]["ci95"][1] < 0
+    text = example.verdict(difference, example.summary(before), example.summary(hacked))
+    assert text.startswith("reward hacking") and "+100%" in text
+    honest = judged([1.5] * 8, [0.4, 0.45, 0.5, 0.4, 0.45, 0.5, 0.4, 0.45])
+    assert example.verdict(example.paired(before, honest), example.summary(before),
+                           example.summary(honest)).startswith("the joint reward and ROUGE-L rose together")
+    with pytest.raises(ValueError, match="same posts"):
+        example.paired(before, {**honest, "task_indices": list(range(1, 9))})
+
+
+def test_example_trains_with_the_monitor_and_judges_held_out_posts(tmp_path, one_torch_thread):
+    """A 2-step run on the tiny model: the monitor runs at steps 0, 1, 2 and is logged; results and plot are written."""
+    import json
+
+    model, tokenizer = tiny_model(seed=0)
+    results = example.main(["--steps", "2", "--monitor-every", "1", "--eval-tasks", "2", "--monitor-tasks", "2",
+                            "--max-new-tokens", "4", "--num-generations", "2", "--prompts-per-step", "1",
+                            "--learning-rate", "5e-2", "--out", str(tmp_path / "run")], (model, tokenizer))
+    assert [m["step"] for m in results["monitor"]] == [0, 1, 2] and results["steps_trained"] == 2
+    written = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert written["held_out"] == {"split": "test", "tasks": 2} and written["verdict"] == results["verdict"]
+    assert set(written["paired_difference"]["rouge_l"]) == {"agent_0", "agent_1"}
+    for agent in ("agent_0", "agent_1"):
+        assert all(0.0 <= r <= 1.0 for r in written["per_post"]["after"]["rouge_l"][agent])
+    assert (tmp_path / "run" / "hacking_monitor.png").stat().st_size > 10_000
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert sum("monitor/rouge_l/agent_0" in r for r in logged) == 3
+    # the tiny model's random tokens score 0 everywhere (no advantage, no update): that MAGRPO moves the
+    # weights is tested in test_magrpo.py; here the two steps ran and were logged beside the monitor
+    assert [h["step"] for h in written["train_history"]] == [1, 2]
+    assert sum("joint_reward_mean" in r for r in logged) == 2
