@@ -3,6 +3,7 @@
     PYTHONPATH=. python benchmarks/magrpo_vs_comlrl.py --prompts 4
     PYTHONPATH=. python benchmarks/magrpo_vs_comlrl.py --skip-memory       # timing only
     PYTHONPATH=. python benchmarks/magrpo_vs_comlrl.py --skip-comlrl       # ours and memory only
+    PYTHONPATH=. python benchmarks/magrpo_vs_comlrl.py --turns 1,2 --skip-memory   # 1 and 2 turns
 
 **Speed.** Both trainers do the same work as ``../shared/peers/comlrl_magrpo_cpu.py``: 2 agents,
 G=4, 64 new tokens, 1 turn, full fine-tune of two fp32 copies of SmolLM2-135M-Instruct, AdamW at
@@ -82,6 +83,7 @@ from verifiers import Verdict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_SCRIPT = ROOT.parent / "shared" / "peers" / "comlrl_magrpo_cpu.py"
+MULTI_TURN_PEER_SCRIPT = ROOT / "benchmarks" / "peers" / "comlrl_magrpo_turns.py"
 
 # The peer script's text and per-agent prompt prefixes (its `formatters`).
 PEER_TEXT = ("The city council met on Tuesday to discuss the new park. "
@@ -142,8 +144,8 @@ class LengthRatioEnv(TextEnv):
 
 
 # ----------------------------------------------------------------------------------- speed: ours
-def time_ours(prompts: int, new_tokens: int, generations: int, seed: int = 0) -> dict[str, float]:
-    """Train MAGRPO with the peer's settings; seconds of ``train()`` without the final checkpoint."""
+def time_ours(prompts: int, new_tokens: int, generations: int, turns: int = 1, seed: int = 0) -> dict[str, float]:
+    """Train MAGRPO with the peer's settings on ``turns`` turns; seconds of ``train()`` without the final checkpoint."""
     import numpy as np
     import torch
 
@@ -154,7 +156,7 @@ def time_ours(prompts: int, new_tokens: int, generations: int, seed: int = 0) ->
     torch.manual_seed(seed)
     models = [load("smollm2-135m") for _ in range(2)]            # two fp32 copies: full fine-tune, like the peer
     team = Team.separate(models)
-    env = LengthRatioEnv(num_tasks=prompts)
+    env = LengthRatioEnv(num_tasks=prompts, num_turns=turns)
     per_step = 2                                                   # comlrl's rollout_buffer_size
     with tempfile.TemporaryDirectory() as out:
         config = MAGRPOConfig(num_generations=generations, max_new_tokens=new_tokens, temperature=0.7, top_p=0.9,
@@ -208,14 +210,18 @@ def parse_peer_line(output: str) -> dict[str, float]:
     raise ValueError(f"the peer script printed no 'comlrl_magrpo ...' line; its output ended with:\n{output[-2000:]}")
 
 
-def time_comlrl(python: str, prompts: int, new_tokens: int, generations: int) -> dict[str, float]:
-    """Run the peer script in comlrl's virtualenv and parse its timing line."""
+def time_comlrl(python: str, prompts: int, new_tokens: int, generations: int, turns: int = 1) -> dict[str, float]:
+    """Run the peer script in comlrl's virtualenv and parse its timing line (1 turn: the shared peer script;
+    more: ``benchmarks/peers/comlrl_magrpo_turns.py``, the same settings with every branch expanded)."""
     from llm_marl.models import gguf_path
 
-    if not PEER_SCRIPT.is_file():
-        raise SystemExit(f"peer script {PEER_SCRIPT} is missing (it lives in shared/peers beside the checkout)")
-    command = [python, str(PEER_SCRIPT), "--gguf", str(gguf_path("smollm2-135m")), "--prompts", str(prompts),
+    script = PEER_SCRIPT if turns == 1 else MULTI_TURN_PEER_SCRIPT
+    if not script.is_file():
+        raise SystemExit(f"peer script {script} is missing (the 1-turn one lives in shared/peers beside the checkout)")
+    command = [python, str(script), "--gguf", str(gguf_path("smollm2-135m")), "--prompts", str(prompts),
                "--new-tokens", str(new_tokens), "--generations", str(generations)]
+    if turns > 1:
+        command += ["--turns", str(turns)]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled"})
     if done.returncode != 0:
         raise SystemExit(f"the comlrl peer failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -288,6 +294,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=4, help="training prompts (both trainers)")
     parser.add_argument("--new-tokens", type=int, default=64, help="max new tokens per completion")
     parser.add_argument("--generations", type=int, default=4, help="G: samples per agent per prompt")
+    parser.add_argument("--turns", default="1",
+                        help="turns of each episode, or a comma list (e.g. 1,2): each is timed for both trainers; "
+                             "the last line is the smallest ratio")
     parser.add_argument("--comlrl-python", default=None,
                         help="python of comlrl's virtualenv (default: $COMLRL_PYTHON, else comlrl-venv/bin/python "
                              "under $LLM_MARL_CACHE or ~/.cache/llm_marl_envs)")
@@ -306,18 +315,28 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     import torch
 
-    print(f"prompts={args.prompts} agents=2 G={args.generations} new_tokens={args.new_tokens} turns=1 full fine-tune "
-          f"fp32 torch_threads={torch.get_num_threads()} load={os.getloadavg()[0]:.1f} "
-          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}", flush=True)
-    ours = time_ours(args.prompts, args.new_tokens, args.generations)
-    print(f"ours    s_per_prompt={ours['s_per_prompt']:.2f} (train {ours['seconds']:.1f} s for {ours['prompts']} prompts: "
-          f"rollout {ours['rollout_s']:.1f} s at {ours['tokens_per_s']:.0f} tok/s, update {ours['update_s']:.1f} s; "
-          f"final checkpoint {ours['checkpoint_s']:.1f} s not counted) joint_reward={ours['joint_reward']:.2f}", flush=True)
-    peer = None
-    if python is not None:
-        peer = time_comlrl(python, args.prompts, args.new_tokens, args.generations)
-        print(f"comlrl  s_per_prompt={peer['s_per_prompt']:.2f} (train {peer['seconds']:.1f} s for {peer['prompts']} prompts)",
-              flush=True)
+    try:
+        turn_counts = [int(t) for t in args.turns.split(",")]
+    except ValueError:
+        parser.error(f"--turns must be a positive integer or a comma list of them, got {args.turns!r}")
+    if not turn_counts or min(turn_counts) < 1:
+        parser.error(f"--turns must be a positive integer or a comma list of them, got {args.turns!r}")
+    ratios = {}
+    for turns in turn_counts:
+        print(f"prompts={args.prompts} agents=2 G={args.generations} new_tokens={args.new_tokens} turns={turns} "
+              f"full fine-tune fp32 torch_threads={torch.get_num_threads()} load={os.getloadavg()[0]:.1f} "
+              f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}", flush=True)
+        ours = time_ours(args.prompts, args.new_tokens, args.generations, turns)
+        print(f"ours    s_per_prompt={ours['s_per_prompt']:.2f} (train {ours['seconds']:.1f} s for {ours['prompts']} "
+              f"prompts: rollout {ours['rollout_s']:.1f} s at {ours['tokens_per_s']:.0f} tok/s, update "
+              f"{ours['update_s']:.1f} s; final checkpoint {ours['checkpoint_s']:.1f} s not counted) "
+              f"joint_reward={ours['joint_reward']:.2f}", flush=True)
+        if python is not None:
+            peer = time_comlrl(python, args.prompts, args.new_tokens, args.generations, turns)
+            ratios[turns] = peer["s_per_prompt"] / ours["s_per_prompt"]
+            print(f"comlrl  s_per_prompt={peer['s_per_prompt']:.2f} (train {peer['seconds']:.1f} s for "
+                  f"{peer['prompts']} prompts)", flush=True)
+            print(f"ratio_turns{turns}={ratios[turns]:.2f}", flush=True)
     if not args.skip_memory:
         team = measure_memory("team", args.memory_agents, args.new_tokens, args.generations)
         plain = measure_memory("plain", 1, args.new_tokens, args.generations)
@@ -331,8 +350,8 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"team / plain generate-only {team['peak_mib'] / generate_only['peak_mib']:.2f}; "
               f"team / 1-agent LoRA {team['peak_mib'] / lora1['peak_mib']:.2f}")
     print(f"load at end={os.getloadavg()[0]:.1f}")
-    if peer is not None:
-        print(f"ratio={peer['s_per_prompt'] / ours['s_per_prompt']:.2f}")
+    if ratios:
+        print(f"ratio={min(ratios.values()):.2f}")
 
 
 if __name__ == "__main__":

@@ -83,6 +83,12 @@ def test_peer_line_parsing_and_missing_interpreter_error(tmp_path, monkeypatch):
     assert bench.comlrl_python(None) == str(python)
 
 
+@pytest.mark.parametrize("turns", ["0", "1,x", ""])
+def test_benchmark_refuses_bad_turns(turns):
+    with pytest.raises(SystemExit):
+        bench.main(["--turns", turns, "--skip-comlrl", "--skip-memory"])
+
+
 def test_rouge_l_and_distinct_words_measure_what_they_say():
     from llm_marl_envs import metrics
 
