@@ -17,6 +17,7 @@ QUESTION = [{"role": "system", "content": "You are Agent 1. Be concise."},
 
 
 def load(**kwargs) -> LlamaCppPolicy:
+    kwargs.setdefault("reuse_cache", True)
     return LlamaCppPolicy(gguf_path("smollm2-135m"), n_ctx=1024, max_batch=8, n_threads=1, **kwargs)
 
 
@@ -113,3 +114,9 @@ def test_llamacpp_next_turn_prompt_keeps_the_answer_as_sampled_and_the_template_
     assert policy.cache_stats.splices == 1
     policy.splice_answers = False                                  # re-rendered: same text
     assert policy._model.detokenize(policy.prompt_ids(turn1), special=True).decode() == policy._render(turn1)
+
+
+def test_llamacpp_reuse_is_opt_in_because_it_can_flip_greedy_near_ties():
+    import inspect
+
+    assert inspect.signature(LlamaCppPolicy.__init__).parameters["reuse_cache"].default is False

@@ -101,6 +101,9 @@ class LlamaCppPolicy(InferenceBackend):
     ``max_batch`` of them (see the module docstring). Bigger calls are split into rolling batches.
     ``reuse_cache``, ``cache_bytes`` and ``splice_answers`` keep finished sequences' states for
     prompts that extend them, as :class:`~llm_marl.backends.hf.HFPolicy` does (module docstring).
+    ``reuse_cache`` is off by default here: a restored prefix was computed in other ubatch splits than
+    a full prefill, which can flip a greedy near-tie (79 of 96 agent turns identical in
+    ``benchmarks/rollout_reuse.py``), and results must not change unless asked; it halves prefill.
     """
 
     backend = "llamacpp"
@@ -115,7 +118,7 @@ class LlamaCppPolicy(InferenceBackend):
         seed: int | None = 0,
         name: str | None = None,
         use_extra_bufts: bool | None = None,
-        reuse_cache: bool = True,
+        reuse_cache: bool = False,
         cache_bytes: int = 2**30,
         splice_answers: bool = True,
     ) -> None:
