@@ -1,30 +1,41 @@
 """Episodes per second of multi-turn debates with each agent's KV cache kept between turns, vs without.
 
-Same backend, policy, tasks and run for both modes; the only difference is ``HFPolicy.reuse_cache``
-(the prompt of turn t+1 prefills only what it adds to turn t's prompt and answer). Model loading
-and a short warm-up call are excluded from the timing; the episodes themselves go through the
-shared rollout engine (:meth:`llm_marl.rollout.RolloutEngine.collect`), verification included.
+Same backend, policy, tasks and run for both modes; the only difference is the policy's
+``reuse_cache`` (the prompt of turn t+1 prefills only what it adds to turn t's prompt and answer).
+Model loading and a short warm-up call are excluded from the timing; the episodes themselves go
+through the shared rollout engine (:meth:`llm_marl.rollout.RolloutEngine.collect`), verification
+included. ``--backend hf|llamacpp|both`` (default both, one after the other in one run).
 
-    nice -n 19 env PYTHONPATH=. python benchmarks/rollout_reuse.py
+    nice -n 19 env PYTHONPATH=. python benchmarks/rollout_reuse.py --threads 1
 
 Defaults: ``arithmetic_debate-v0`` test tasks 0..15, 16 episodes of 2 agents x 3 turns advanced
-together (32 prompts per generate call), greedy, 48 new tokens, the embedded SmolLM2-135M in fp32
-through HF with one LoRA adapter per agent (a mixed-adapter batch, as in training), torch threads =
-cores. Greedy episodes must come out token for token the same in both modes: the script checks it.
+together (32 prompts per generate call), greedy, 48 new tokens, the embedded SmolLM2-135M: through HF
+in fp32 with one LoRA adapter per agent (a mixed-adapter batch, as in training), and through
+llama.cpp on its Q4_1 GGUF (one policy for both seats, ``max_batch=32``, ``n_ctx=1024``); threads =
+cores. The script compares the greedy episodes of both modes token for token: on HF they must be the
+same; on llama.cpp they can differ at near-ties (float rounding, see ``llm_marl.backends.llamacpp``).
 
-Goal: ratio >= 2. The last line is ``ratio=<episodes/s with reuse / episodes/s without>``.
+Goal: ratio >= 2. Each backend prints ``<backend> ratio=<episodes/s with reuse / without>``; the last
+line is ``ratio=<the smaller of them>``.
 
-Measured (2 cores, one of them busy with a training run, so ``--threads 1``; defaults otherwise):
+Measured (2 cores under a load average of 5-7 from other jobs, so ``--threads 1``; defaults otherwise;
+the absolute rates are ~2x slower than on a quiet machine, the ratios are what to compare):
 
-    mode       episodes/s  time    prefill tokens (saved)  hits/partial/misses  generated tokens
-    reuse off  0.113       141.5 s 15904                   0/0/96               1390
-    reuse on   0.204        78.4 s  7598 (8306)            64/0/32              1390
-    identical_episodes=True, ratio=1.81
+    backend   mode       episodes/s  time     prefill tokens (saved)  hits/partial/misses  generated
+    hf        reuse off  0.0523      306.1 s  15904                   0/0/96               1390
+    hf        reuse on   0.0866      184.7 s   7598 (8306)            64/0/32              1390
+    llamacpp  reuse off  0.0376      425.1 s  15902                   0/0/96               1267
+    llamacpp  reuse on   0.0859      186.4 s   7676 (8258)            64/0/32              1306
+    hf identical 96/96 agent turns, ratio=1.66; llamacpp identical 79/96, ratio=2.28; ratio=1.66
 
-The goal is not met. Reuse halves the prompt tokens run (every turn-1 and turn-2 prompt extends its
-agent's stored sequence whole: answers are spliced in as sampled); what is left is turn 0 (32 rows of
-~69 tokens, no store yet), each new user message (the other agent's answer and the instructions, which
-follow a different prefix in every row), and the decode steps, which cost the same in both modes.
+llama.cpp meets the goal, HF does not (1.81 in an earlier run under a lighter load). On both, reuse
+halves the prompt tokens run (every turn-1 and turn-2 prompt extends its agent's stored sequence
+whole: answers are spliced in as sampled); what is left is turn 0 (32 rows of ~69 tokens, no store
+yet), each new user message (the other agent's answer and the instructions, which follow a different
+prefix in every row), and the decode steps, which cost the same in both modes. llama.cpp gains more
+because its prefill is the larger share of its time (its batched decode steps are cheap). On
+llama.cpp 17 of 96 agent turns differ between the modes: one greedy near-tie flipped by rounding
+changes that answer and the turns after it, so the two runs do not generate the same tokens.
 """
 from __future__ import annotations
 
@@ -39,14 +50,15 @@ import torch  # noqa: E402
 
 import llm_marl_envs  # noqa: E402
 from llm_marl.backends.hf import HFPolicy  # noqa: E402
+from llm_marl.backends.llamacpp import LlamaCppPolicy  # noqa: E402
 from llm_marl.backends.prefix_cache import CacheStats  # noqa: E402
-from llm_marl.models import load, tiny_model  # noqa: E402
+from llm_marl.models import gguf_path, load, tiny_model  # noqa: E402
 from llm_marl.policy import SamplingParams  # noqa: E402
 from llm_marl.rollout import RolloutEngine  # noqa: E402
 from llm_marl.team import Team  # noqa: E402
 
 
-def hf_team(model_name: str, num_agents: int, lora: bool) -> Team:
+def hf_team(model_name: str, num_agents: int, lora: bool, threads: int) -> Team:
     """The agents on one HF base (``"tiny"``: the random test model), one LoRA adapter each unless ``lora`` is off."""
     model, tokenizer = tiny_model(seed=0) if model_name == "tiny" else load(model_name, dtype=torch.float32)
     if lora:
@@ -55,10 +67,14 @@ def hf_team(model_name: str, num_agents: int, lora: bool) -> Team:
     return Team.from_policies({f"agent_{i}": policy for i in range(num_agents)})
 
 
-# TODO(llama.cpp): add a "llamacpp" entry once LlamaCppPolicy keeps per-sequence state between calls
-# (llama_state_seq_get_data / set_data, or one context sequence per agent kept alive and extended), with
-# a `reuse_cache` switch like HFPolicy's; the timing loop below only needs `set_reuse` and `stats` from it.
-BACKENDS = {"hf": hf_team}
+def llamacpp_team(model_name: str, num_agents: int, lora: bool, threads: int) -> Team:
+    """The agents on one llama.cpp policy over the GGUF of ``model_name`` (embedded name or .gguf path); no LoRA."""
+    path = model_name if model_name.endswith(".gguf") else gguf_path(model_name)
+    policy = LlamaCppPolicy(path, n_ctx=1024, max_batch=32, n_threads=threads)
+    return Team.from_policies({f"agent_{i}": policy for i in range(num_agents)})
+
+
+BACKENDS = {"hf": hf_team, "llamacpp": llamacpp_team}
 
 
 def set_reuse(team: Team, on: bool) -> None:
@@ -77,26 +93,14 @@ def stats(team: Team) -> CacheStats:
     return total
 
 
-def main() -> None:
-    """Time both modes and print the ratio."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="arithmetic_debate-v0")
-    parser.add_argument("--backend", default="hf", choices=sorted(BACKENDS))
-    parser.add_argument("--model", default="smollm2-135m", help='embedded name, local path, or "tiny" (test model)')
-    parser.add_argument("--no-lora", action="store_true", help="one plain policy instead of one LoRA adapter per agent")
-    parser.add_argument("--episodes", type=int, default=16)
-    parser.add_argument("--parallel", type=int, default=None, help="episodes advanced together (default: all)")
-    parser.add_argument("--num-agents", type=int, default=2)
-    parser.add_argument("--num-turns", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    team = BACKENDS[args.backend](args.model, args.num_agents, not args.no_lora)
+def measure(backend: str, args: argparse.Namespace) -> float:
+    """Time the episodes with reuse off, then on, on ``backend``; print both and return the ratio."""
+    team = BACKENDS[backend](args.model, args.num_agents, not args.no_lora, args.threads)
     env = llm_marl_envs.make(args.env, num_agents=args.num_agents, num_turns=args.num_turns, split="test")
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0)
     engine = RolloutEngine(env, team, params, progress=False)
-    print(f"env={args.env} backend={args.backend} model={args.model} lora={not args.no_lora} "
+    lora = not args.no_lora and backend == "hf"
+    print(f"env={args.env} backend={backend} model={args.model} lora={lora} "
           f"episodes={args.episodes} parallel={args.parallel or args.episodes} agents={args.num_agents} "
           f"turns={args.num_turns} max_new_tokens={args.max_new_tokens} threads={args.threads} "
           f"cores={os.cpu_count()} load={os.getloadavg()[0]:.1f}")
@@ -108,16 +112,42 @@ def main() -> None:
         episodes = engine.collect(task_indices=list(range(args.episodes)), parallel=args.parallel)
         elapsed = time.perf_counter() - began
         results[reuse] = args.episodes / elapsed
-        trajectories[reuse] = [[(t.prompt_ids, t.completion_ids) for t in turn.values()]
-                               for e in episodes for turn in e.turns]
+        trajectories[reuse] = [(t.prompt_ids, t.completion_ids) for e in episodes for turn in e.turns
+                               for t in turn.values()]
         counts = stats(team)
         generated = sum(e.num_tokens for e in episodes)
-        print(f"reuse={'on ' if reuse else 'off'} {results[reuse]:.4f} episodes/s  {elapsed:.1f} s  "
+        print(f"{backend} reuse={'on ' if reuse else 'off'} {results[reuse]:.4f} episodes/s  {elapsed:.1f} s  "
               f"prefill_tokens={counts.prefill_tokens} saved={counts.prefill_tokens_saved} "
               f"hits={counts.hits} partial={counts.partial} misses={counts.misses} "
               f"generated_tokens={generated} load={os.getloadavg()[0]:.1f}")
-    print(f"identical_episodes={trajectories[True] == trajectories[False]}")
-    print(f"ratio={results[True] / results[False]:.2f}")
+    same = sum(a == b for a, b in zip(trajectories[True], trajectories[False]))
+    print(f"{backend} identical_episodes={trajectories[True] == trajectories[False]} "
+          f"identical_agent_turns={same}/{len(trajectories[False])}")
+    ratio = results[True] / results[False]
+    print(f"{backend} ratio={ratio:.2f}")
+    for policy in team.policies():
+        getattr(policy, "close", lambda: None)()
+    return ratio
+
+
+def main() -> None:
+    """Time both modes on each backend asked for; the last line is the smaller ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="arithmetic_debate-v0")
+    parser.add_argument("--backend", default="both", choices=[*sorted(BACKENDS), "both"])
+    parser.add_argument("--model", default="smollm2-135m", help='embedded name, local path, or "tiny" (HF test model)')
+    parser.add_argument("--no-lora", action="store_true", help="HF: one plain policy instead of one LoRA adapter per agent")
+    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--parallel", type=int, default=None, help="episodes advanced together (default: all)")
+    parser.add_argument("--num-agents", type=int, default=2)
+    parser.add_argument("--num-turns", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    backends = sorted(BACKENDS) if args.backend == "both" else [args.backend]
+    ratios = [measure(backend, args) for backend in backends]
+    print(f"ratio={min(ratios):.2f}")
 
 
 if __name__ == "__main__":

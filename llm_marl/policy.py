@@ -3,7 +3,7 @@
 The rollout engine, both trainers and the benchmark harness only talk to a :class:`Policy`.
 A backend that can also score tokens (the HF policy, used for training) fills in
 ``Generation.prompt_ids``/``completion_ids``/``logprobs``; inference-only backends leave them
-``None``. A backend that keeps state between calls (the HF policy's KV caches of earlier turns)
+``None``. A backend that keeps state between calls (the HF and llama.cpp policies' KV caches of earlier turns)
 may offer ``clear_cache()``; the rollout engine calls it when the episodes or trees it ran are done.
 """
 from __future__ import annotations

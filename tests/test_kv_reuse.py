@@ -158,7 +158,7 @@ def test_splicing_keeps_the_sampled_ids_and_the_text(one_torch_thread, answer):
     turn1 = [*turn0, {"role": "assistant", "content": answer}, {"role": "user", "content": "Again?"}]
     prompt = policy.encode(turn0)
     by_char = [i for ch in answer for i in tokenizer(ch, add_special_tokens=False)["input_ids"]]   # not canonical
-    policy._remember_answer(turn0, prompt, by_char + [policy.stop_ids[0]], answer)
+    policy.splicer.remember(turn0, prompt, by_char + [policy.stop_ids[0]], answer)
     spliced = policy.encode(turn1)
     assert spliced[:len(prompt) + len(by_char)] == prompt + by_char
     assert tokenizer.decode(spliced) == tokenizer.apply_chat_template(turn1, add_generation_prompt=True, tokenize=False)

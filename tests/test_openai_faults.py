@@ -17,9 +17,12 @@ from typing import Callable
 
 import pytest
 
+import llm_marl_envs
 from llm_marl.backends.openai_compat import OpenAIPolicy, ServerReplyError, ServerUnreachableError
 from llm_marl.benchmark import BenchConfig, read_episodes, run_benchmark
 from llm_marl.policy import SamplingParams
+from llm_marl.rollout import RolloutEngine
+from llm_marl.team import Team
 
 QUESTION = [{"role": "user", "content": "What is 2 + 3?"}]
 TIMEOUT_S = 0.5
@@ -39,6 +42,7 @@ class MisbehavingServer:
 
     def __init__(self, plan: Callable[[int], str]) -> None:
         self.plan, self.count, self.lock = plan, 0, threading.Lock()
+        self.bodies: list[bytes] = []         # every request body, as received
         self.released = threading.Event()
         server = self
 
@@ -49,9 +53,11 @@ class MisbehavingServer:
                 pass
 
             def do_POST(self) -> None:  # noqa: N802 - http.server naming
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                body = json.loads(raw)
                 with server.lock:
                     number, server.count = server.count, server.count + 1
+                    server.bodies.append(raw)
                 getattr(self, "play_" + server.plan(number))(body)
 
             def send(self, status: int, payload: bytes, length: int | None = None) -> None:
@@ -193,6 +199,31 @@ def test_one_failed_request_fails_the_whole_call_and_cancels_the_rest():
         with pytest.raises(ServerUnreachableError, match="HTTP 500"):
             policy.generate(conversations, SamplingParams(max_new_tokens=8, seed=2))
         assert server.count < 6                                            # queued requests were not sent
+
+
+def test_requests_ask_for_prompt_caching_and_each_turn_extends_the_last_bytes():
+    with MisbehavingServer(lambda n: "ok") as server:
+        env = llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=3)
+        policy = policy_for(server, retries=0)
+        team = Team.from_policies({"agent_0": policy, "agent_1": policy})
+        RolloutEngine(env, team, SamplingParams(max_new_tokens=8, seed=1), progress=False).collect(task_indices=[0])
+        OpenAIPolicy(server.url, "served", cache_prompt=False).generate([QUESTION], SamplingParams(max_new_tokens=8))
+    bodies = [json.loads(raw) for raw in server.bodies]
+    assert len(bodies) == 3 * 2 + 1
+    assert all(b["cache_prompt"] is True for b in bodies[:-1]) and "cache_prompt" not in bodies[-1]
+    for agent in ("Agent 0", "Agent 1"):                         # one conversation per agent, turn by turn
+        turns = sorted((raw for raw, b in zip(server.bodies, bodies[:-1]) if agent in b["messages"][0]["content"]),
+                       key=len)
+        assert len(turns) == 3
+        for before, after in zip(turns, turns[1:]):              # the earlier messages, byte for byte
+            assert messages_bytes(after).startswith(messages_bytes(before))
+            assert len(json.loads(after)["messages"]) == len(json.loads(before)["messages"]) + 2
+
+
+def messages_bytes(raw: bytes) -> bytes:
+    """The ``"messages": [...`` part of a raw request body, without its closing bracket."""
+    start = raw.index(b'"messages": [')
+    return raw[start:raw.index(b'], "max_tokens"', start)]
 
 
 # ------------------------------------------------------------------ a benchmark run meets a failing server

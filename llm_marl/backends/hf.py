@@ -10,7 +10,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..policy import Conversation, Generation, SamplingParams
 from ..sharding import full_tensor, shard_like
-from .prefix_cache import CacheStats, PrefixCache
+from .prefix_cache import AnswerSplicer, CacheStats, PrefixCache, conversation_key, remember
 
 BASE_ADAPTER = "__base__"   # PEFT's name for "no adapter" inside a mixed-adapter batch
 
@@ -59,6 +59,7 @@ class HFPolicy:
       (the ids decode to the template's rendering); the model sees the tokens it produced, the
       trajectory stays token-exact for the trainers, and every later turn hits the cache. Where
       the template renders a past answer otherwise, the conversation is rendered afresh (counted).
+      (:class:`~llm_marl.backends.prefix_cache.AnswerSplicer`, shared with the llama.cpp policy.)
 
     :attr:`cache_stats` counts hits, prefill tokens run and saved, splices and fallbacks.
     """
@@ -75,7 +76,11 @@ class HFPolicy:
         eos = eos if isinstance(eos, (list, tuple)) else [eos]
         self.stop_ids = sorted({int(t) for t in [*eos, tokenizer.eos_token_id] if t is not None})
         self._templates: dict[tuple, list[int]] = {}
-        self._answers: dict[tuple, tuple[list[int], list[int]]] = {}   # conversation + own answer -> (prompt, answer) ids
+        self.splicer = AnswerSplicer(
+            render=lambda conversation: self._render(conversation, tokenize=False),
+            tokenize=lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
+            detokenize=lambda ids: tokenizer.decode(ids, skip_special_tokens=False),
+            stop_ids=self.stop_ids, size=template_cache_size)
         self._template_cache_size = template_cache_size
         self.reuse_cache = reuse_cache
         self.splice_answers = splice_answers
@@ -209,7 +214,8 @@ class HFPolicy:
         key = conversation_key(conversation)
         ids = self._templates.get(key)
         if ids is None:
-            ids = (self._spliced(conversation) if self.splice_answers else None) or self._render(conversation)
+            ids = (self.splicer.spliced(conversation, self.cache_stats) if self.splice_answers else None) \
+                or self._render(conversation)
             remember(self._templates, key, ids, self._template_cache_size)
         return ids
 
@@ -220,34 +226,6 @@ class HFPolicy:
         if not tokenize:
             return out
         return list(out[0] if out and isinstance(out[0], list) else out)   # some tokenizers return a batch
-
-    def _spliced(self, conversation: Conversation) -> list[int] | None:
-        """Ids of ``conversation`` = earlier prompt ids + own answer ids as sampled + template ids of the rest.
-
-        ``None`` when its last assistant message is not an answer of this policy, or when the template
-        does not render that answer's text right after the earlier prompt (then it is rendered afresh).
-        """
-        last = max((i for i, m in enumerate(conversation) if m["role"] == "assistant"), default=None)
-        found = self._answers.get(conversation_key(conversation[:last + 1])) if last is not None else None
-        if found is None:
-            return None
-        prompt_ids, answer_ids = found
-        head = self._render(conversation[:last], tokenize=False) + conversation[last]["content"]
-        text = self._render(conversation, tokenize=False)
-        if not text.startswith(head):
-            self.cache_stats.splice_fallbacks += 1
-            return None
-        self.cache_stats.splices += 1
-        rest = self.tokenizer(text[len(head):], add_special_tokens=False)["input_ids"]
-        return [*prompt_ids, *answer_ids, *rest]
-
-    def _remember_answer(self, conversation: Conversation, prompt_ids: list[int], completion_ids: list[int],
-                         text: str) -> None:
-        """Record an answer's ids for :meth:`_spliced` (only when they decode back to exactly its text)."""
-        answer = completion_ids[:-1] if completion_ids and completion_ids[-1] in self.stop_ids else completion_ids
-        if self.tokenizer.decode(answer, skip_special_tokens=False) == text:
-            key = conversation_key([*conversation, {"role": "assistant", "content": text}])
-            remember(self._answers, key, (prompt_ids, answer), self._template_cache_size)
 
     def _left_pad(self, sequences: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(s) for s in sequences)
@@ -289,7 +267,7 @@ class HFPolicy:
             for row in range(i * num_samples, (i + 1) * num_samples):
                 text = self.tokenizer.decode(completions[row], skip_special_tokens=True)
                 if self.splice_answers:
-                    self._remember_answer(conversations[i], prompts[row], completions[row], text)
+                    self.splicer.remember(conversations[i], prompts[row], completions[row], text)
                 group.append(Generation(text=text, prompt_ids=prompts[row], completion_ids=completions[row],
                                         logprobs=logprobs[row], finish_reason="stop" if finished[row] else "length"))
             out.append(group)
@@ -298,7 +276,7 @@ class HFPolicy:
     def clear_cache(self) -> None:
         """Forget the stored KV caches and answer ids (when the episodes or trees that made them are done)."""
         self.kv_cache.clear()
-        self._answers.clear()
+        self.splicer.clear()
 
     def _check_weights(self) -> None:
         """Clear the KV store if any weight may have changed since it was filled.
@@ -420,7 +398,7 @@ class HFPolicy:
         device = self.device
         cache = reserved_cache(room=max_new_tokens + ids.shape[1])
         if width:
-            layers = [self.kv_cache.layers(key) if key is not None else None for key, _ in matches]
+            layers = [self.kv_cache.get(key) if key is not None else None for key, _ in matches]
             template = next(entry for entry in layers if entry is not None)
             for layer, (k0, v0) in enumerate(template):
                 keys = k0.new_zeros((len(prompts), k0.shape[0], width, k0.shape[-1]), device=device)
@@ -562,18 +540,6 @@ def check_state_fits(state: dict[str, torch.Tensor], expected: dict[str, torch.S
                            (("missing", missing), ("not in the model", unexpected)) if keys)
         raise ValueError(f"saved tensors do not match {target}: {detail} (was it trained on another model or "
                          f"with other LoRA settings?)")
-
-
-def conversation_key(conversation: Conversation) -> tuple:
-    """A hashable key of a conversation's messages."""
-    return tuple((m["role"], m["content"]) for m in conversation)
-
-
-def remember(store: dict, key: Hashable, value: Any, size: int) -> None:
-    """``store[key] = value``, first dropping the oldest entry when ``store`` holds ``size`` entries."""
-    if len(store) >= size:
-        store.pop(next(iter(store)))
-    store[key] = value
 
 
 def shared_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:

@@ -25,6 +25,25 @@ per-sequence KV cache operations, sampler chains):
   several, and the rounding differences grow through the layers (last-token logits of a debate
   prompt: up to 0.64 apart, top logit ~29), enough to flip a near-tie (measured: 3 of 16 greedy
   debate answers of 64 tokens differ between ``max_batch`` 16 and 1).
+* Multi-turn prompts extend earlier ones (``reuse_cache``, on by default): when a stream finishes,
+  its sequence state (the KV cells of prompt + fed completion, ``llama_state_seq_get_data``) is kept
+  in a :class:`~llm_marl.backends.prefix_cache.PrefixCache` in host memory, keyed by its token ids and
+  bounded by ``cache_bytes``. A new stream looks up the stored sequence sharing its prompt's longest
+  prefix, restores it into its own sequence (``llama_state_seq_set_data``), removes the cells past
+  the shared prefix (``llama_memory_seq_rm``) and prefills only the rest. Keeping states off the
+  context leaves the live sequence ids dense and the context's size at ``max_batch * n_ctx``; a
+  restore is a copy of ~23 KB per token. ``splice_answers`` encodes an agent's own earlier answer as
+  the ids it sampled (:class:`~llm_marl.backends.prefix_cache.AnswerSplicer`), so the next turn's
+  prompt extends the stored sequence whole. Entries a call extended are dropped afterwards
+  (superseded), and :meth:`LlamaCppPolicy.clear_cache` forgets the rest (the rollout engine calls it
+  when its episodes or trees are done). :attr:`~LlamaCppPolicy.cache_stats` counts per stream.
+  Reuse changes the speed, not the model, up to float rounding as batching does (next point): a
+  token's states depend a little on the step that computed them (llama.cpp picks its attention
+  kernels by the number of query tokens and KV cells of the step), and a restored prefix was
+  computed in earlier steps than a full prefill would use. Measured: splitting one 139-token
+  prefill into two steps left the last logits bit-identical for most split points but moved them by
+  up to 0.6 for others; in ``benchmarks/rollout_reuse.py`` 79 of 96 greedy agent turns came out
+  the same with and without reuse (a flipped near-tie changes that answer and the turns after it).
 * Memory: the KV cache is allocated up front, ``max_batch * n_ctx`` tokens (f16; 23 KB per token
   for SmolLM2-135M: 0.75 GB at the defaults 8 x 4096).
 * Threads: the cores other processes leave free, measured again before every call
@@ -36,6 +55,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import logging
 import os
 import threading
@@ -48,6 +68,7 @@ from typing import Any, Sequence
 from ..hardware import CoreMeter, buffer_choice
 from ..policy import Conversation, Generation, SamplingParams
 from .base import InferenceBackend, SeedSource
+from .prefix_cache import AnswerSplicer, CacheStats, PrefixCache
 
 
 def _close_all(resources_ref: "weakref.ref[contextlib.ExitStack]") -> None:
@@ -63,7 +84,7 @@ class _Stream:
     job: int                      # index of this sample in the call's flat list of samples
     prompt: list[int]
     sampler: Any                  # llama_cpp LlamaSampler chain, owned (and freed) by this stream
-    fed: int = 0                  # tokens (prompt, then completion) already in the KV cache
+    fed: int = 0                  # tokens (prompt, then completion) already in the KV cache (restored ones included)
     completion: list[int] = field(default_factory=list)
     output_row: int = -1          # batch index of this stream's logits in the last decode, -1 = none
 
@@ -78,6 +99,11 @@ class LlamaCppPolicy(InferenceBackend):
 
     ``n_ctx`` is the context of ONE sequence (prompt + completion); the KV cache holds
     ``max_batch`` of them (see the module docstring). Bigger calls are split into rolling batches.
+    ``reuse_cache``, ``cache_bytes`` and ``splice_answers`` keep finished sequences' states for
+    prompts that extend them, as :class:`~llm_marl.backends.hf.HFPolicy` does (module docstring).
+    ``reuse_cache`` is off by default here: a restored prefix was computed in other ubatch splits than
+    a full prefill, which can flip a greedy near-tie (79 of 96 agent turns identical in
+    ``benchmarks/rollout_reuse.py``), and results must not change unless asked; it halves prefill.
     """
 
     backend = "llamacpp"
@@ -92,6 +118,9 @@ class LlamaCppPolicy(InferenceBackend):
         seed: int | None = 0,
         name: str | None = None,
         use_extra_bufts: bool | None = None,
+        reuse_cache: bool = False,
+        cache_bytes: int = 2**30,
+        splice_answers: bool = True,
     ) -> None:
         """Load ``model_path`` with room for ``max_batch`` sequences of ``n_ctx`` tokens each.
 
@@ -163,6 +192,14 @@ class LlamaCppPolicy(InferenceBackend):
         self._stop_ids = {eos_id, *(self._special_id(t) for t in ("<|im_end|>", "<|eot_id|>", "<|end|>"))} - {None}
         self._seeds = SeedSource(seed)
         self._lock = threading.Lock()  # one llama context: calls from several threads are serialised
+        self.reuse_cache = reuse_cache
+        self.splice_answers = splice_answers
+        self.kv_cache = PrefixCache(cache_bytes)
+        self.cache_stats = CacheStats()
+        self.splicer = AnswerSplicer(
+            render=self._render, tokenize=self._tokenize,
+            detokenize=lambda ids: self._model.detokenize(ids).decode("utf-8", errors="replace"),
+            stop_ids=self._stop_ids)
 
     def close(self) -> None:
         """Free the llama.cpp context and model (also done at exit)."""
@@ -175,25 +212,46 @@ class LlamaCppPolicy(InferenceBackend):
         ids = self._model.tokenize(text.encode(), add_bos=False, special=True)
         return ids[0] if len(ids) == 1 else None
 
+    def _render(self, conversation: Conversation) -> str:
+        """The chat template's text of ``conversation``, ready for the assistant turn."""
+        return self._formatter(messages=list(conversation)).prompt
+
+    def _tokenize(self, text: str) -> list[int]:
+        return self._model.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
     def prompt_ids(self, conversation: Conversation) -> list[int]:
-        """Token ids of ``conversation`` rendered with the chat template, ready for the assistant turn."""
-        prompt = self._formatter(messages=list(conversation)).prompt
-        return self._model.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+        """Token ids of ``conversation`` rendered with the chat template, ready for the assistant turn.
+
+        With ``splice_answers``, a conversation that continues one of this policy's answers keeps that
+        answer's sampled ids (module docstring).
+        """
+        spliced = self.splicer.spliced(conversation, self.cache_stats) if self.splice_answers else None
+        return spliced or self._tokenize(self._render(conversation))
+
+    def clear_cache(self) -> None:
+        """Forget the stored sequence states and answer ids (when the episodes or trees that made them are done)."""
+        self.kv_cache.clear()
+        self.splicer.clear()
 
     def _sample_all(self, conversations: Sequence[Conversation], params: SamplingParams,
                     seeds: list[list[int]]) -> list[list[Generation]]:
         """Every (conversation, sample) as one sequence of a batched decode; results in input order."""
         if self._ctx.ctx is None:
             raise RuntimeError(f"llama.cpp policy {self.name!r} was closed; load a new one")
-        prompts = [self.prompt_ids(c) for c in conversations]
-        for i, ids in enumerate(prompts):
-            if len(ids) + params.max_new_tokens > self.n_ctx:
-                raise ValueError(f"prompt {i} of {len(ids)} tokens + max_new_tokens={params.max_new_tokens} exceeds "
-                                 f"the context of {self.n_ctx}; raise n_ctx or shorten the episode")
-        jobs = [(ids, seed) for ids, row in zip(prompts, seeds) for seed in row]
         with self._lock:
+            prompts = [self.prompt_ids(c) for c in conversations]
+            for i, ids in enumerate(prompts):
+                if len(ids) + params.max_new_tokens > self.n_ctx:
+                    raise ValueError(f"prompt {i} of {len(ids)} tokens + max_new_tokens={params.max_new_tokens} "
+                                     f"exceeds the context of {self.n_ctx}; raise n_ctx or shorten the episode")
+            jobs = [(ids, seed) for ids, row in zip(prompts, seeds) for seed in row]
             self._choose_threads()
-            flat = iter(self._decode(jobs, params))
+            generations = self._decode(jobs, params)
+            if self.splice_answers:
+                owners = [conversations[i] for i, row in enumerate(seeds) for _ in row]
+                for conversation, g in zip(owners, generations):
+                    self.splicer.remember(conversation, g.prompt_ids, g.completion_ids, g.text)
+        flat = iter(generations)
         return [[next(flat) for _ in row] for row in seeds]
 
     def _choose_threads(self) -> None:
@@ -216,10 +274,11 @@ class LlamaCppPolicy(InferenceBackend):
         queue = deque(range(len(jobs)))
         streams: list[_Stream] = []
         results: list[Generation | None] = [None] * len(jobs)
+        self._extended: set = set()                     # stored entries some job extended whole: superseded
         try:
             while queue or streams:
                 while queue and len(streams) < self.max_batch:
-                    streams.append(self._start(queue.popleft(), jobs, params))
+                    streams.append(self._start(queue.popleft(), jobs, params, len(streams)))
                 self._fill_batch(streams)
                 status = lib.llama_decode(self._ctx.ctx, self._batch.batch)
                 if status != 0:
@@ -238,16 +297,58 @@ class LlamaCppPolicy(InferenceBackend):
                         finished.append((seq, "length"))
                 for seq, finish_reason in reversed(finished):
                     results[streams[seq].job] = self._generation(streams[seq], finish_reason)
+                    if self.reuse_cache:
+                        self._store(seq, streams[seq])
                     self._release(streams, seq, queue, jobs, params)
+            for key in self._extended:
+                self.kv_cache.drop(key)
         finally:
             for stream in streams:
                 stream.sampler.close()
             lib.llama_memory_clear(self._memory, False)
         return results  # type: ignore[return-value]
 
-    def _start(self, job: int, jobs: list[tuple[list[int], int]], params: SamplingParams) -> _Stream:
-        """A new stream for ``jobs[job]`` with its own sampler chain, seeded per sample."""
+    def _restore(self, prompt: list[int], seq: int) -> int:
+        """Put the stored states of ``prompt``'s longest stored prefix into empty sequence ``seq``; its length.
+
+        Counts the stream in :attr:`cache_stats` (one per stream, so the G samples of a prompt count G times).
+        """
+        key, n = self.kv_cache.longest_prefix(None, prompt) if self.reuse_cache else (None, 0)
+        stats = self.cache_stats
+        stats.prefill_tokens += len(prompt) - n
+        stats.prefill_tokens_saved += n
+        if key is None or n == 0:
+            stats.misses += 1
+            return 0
+        if n == len(key[1]):
+            stats.hits += 1
+            self._extended.add(key)
+        else:
+            stats.partial += 1
+        state = self.kv_cache.get(key)
+        if self._llama_cpp.llama_state_seq_set_data(self._ctx.ctx, state, len(state), seq) != len(state):
+            raise RuntimeError(f"llama.cpp could not restore a stored sequence of {len(key[1])} tokens into "
+                               f"sequence {seq}; construct the policy with reuse_cache=False to go on without reuse")
+        self._llama_cpp.llama_memory_seq_rm(self._memory, seq, n, -1)   # cells past the shared prefix
+        return n
+
+    def _store(self, seq: int, stream: _Stream) -> None:
+        """Keep sequence ``seq``'s states of the tokens it fed (prompt + completion but its last sampled token)."""
+        lib, ctx = self._llama_cpp, self._ctx.ctx
+        size = lib.llama_state_seq_get_size(ctx, seq)
+        if size > self.kv_cache.max_bytes:
+            return
+        state = (ctypes.c_uint8 * size)()
+        if lib.llama_state_seq_get_data(ctx, state, size, seq) == size:
+            self.kv_cache.put(None, (stream.prompt + stream.completion)[:stream.fed], state, nbytes=size)
+
+    def _start(self, job: int, jobs: list[tuple[list[int], int]], params: SamplingParams, seq: int) -> _Stream:
+        """A new stream for ``jobs[job]`` in empty sequence ``seq``, with its own sampler chain, seeded per sample.
+
+        With ``reuse_cache`` the sequence starts from the stored states of its prompt's longest stored prefix.
+        """
         prompt, seed = jobs[job]
+        fed = self._restore(prompt, seq)
         sampler = self._sampler_chain()
         if params.temperature == 0:
             sampler.add_greedy()
@@ -255,7 +356,7 @@ class LlamaCppPolicy(InferenceBackend):
             sampler.add_temp(params.temperature)     # temperature, then top-p: the HF policy's order
             sampler.add_top_p(params.top_p, 1)
             sampler.add_dist(seed)
-        return _Stream(job=job, prompt=prompt, sampler=sampler)
+        return _Stream(job=job, prompt=prompt, sampler=sampler, fed=fed)
 
     def _fill_batch(self, streams: list[_Stream]) -> None:
         """Put every stream's next tokens in the batch, in sequence order.
@@ -302,7 +403,7 @@ class LlamaCppPolicy(InferenceBackend):
         lib.llama_memory_seq_rm(self._memory, seq, -1, -1)
         last = len(streams) - 1
         if queue:
-            streams[seq] = self._start(queue.popleft(), jobs, params)
+            streams[seq] = self._start(queue.popleft(), jobs, params, seq)
         elif seq == last:
             streams.pop()
         else:

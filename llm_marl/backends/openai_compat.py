@@ -11,6 +11,15 @@ When the retries run out the error names the server URL and the last failure:
 :class:`ServerReplyError` when it answered something that is not a usable completion. A failed
 request fails its whole ``generate`` call (requests not yet sent are cancelled), so a caller
 never gets a partial batch: the benchmark writes an episode only after all its generations arrived.
+
+Multi-turn prompts extend earlier ones, and a server that keeps KV caches per slot can then prefill
+only the new tokens: every request carries ``cache_prompt: true`` (llama.cpp's server keeps the slot's
+cache for the next request and picks the slot whose cached prompt shares the longest prefix; other
+servers ignore the field or cache by prefix on their own), and messages are sent as the env gave
+them (the agent's own earlier answer exactly as the server returned it), serialised the same way
+every turn, so turn t+1's request begins with the bytes of turn t's. ``cache_prompt=False`` leaves the
+field out, for a server that rejects unknown fields. No slot is pinned (``id_slot``): the server's
+own prefix matching finds the right one, and a pinned slot would serialise concurrent conversations.
 """
 from __future__ import annotations
 
@@ -57,6 +66,7 @@ class OpenAIPolicy(InferenceBackend):
         backoff_s: float = 0.5,
         seed: int | None = 0,
         name: str | None = None,
+        cache_prompt: bool = True,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL such as http://127.0.0.1:8000/v1, got {base_url!r}")
@@ -77,6 +87,7 @@ class OpenAIPolicy(InferenceBackend):
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self._seeds = SeedSource(seed)
+        self.cache_prompt = cache_prompt
 
     def _attempt(self, data: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         """One POST, ``(status, body)``, within ``timeout_s`` in total: a watchdog shuts the socket at the deadline."""
@@ -141,8 +152,11 @@ class OpenAIPolicy(InferenceBackend):
             f"or pass the right --base-url.") from last_error
 
     def _complete(self, conversation: Conversation, params: SamplingParams, seed: int) -> Generation:
-        return self._post({"model": self.model, "messages": list(conversation), "max_tokens": params.max_new_tokens,
-                           "temperature": params.temperature, "top_p": params.top_p, "seed": seed, "n": 1})
+        body = {"model": self.model, "messages": list(conversation), "max_tokens": params.max_new_tokens,
+                "temperature": params.temperature, "top_p": params.top_p, "seed": seed, "n": 1}
+        if self.cache_prompt:
+            body["cache_prompt"] = True        # llama.cpp server: keep this slot's KV cache for the next turn
+        return self._post(body)
 
     def _sample_all(self, conversations: Sequence[Conversation], params: SamplingParams,
                     seeds: list[list[int]]) -> list[list[Generation]]:

@@ -1,10 +1,13 @@
-"""`PrefixCache`: KV caches of finished sequences, so a prompt that extends one prefills only its new tokens.
+"""`PrefixCache`: KV caches of finished sequences, so a prompt that extends one prefills only its new tokens;
+`AnswerSplicer`: prompts that keep a policy's own earlier answers as the token ids it sampled.
 
 In a multi-turn episode an agent's prompt at turn t+1 is its prompt at turn t, its own answer,
 and the new user message; in a MAGRPO tree a child's prompt continues its parent's prompt and
-one sampled answer. After each generate call the HF policy stores, per row, the keys and values
-of (prompt + the completion tokens it fed) under ``(adapter, token ids)``; the next call looks up,
-for each prompt, the stored sequence sharing its longest prefix and prefills only the rest.
+one sampled answer. After each generate call a policy (HF, llama.cpp) stores, per sequence, the
+keys and values of (prompt + the completion tokens it fed) under ``(adapter, token ids)``; the
+next call looks up, for each prompt, the stored sequence sharing its longest prefix and prefills
+only the rest. What a stored entry holds is the backend's (HF: per-layer tensors; llama.cpp: its
+sequence state bytes); the store only weighs it.
 
 Keys are exact token ids: a hit can only reuse states the model computed for the very same
 tokens under the same adapter (causal attention: the states of a prefix do not depend on what
@@ -15,11 +18,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
-from typing import Hashable, Sequence
+from typing import Any, Callable, Collection, Hashable, Sequence
 
-import torch
-
-KVLayers = list[tuple[torch.Tensor, torch.Tensor]]   # per layer: keys, values of one sequence [heads, tokens, dim]
+from ..policy import Conversation
 
 
 @dataclass
@@ -48,26 +49,34 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class PrefixCache:
-    """A byte-bounded, least-recently-used store of per-sequence KV caches keyed by ``(adapter, token ids)``."""
+    """A byte-bounded, least-recently-used store of per-sequence KV caches keyed by ``(adapter, token ids)``.
+
+    A value is either per-layer ``(keys, values)`` tensors (weighed by their elements) or any object
+    whose size the caller gives (``nbytes``).
+    """
 
     def __init__(self, max_bytes: int = 2**30) -> None:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0 (0 stores nothing), got {max_bytes}")
         self.max_bytes = max_bytes
         self.nbytes = 0
-        self._entries: OrderedDict[tuple[Hashable, tuple[int, ...]], tuple[KVLayers, int]] = OrderedDict()
+        self._entries: OrderedDict[tuple[Hashable, tuple[int, ...]], tuple[Any, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, adapter: Hashable, ids: Sequence[int], layers: KVLayers) -> None:
-        """Store the states of ``ids`` (evicting the least recently used entries beyond ``max_bytes``)."""
+    def put(self, adapter: Hashable, ids: Sequence[int], value: Any, nbytes: int | None = None) -> None:
+        """Store the states of ``ids`` (evicting the least recently used entries beyond ``max_bytes``).
+
+        ``value``: per-layer ``(keys, values)`` tensors, or anything else of ``nbytes`` bytes.
+        """
         key = (adapter, tuple(ids))
-        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
+        size = nbytes if nbytes is not None else sum(k.numel() * k.element_size() + v.numel() * v.element_size()
+                                                     for k, v in value)
         self.drop(key)
         if size > self.max_bytes:
             return
-        self._entries[key] = (layers, size)
+        self._entries[key] = (value, size)
         self.nbytes += size
         while self.nbytes > self.max_bytes:
             self.drop(next(iter(self._entries)))
@@ -88,8 +97,8 @@ class PrefixCache:
             self._entries.move_to_end(best)
         return best, min(best_n, len(ids) - 1)
 
-    def layers(self, key: tuple) -> KVLayers:
-        """The stored states of an entry (``[heads, tokens, dim]`` keys and values per layer)."""
+    def get(self, key: tuple) -> Any:
+        """The stored states of an entry, as put (e.g. ``[heads, tokens, dim]`` keys and values per layer)."""
         return self._entries[key][0]
 
     def drop(self, key: tuple) -> None:
@@ -102,3 +111,74 @@ class PrefixCache:
         """Forget everything."""
         self._entries.clear()
         self.nbytes = 0
+
+
+class AnswerSplicer:
+    """A policy's own answers as the ids it sampled, and prompts that continue one built from those ids.
+
+    Re-tokenizing an answer's text can give other ids than the model sampled (a word split
+    otherwise), so the next turn's prompt would neither be the tokens the model saw nor extend its
+    stored KV cache. :meth:`spliced` encodes a conversation whose last assistant message is a
+    remembered answer as (the earlier prompt ids + the answer's ids as sampled + the template's ids
+    of the rest). The text is the template's: the splice is made only when the template renders
+    that answer's text right after the earlier prompt; otherwise the conversation is rendered
+    afresh and ``splice_fallbacks`` counts it.
+
+    ``render(conversation)``: the chat template's text with the generation prompt; ``tokenize(text)``
+    and ``detokenize(ids)`` without adding special tokens; ``stop_ids`` end an answer.
+    """
+
+    def __init__(self, render: Callable[[Conversation], str], tokenize: Callable[[str], list[int]],
+                 detokenize: Callable[[list[int]], str], stop_ids: Collection[int], size: int = 4096) -> None:
+        self.render, self.tokenize, self.detokenize = render, tokenize, detokenize
+        self.stop_ids = set(stop_ids)
+        self.size = size
+        self._answers: dict[tuple, tuple[list[int], list[int]]] = {}   # conversation + own answer -> (prompt, answer) ids
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def remember(self, conversation: Conversation, prompt_ids: list[int], completion_ids: list[int], text: str) -> None:
+        """Record the answer ``text`` sampled as ``completion_ids`` (a final stop token is dropped) after ``prompt_ids``.
+
+        Only answers whose ids decode back to exactly ``text`` are kept.
+        """
+        answer = completion_ids[:-1] if completion_ids and completion_ids[-1] in self.stop_ids else completion_ids
+        if self.detokenize(answer) == text:
+            key = conversation_key([*conversation, {"role": "assistant", "content": text}])
+            remember(self._answers, key, (list(prompt_ids), list(answer)), self.size)
+
+    def spliced(self, conversation: Conversation, stats: CacheStats) -> list[int] | None:
+        """Ids of ``conversation`` with its last assistant message spliced in as sampled, or ``None``.
+
+        ``None`` when that message is not a remembered answer, or when the template does not render
+        its text right after the earlier prompt (counted in ``stats.splice_fallbacks``).
+        """
+        last = max((i for i, m in enumerate(conversation) if m["role"] == "assistant"), default=None)
+        found = self._answers.get(conversation_key(conversation[:last + 1])) if last is not None else None
+        if found is None:
+            return None
+        prompt_ids, answer_ids = found
+        head = self.render(conversation[:last]) + conversation[last]["content"]
+        text = self.render(conversation)
+        if not text.startswith(head):
+            stats.splice_fallbacks += 1
+            return None
+        stats.splices += 1
+        return [*prompt_ids, *answer_ids, *self.tokenize(text[len(head):])]
+
+    def clear(self) -> None:
+        """Forget every answer."""
+        self._answers.clear()
+
+
+def conversation_key(conversation: Conversation) -> tuple:
+    """A hashable key of a conversation's messages."""
+    return tuple((m["role"], m["content"]) for m in conversation)
+
+
+def remember(store: dict, key: Hashable, value: Any, size: int) -> None:
+    """``store[key] = value``, first dropping the oldest entry when ``store`` holds ``size`` entries."""
+    if len(store) >= size:
+        store.pop(next(iter(store)))
+    store[key] = value
