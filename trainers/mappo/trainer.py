@@ -30,7 +30,9 @@ gradients are summed over processes before their optimizer steps.
 """
 from __future__ import annotations
 
+import contextlib
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -398,15 +400,24 @@ class MAPPOTrainer:
         """Collect, reward, advantage, update once; returns the step's metrics (merged over processes)."""
         step = self.step + 1
         local: dict[str, float] = {}
+        clock = PhaseClock()
         with self.dp.full_weights():          # sharded weights are gathered for the gradient-free passes
-            episodes = self.collect(step)
-            responses = self.compute_rewards(episodes)
+            with clock("collect"):
+                episodes = self.collect(step)
+            with clock("rewards"):
+                responses = self.compute_rewards(episodes)
             if self.dp.sum([len(responses)])[0] == 0:
                 raise RuntimeError(f"step {step}: every response was empty; raise max_new_tokens or check the policy")
-            local.update(self.compute_advantages(responses))
-        local.update(self.update(responses, step))
+            with clock("advantages"):
+                local.update(self.compute_advantages(responses))
+        with clock("update"):
+            local.update(self.update(responses, step))
         local["train_accuracy"] = float(np.mean([bool(c) for e in episodes for turn in e.correct for c in turn.values()]))
-        metrics: dict[str, float] = {"step": step, **self.dp.merge_metrics(local)}
+        local["responses"] = float(len(responses))
+        local.update(clock.metrics())
+        # wall times: the slowest process's; response counts: summed over processes
+        metrics: dict[str, float] = {"step": step, **self.dp.merge_metrics(local, sums=("responses",),
+                                                                            maxima=tuple(clock.keys()))}
         self.step = step
         self.history.append(metrics)
         return metrics
@@ -443,6 +454,31 @@ class MAPPOTrainer:
         return evaluate_episodes(self.eval_engine, self.dp, self.accelerator, self.eval_tasks[:n],
                                  [self.config.seed + i for i in range(n)], params, desc="eval",
                                  report_path=eval_report_path(self.config.output_dir, self.step))
+
+
+class PhaseClock:
+    """Wall seconds of a step's named phases, logged as ``time/<phase>`` and their sum as ``time/step``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - started
+
+    def metrics(self) -> dict[str, float]:
+        """``{"time/<phase>": s, ..., "time/step": total}``."""
+        timings = {f"time/{phase}": s for phase, s in self.seconds.items()}
+        timings["time/step"] = sum(self.seconds.values())
+        return timings
+
+    def keys(self) -> list[str]:
+        """The metric names :meth:`metrics` returns."""
+        return list(self.metrics())
 
 
 def _idle_response(agent: str, pad_id: int) -> Response:
