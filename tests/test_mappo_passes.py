@@ -1,10 +1,73 @@
-"""MAPPO's phase timings: every step logs its phase wall times."""
+"""MAPPO's gradient-free passes and phase timings: batched, length-sorted passes give what one response at a
+time gives; log π_old comes from the sampler without a forward; every step logs its phase wall times."""
+import copy
+
 import pytest
+import torch
 
 from tests.test_mappo_trainer import build_trainer
 from trainers.common.logging import read_metrics
+from trainers.common.losses import kl_per_token
+from trainers.mappo.ppo_math import generalized_advantages, token_rewards
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+FIELDS = ("old_logprobs", "kl", "old_values", "advantages", "value_targets")
+
+
+def count_actor_forwards(trainer):
+    """Wrap the team's policy so that its calls of ``token_logprobs`` are counted: ``{"actor": n, "reference": n}``."""
+    counts = {"actor": 0, "reference": 0}
+    policy = trainer.team.policy("agent_0")
+    inner = policy.token_logprobs
+
+    def counted(*args, reference=False, **kwargs):
+        counts["reference" if reference else "actor"] += 1
+        return inner(*args, reference=reference, **kwargs)
+
+    policy.token_logprobs = counted
+    return counts
+
+
+def one_at_a_time(trainer, responses):
+    """The advantage pass of each response on its own (batches of one: no padding, no sorting), then whitened."""
+    c = trainer.config
+    with torch.no_grad():
+        for r in responses:
+            policy, adapter = trainer.team.policy(r.agent), trainer.team.adapter(r.agent)
+            logp, mask = policy.token_logprobs([r.prompt_ids], [r.completion_ids], adapter=adapter, temperature=c.temperature)
+            ref, _ = policy.token_logprobs([r.prompt_ids], [r.completion_ids], temperature=c.temperature, reference=True)
+            values, _ = trainer.critic.values([r.critic_ids], [r.completion_ids])
+            mask = mask.float()
+            kl = kl_per_token(logp, ref, c.kl_estimator) * mask
+            rewards = token_rewards(torch.tensor([r.reward]), mask, kl=kl, kl_coef=c.kl_coef)
+            advantages, targets = generalized_advantages(rewards, values, mask, c.gae_gamma, c.gae_lambda)
+            r.old_logprobs, r.kl, r.old_values, r.advantages, r.value_targets = (
+                t[0].clone() for t in (logp, kl, values, advantages, targets))
+    trainer.whiten_advantages(responses)
+
+
+def test_batched_passes_match_one_response_at_a_time_and_reuse_the_sampler_log_probs(tmp_path):
+    trainer = build_trainer(tmp_path, episodes_per_step=3, minibatch_size=4, kl_coef=0.1)
+    responses = trainer.compute_rewards(trainer.collect(1))
+    assert len({len(r.prompt_ids) + len(r.completion_ids) for r in responses}) > 1    # padding would matter
+    expected = copy.deepcopy(responses)
+    one_at_a_time(trainer, expected)
+
+    counts = count_actor_forwards(trainer)
+    trainer.compute_advantages(responses)
+    assert counts["actor"] == 0 and counts["reference"] > 0          # log π_old: the sampler's, no forward
+    for got, want in zip(responses, expected):
+        for name in FIELDS:
+            torch.testing.assert_close(getattr(got, name), getattr(want, name), rtol=0, atol=2e-5, msg=name)
+
+    recomputed = copy.deepcopy(responses)
+    trainer.config.recompute_old_logprobs = True
+    trainer.compute_advantages(recomputed)
+    assert counts["actor"] > 0
+    for got, want in zip(recomputed, expected):
+        for name in FIELDS:
+            torch.testing.assert_close(getattr(got, name), getattr(want, name), rtol=0, atol=2e-5, msg=name)
 
 
 def test_a_step_logs_its_phase_wall_times(tmp_path):

@@ -71,6 +71,7 @@ class Response:
     completion_ids: list[int]
     critic_ids: list[int]
     reward: float = 0.0
+    rollout_logprobs: list[float] | None = None     # per completion token, as the sampler computed them
     # filled by compute_advantages (1-D, one entry per completion token)
     old_logprobs: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
@@ -91,6 +92,12 @@ class EpisodeScores:
 def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
     """Right-pad 1-D tensors into ``[B, L]`` with zeros."""
     return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True)
+
+
+def _pad_with_mask(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad 1-D tensors into ``[B, L]`` and the 0/1 float mask of their entries."""
+    mask = _pad([torch.ones(len(row)) for row in rows])
+    return _pad(rows), mask
 
 
 def _step_seed(seed: int, step: int, salt: int = 0, process: int = 0) -> int:
@@ -247,7 +254,8 @@ class MAPPOTrainer:
                     task_text = render_messages(episode.turns[0][agent].messages)   # the agent's opening prompt
                     context = critic_context_parts(task_text, answers, agent, t)
                     responses.append(Response(agent, t, list(act.prompt_ids), list(act.completion_ids),
-                                              self.critic.context_ids(context), float(rewards[t, i])))
+                                              self.critic.context_ids(context), float(rewards[t, i]),
+                                              None if act.logprobs is None else list(act.logprobs)))
         return responses
 
     # ------------------------------------------------------------------ 4. advantages
@@ -269,35 +277,80 @@ class MAPPOTrainer:
     def compute_advantages(self, responses: Sequence[Response]) -> dict[str, float]:
         """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response (kept on the CPU)."""
         c = self.config
-        for batch in self._minibatches(responses):
-            for agent, group in self._by_agent(batch).items():
-                policy, adapter = self.team.policy(agent), self.team.adapter(agent)
-                prompts, completions = [r.prompt_ids for r in group], [r.completion_ids for r in group]
-                with self.accelerator.autocast():
-                    logp, mask = policy.token_logprobs(prompts, completions, adapter=adapter, temperature=c.temperature)
-                    ref_logp, _ = policy.token_logprobs(prompts, completions, temperature=c.temperature, reference=True)
-                    values, _ = self.critic.values([r.critic_ids for r in group], completions)
-                # bookkeeping on the CPU: actors and critic may sit on different devices (agent_devices)
-                logp, ref_logp, values, mask = (t.float().cpu() for t in (logp, ref_logp, values, mask))
-                kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
-                # r_k = -β·kl_k on every token, plus R_i^t on the last one
-                rewards = token_rewards(torch.tensor([r.reward for r in group]), mask, kl=kl, kl_coef=c.kl_coef)
-                # δ_k = r_k + γV_{k+1} - V_k ;  A_k = δ_k + γλA_{k+1} ;  G_k = A_k + V_k
-                advantages, targets = generalized_advantages(rewards, values, mask, c.gae_gamma, c.gae_lambda)
-                for row, response in enumerate(group):
-                    n = len(response.completion_ids)
-                    response.old_logprobs, response.old_values = logp[row, :n].clone(), values[row, :n].clone()
-                    response.advantages, response.value_targets = advantages[row, :n].clone(), targets[row, :n].clone()
-                    response.kl = kl[row, :n].clone()
-        lengths = [len(r.completion_ids) for r in responses]
-        if c.whiten_advantages:
-            self.whiten_advantages(responses)
         if not responses:
             return {}
+        logp, mask = _pad_with_mask(self.old_logprobs(responses))
+        ref_logp, _ = _pad_with_mask(self.reference_logprobs(responses))
+        values, _ = _pad_with_mask(self.rollout_values(responses))
+        kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
+        # r_k = -β·kl_k on every token, plus R_i^t on the last one
+        rewards = token_rewards(torch.tensor([r.reward for r in responses]), mask, kl=kl, kl_coef=c.kl_coef)
+        # δ_k = r_k + γV_{k+1} - V_k ;  A_k = δ_k + γλA_{k+1} ;  G_k = A_k + V_k
+        advantages, targets = generalized_advantages(rewards, values, mask, c.gae_gamma, c.gae_lambda)
+        for row, response in enumerate(responses):
+            n = len(response.completion_ids)
+            response.old_logprobs, response.old_values = logp[row, :n].clone(), values[row, :n].clone()
+            response.advantages, response.value_targets = advantages[row, :n].clone(), targets[row, :n].clone()
+            response.kl = kl[row, :n].clone()
+        if c.whiten_advantages:
+            self.whiten_advantages(responses)
         return {"reward_mean": float(np.mean([r.reward for r in responses])),
                 "kl_ref": float(torch.cat([r.kl for r in responses]).mean()),
                 "value_mean": float(torch.cat([r.old_values for r in responses]).mean()),
-                "response_tokens": float(sum(lengths) / len(responses))}
+                "response_tokens": float(np.mean([len(r.completion_ids) for r in responses]))}
+
+    def old_logprobs(self, responses: Sequence[Response]) -> list[torch.Tensor]:
+        """``log π_old`` of every completion token: the sampler's own log-probs, else recomputed under each agent's adapter.
+
+        The sampler computes the same quantity (the temperature-scaled distribution of the weights that
+        sampled, before top-p) while it samples, so a second forward is needed only when a backend
+        reports none or ``recompute_old_logprobs`` asks for one.
+        """
+        c = self.config
+        if not c.recompute_old_logprobs and all(
+                r.rollout_logprobs is not None and len(r.rollout_logprobs) == len(r.completion_ids) for r in responses):
+            return [torch.tensor(r.rollout_logprobs, dtype=torch.float32) for r in responses]
+        return self._scored(responses, key=lambda r: (id(self.team.policy(r.agent)), self.team.adapter(r.agent)),
+                            score=lambda agent, chunk: self.team.policy(agent).token_logprobs(
+                                [r.prompt_ids for r in chunk], [r.completion_ids for r in chunk],
+                                adapter=self.team.adapter(agent), temperature=c.temperature)[0])
+
+    def reference_logprobs(self, responses: Sequence[Response]) -> list[torch.Tensor]:
+        """``log π_ref`` of every completion token: each base model with its adapters disabled."""
+        return self._scored(responses, key=lambda r: id(self.team.policy(r.agent)),
+                            score=lambda agent, chunk: self.team.policy(agent).token_logprobs(
+                                [r.prompt_ids for r in chunk], [r.completion_ids for r in chunk],
+                                temperature=self.config.temperature, reference=True)[0])
+
+    def rollout_values(self, responses: Sequence[Response]) -> list[torch.Tensor]:
+        """The centralized critic's ``V_k`` of every completion token, before the update."""
+        return self._scored(responses, key=lambda r: 0, length=lambda r: len(r.critic_ids) + len(r.completion_ids),
+                            score=lambda agent, chunk: self.critic.values([r.critic_ids for r in chunk],
+                                                                          [r.completion_ids for r in chunk])[0])
+
+    def _scored(self, responses: Sequence[Response], key, score, length=None) -> list[torch.Tensor]:
+        """``score(agent, chunk)`` ``[B, L]`` over chunks of ``minibatch_size`` responses sharing ``key(response)``.
+
+        Responses are sorted by length first, so a chunk pads little; returns one CPU row per response,
+        in the order given.
+        """
+        length = length or (lambda r: len(r.prompt_ids) + len(r.completion_ids))
+        groups: dict[Any, list[int]] = {}
+        for i, response in enumerate(responses):
+            groups.setdefault(key(response), []).append(i)
+        rows: list[torch.Tensor | None] = [None] * len(responses)
+        size = self.config.minibatch_size
+        for members in groups.values():
+            members = sorted(members, key=lambda i: length(responses[i]))
+            for k in range(0, len(members), size):
+                chunk = members[k:k + size]
+                with self.accelerator.autocast():
+                    out = score(responses[chunk[0]].agent, [responses[i] for i in chunk])
+                # bookkeeping on the CPU: actors and critic may sit on different devices (agent_devices)
+                out = out.float().cpu()
+                for row, i in enumerate(chunk):
+                    rows[i] = out[row, :len(responses[i].completion_ids)]
+        return rows
 
     def whiten_advantages(self, responses: Sequence[Response]) -> None:
         """Whiten advantages over every process's tokens: per (turn, agent) group, or all together (``whiten_scope``)."""
