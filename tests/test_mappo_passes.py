@@ -1,5 +1,6 @@
-"""MAPPO's gradient-free passes and phase timings: batched, length-sorted passes give what one response at a
-time gives; log π_old comes from the sampler without a forward; every step logs its phase wall times."""
+"""MAPPO's forward passes and phase timings: batched, length-bucketed passes give what one response at a time
+(or one forward per agent) gives; log π_old comes from the sampler without a forward; every step logs its phase
+wall times."""
 import copy
 
 import pytest
@@ -8,7 +9,9 @@ import torch
 from tests.test_mappo_trainer import build_trainer
 from trainers.common.logging import read_metrics
 from trainers.common.losses import kl_per_token
+from trainers.mappo import trainer as mappo_trainer
 from trainers.mappo.ppo_math import generalized_advantages, token_rewards
+from trainers.mappo.trainer import Response, length_buckets
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -78,3 +81,50 @@ def test_a_step_logs_its_phase_wall_times(tmp_path):
     assert all(logged[f"time/{p}"] > 0 for p in phases)
     assert logged["time/step"] == pytest.approx(sum(logged[f"time/{p}"] for p in phases))
     assert logged["responses"] == 8                                     # 2 debates x 2 agents x 2 turns
+
+
+def response(prompt: int, completion: int, critic: int = 1):
+    return Response("agent_0", 0, [1] * prompt, [2] * completion, [3] * critic)
+
+
+def test_length_buckets_keep_every_response_once_and_bound_the_padding():
+    rows = [response(p, c, critic=400 - p) for p, c in [(60, 6), (150, 20), (62, 40), (155, 3), (58, 10), (300, 5)]]
+    buckets = length_buckets(rows)
+    assert sorted(map(id, sum(buckets, []))) == sorted(map(id, rows))
+    assert [[len(r.prompt_ids) for r in b] for b in buckets] == [[60, 58], [62], [155, 150], [300]]
+    for bucket in buckets:
+        padded = len(bucket) * (max(len(r.prompt_ids) for r in bucket) + max(len(r.completion_ids) for r in bucket))
+        assert len(bucket) == 1 or padded <= 1.25 * sum(len(r.prompt_ids) + len(r.completion_ids) for r in bucket)
+    assert [len(r.critic_ids) for r in length_buckets(rows, critic=True)[0]][0] == 100   # the critic's own prefix
+    assert max(len(b) for b in length_buckets([response(60, 6)] * 9, max_rows=4)) == 4
+
+
+def test_update_in_length_buckets_equals_one_forward_per_agent(tmp_path, monkeypatch):
+    def trained(name, one_bucket):
+        trainer = build_trainer(tmp_path / name, episodes_per_step=3, minibatch_size=6, ppo_epochs=1, kl_coef=0.05)
+        responses = trainer.compute_rewards(trainer.collect(1))
+        trainer.compute_advantages(responses)
+        with monkeypatch.context() as patch:
+            if one_bucket:          # the update before buckets: each agent's share of a minibatch in one forward
+                patch.setattr(mappo_trainer, "length_buckets", lambda rows, **kwargs: [list(rows)] if rows else [])
+            else:
+                calls = []
+                patch.setattr(mappo_trainer, "length_buckets",
+                              lambda rows, **kwargs: calls.append(length_buckets(rows, **kwargs)) or calls[-1])
+            stats = trainer.update(responses, step=1)
+        if not one_bucket:
+            assert any(len(buckets) > 1 for buckets in calls)    # some group really ran in several passes
+        weights = {a: trainer.team.policy(a).trainable_state_dict(a) for a in trainer.agents}
+        return stats, weights, trainer.critic.trainable_state_dict()
+
+    stats, weights, critic = trained("buckets", one_bucket=False)
+    stats_one, weights_one, critic_one = trained("one", one_bucket=True)
+    assert stats.keys() == stats_one.keys()
+    for key in stats:       # a clip fraction counts ties (V = V_old up to rounding) either way: one token in 72
+        tolerance = 0.05 if key.endswith("clipfrac") else 1e-6
+        assert stats[key] == pytest.approx(stats_one[key], rel=1e-4, abs=tolerance), key
+    for agent in weights:
+        for name in weights[agent]:
+            torch.testing.assert_close(weights[agent][name], weights_one[agent][name], rtol=0, atol=1e-6)
+    for name in critic:
+        torch.testing.assert_close(critic[name], critic_one[name], rtol=0, atol=1e-6)

@@ -324,33 +324,29 @@ class MAPPOTrainer:
 
     def rollout_values(self, responses: Sequence[Response]) -> list[torch.Tensor]:
         """The centralized critic's ``V_k`` of every completion token, before the update."""
-        return self._scored(responses, key=lambda r: 0, length=lambda r: len(r.critic_ids) + len(r.completion_ids),
+        return self._scored(responses, key=lambda r: 0, critic=True,
                             score=lambda agent, chunk: self.critic.values([r.critic_ids for r in chunk],
                                                                           [r.completion_ids for r in chunk])[0])
 
-    def _scored(self, responses: Sequence[Response], key, score, length=None) -> list[torch.Tensor]:
-        """``score(agent, chunk)`` ``[B, L]`` over chunks of ``minibatch_size`` responses sharing ``key(response)``.
+    def _scored(self, responses: Sequence[Response], key, score, critic: bool = False) -> list[torch.Tensor]:
+        """``score(agent, chunk)`` ``[B, L]`` over chunks of at most ``minibatch_size`` responses sharing ``key(response)``.
 
-        Responses are sorted by length first, so a chunk pads little; returns one CPU row per response,
-        in the order given.
+        Chunks are :func:`length_buckets` (the critic's when ``critic``: its context is the prefix), so
+        they pad little; returns one CPU row per response, in the order given.
         """
-        length = length or (lambda r: len(r.prompt_ids) + len(r.completion_ids))
-        groups: dict[Any, list[int]] = {}
-        for i, response in enumerate(responses):
-            groups.setdefault(key(response), []).append(i)
-        rows: list[torch.Tensor | None] = [None] * len(responses)
-        size = self.config.minibatch_size
+        groups: dict[Any, list[Response]] = {}
+        for response in responses:
+            groups.setdefault(key(response), []).append(response)
+        rows: dict[int, torch.Tensor] = {}
         for members in groups.values():
-            members = sorted(members, key=lambda i: length(responses[i]))
-            for k in range(0, len(members), size):
-                chunk = members[k:k + size]
+            for chunk in length_buckets(members, critic=critic, max_rows=self.config.minibatch_size):
                 with self.accelerator.autocast():
-                    out = score(responses[chunk[0]].agent, [responses[i] for i in chunk])
+                    out = score(chunk[0].agent, chunk)
                 # bookkeeping on the CPU: actors and critic may sit on different devices (agent_devices)
                 out = out.float().cpu()
-                for row, i in enumerate(chunk):
-                    rows[i] = out[row, :len(responses[i].completion_ids)]
-        return rows
+                for row, response in enumerate(chunk):
+                    rows[id(response)] = out[row, :len(response.completion_ids)]
+        return [rows[id(r)] for r in responses]
 
     def whiten_advantages(self, responses: Sequence[Response]) -> None:
         """Whiten advantages over every process's tokens: per (turn, agent) group, or all together (``whiten_scope``)."""
@@ -425,28 +421,42 @@ class MAPPOTrainer:
                 for optimizer, _ in steps:
                     optimizer.zero_grad(set_to_none=True)
                 for agent in self.agents:
-                    # sharded weights: a process without this agent's responses still runs its passes, weighted 0
-                    if not self.dp.lockstep(int(agent in local), most=int(agent in counts)):
+                    if agent not in counts:
                         continue
                     size, tokens = counts[agent]
-                    group = local.get(agent) or [_idle_response(agent, self.team.policy(agent).pad_id)]
-                    weight = size / len(batch) if agent in local else 0.0   # the minibatch loss is a mean over responses
-                    # backward right after each forward: PEFT marks only the active adapter trainable
-                    with self.accelerator.autocast():
-                        actor_loss, actor_stats = self.policy_loss(agent, group, tokens)
-                    self.accelerator.backward(weight * actor_loss)
-                    with self.accelerator.autocast():
-                        critic_loss, critic_stats = self.value_loss(group, tokens)
-                    self.accelerator.backward(weight * c.vf_coef * critic_loss)
-                    if agent not in local:
+                    group = local.get(agent, [])
+                    weight = size / len(batch)          # the minibatch loss is a mean over responses
+                    # backward right after each forward: PEFT marks only the active adapter trainable. Each loss
+                    # runs in length buckets (token sums over the global count: their gradients add up to the
+                    # whole group's); sharded weights: every process runs as many passes, idle ones weighted 0
+                    actor_parts = self._loss_passes(agent, group, weight, lambda part: self.policy_loss(agent, part, tokens))
+                    critic_parts = self._loss_passes(agent, group, weight * c.vf_coef, lambda part: self.value_loss(part, tokens),
+                                                     critic=True)
+                    if not group:
                         continue
-                    stats = {**actor_stats, **critic_stats}
+                    stats = {**_combined_stats(actor_parts), **_combined_stats(critic_parts)}
                     stats["loss"] = stats["policy_loss"] + c.vf_coef * stats["value_loss"]
                     for key, value in stats.items():
                         totals.setdefault(key, []).append(value)
                 # Σ over processes of each actor's and the critic's gradients, clip, step (trainers.common.distributed)
                 self.dp.optimizer_step(steps, c.max_grad_norm)
         return {key: float(np.mean(values)) for key, values in totals.items()}
+
+    def _loss_passes(self, agent: str, group: Sequence[Response], weight: float, loss_of, critic: bool = False
+                     ) -> list[tuple[dict[str, float], int]]:
+        """Forward and backward ``weight · loss_of(part)`` over the group's length buckets; ``(stats, tokens)`` per part."""
+        parts = length_buckets(group, critic=critic)
+        passes = self.dp.lockstep(len(parts))          # the most any process has, under sharded weights
+        done = []
+        for k in range(passes):
+            idle = k >= len(parts)
+            part = [_idle_response(agent, self.team.policy(agent).pad_id)] if idle else parts[k]
+            with self.accelerator.autocast():
+                loss, stats = loss_of(part)
+            self.accelerator.backward((0.0 if idle else weight) * loss)
+            if not idle:
+                done.append((stats, sum(len(r.completion_ids) for r in part)))
+        return done
 
     # ------------------------------------------------------------------ 6. the loop
     def train_step(self) -> dict[str, float]:
@@ -532,6 +542,46 @@ class PhaseClock:
     def keys(self) -> list[str]:
         """The metric names :meth:`metrics` returns."""
         return list(self.metrics())
+
+
+def length_buckets(responses: Sequence[Response], *, critic: bool = False, max_rows: int | None = None,
+                   slack: float = 0.25) -> list[list[Response]]:
+    """Responses sorted by length and cut into forward batches that waste little on padding.
+
+    A batch of prefixes (prompts, or the critic's contexts when ``critic``) and completions is padded
+    to ``rows · (longest prefix + longest completion)`` tokens; a batch grows while that stays within
+    ``1 + slack`` times its real tokens (and ``max_rows``). Which rows share a forward changes only the
+    float rounding of their results.
+    """
+    def prefix(r: Response) -> int:
+        return len(r.critic_ids) if critic else len(r.prompt_ids)
+
+    buckets: list[list[Response]] = []
+    longest_prefix = longest_completion = real = 0
+    for r in sorted(responses, key=lambda r: prefix(r) + len(r.completion_ids)):
+        bucket = buckets[-1] if buckets else None
+        p, n = prefix(r), len(r.completion_ids)
+        if bucket is not None and (max_rows is None or len(bucket) < max_rows):
+            padded = (len(bucket) + 1) * (max(longest_prefix, p) + max(longest_completion, n))
+            if padded <= (1 + slack) * (real + p + n):
+                bucket.append(r)
+                longest_prefix, longest_completion, real = max(longest_prefix, p), max(longest_completion, n), real + p + n
+                continue
+        buckets.append([r])
+        longest_prefix, longest_completion, real = p, n, p + n
+    return buckets
+
+
+def _combined_stats(parts: Sequence[tuple[dict[str, float], int]]) -> dict[str, float]:
+    """One agent's loss stats from its buckets': losses and the entropy bonus are shares of one mean (they add
+    up), the rest are means over each bucket's tokens (weighted by them)."""
+    combined: dict[str, float] = {}
+    tokens = sum(n for _, n in parts) or 1
+    for stats, n in parts:
+        for key, value in stats.items():
+            share = key.endswith("loss") or key == "entropy"
+            combined[key] = combined.get(key, 0.0) + (value if share else value * n / tokens)
+    return combined
 
 
 def _idle_response(agent: str, pad_id: int) -> Response:
