@@ -6,8 +6,9 @@
 Builds the example's team and config (SmolLM2-135M-Instruct fp32, one LoRA adapter per agent, the
 critic's adapter and head; ``arithmetic_debate-v0``, 2 agents x 2 turns, 40 new tokens, T 0.7,
 ``--episodes-per-step`` debates, ppo_epochs 1, minibatch 8), runs ``--steps`` training steps
-(model loading excluded) and prints, per step, the trainer's own phase times (``time/*`` in its
-metrics) and a finer split measured by wrapping the calls the phases make:
+(model loading excluded) and prints, per step, the wall and CPU seconds of its phases (``collect``,
+``compute_rewards``, ``compute_advantages``, ``update``; the trainer logs the same as ``time/*``) and a
+finer split measured by wrapping the calls the phases make:
 
 - ``actor logp``: ``HFPolicy.token_logprobs`` under an agent's adapter (advantage pass and, with
   ``ppo_epochs`` > 1 or an entropy bonus off, the loss forward),
@@ -16,7 +17,24 @@ metrics) and a finer split measured by wrapping the calls the phases make:
 - ``backward``: ``accelerator.backward`` of the actor and critic losses,
 - ``optimizer``: clip and AdamW steps of every adapter and the head.
 
-Each figure is wall time on a shared machine: print ``uptime`` beside it.
+On a shared machine wall time depends on the load (printed beside it); with ``--threads 1`` the CPU
+seconds do much less, so compare those between runs.
+
+Measured (``--threads 1``, 6 debates = 24 responses, step 1; both runs side by side on 2 cores under
+other users' jobs, load 5.8-7): CPU seconds per phase.
+
+==================  ========  =======  ========  ======  ========  ========  ========  ========
+commit              collect   advant.  update    step    backward  actor lp  critic V  ref lp
+==================  ========  =======  ========  ======  ========  ========  ========  ========
+78e6d6a (before)    55.3      77.4     144.9     277.6   80.0      61.0      56.0      24.4
+7daa4fd (after)     54.7      39.0     120.6     214.2   63.0      27.7      49.3      17.9
+==================  ========  =======  ========  ======  ========  ========  ========  ========
+
+Before, ``actor lp`` was the advantage pass's log π_old (~28 s) plus the loss forward; after, log π_old
+is the sampler's, and the advantage and loss passes run in length buckets (prompts of 60-200 tokens
+mixed in one batch had padded the short ones to the longest). What is left is compute over every
+response's full prompt: the loss forward and backward of each actor and of the critic (whose context
+is about as long as the prompt), and the reference and critic forwards of the advantage pass.
 """
 from __future__ import annotations
 
@@ -34,15 +52,17 @@ class PhaseClock:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = collections.defaultdict(float)
+        self.cpu: dict[str, float] = collections.defaultdict(float)
         self.calls: dict[str, int] = collections.defaultdict(int)
 
     @contextlib.contextmanager
     def timing(self, name: str):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             self.seconds[name] += time.perf_counter() - start
+            self.cpu[name] += time.process_time() - start_cpu
             self.calls[name] += 1
 
     def wrap(self, owner, attribute: str, name_of) -> None:
@@ -57,6 +77,7 @@ class PhaseClock:
 
     def reset(self) -> None:
         self.seconds.clear()
+        self.cpu.clear()
         self.calls.clear()
 
 
@@ -112,22 +133,27 @@ def main() -> None:
         return captured
 
     trainer.compute_rewards = keep_responses
+    phases = PhaseClock()              # the step's phases, timed here too (wall and CPU seconds)
+    for method in ("collect", "compute_rewards", "compute_advantages", "update"):
+        phases.wrap(trainer, method, lambda *a, _name=method, **k: _name)
     print(f"threads {torch.get_num_threads()}  OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}  "
           f"load {os.getloadavg()[0]:.2f}", flush=True)
     for _ in range(args.steps):
         clock.reset()
+        phases.reset()
         metrics = trainer.train_step()
-        responses = metrics.get("responses", float("nan"))
-        print(f"step {int(metrics['step'])}: {responses:.0f} responses, "
-              f"{metrics.get('response_tokens', float('nan')):.1f} tokens each, load {os.getloadavg()[0]:.2f}")
         mean = lambda values: sum(values) / max(len(values), 1)    # noqa: E731
-        print(f"  tokens per response: prompt {mean([len(r.prompt_ids) for r in captured]):.0f}, "
-              f"completion {mean([len(r.completion_ids) for r in captured]):.0f}, "
-              f"critic context {mean([len(r.critic_ids) for r in captured]):.0f}")
-        for key in sorted(k for k in metrics if k.startswith("time/")):
-            print(f"  {key:<22} {metrics[key]:8.2f} s")
+        print(f"step {int(metrics['step'])}: {len(captured)} responses; tokens per response: prompt "
+              f"{mean([len(r.prompt_ids) for r in captured]):.0f}, completion {mean([len(r.completion_ids) for r in captured]):.0f}, "
+              f"critic context {mean([len(r.critic_ids) for r in captured]):.0f}; load {os.getloadavg()[0]:.2f}")
+        print(f"  {'phase':<22} {'wall s':>8} {'CPU s':>8}")
+        for name in phases.seconds:
+            print(f"  {name:<22} {phases.seconds[name]:8.2f} {phases.cpu[name]:8.2f}")
+        print(f"  {'step':<22} {sum(phases.seconds.values()):8.2f} {sum(phases.cpu.values()):8.2f}")
         for name in sorted(clock.seconds, key=clock.seconds.get, reverse=True):
-            print(f"    {name:<20} {clock.seconds[name]:8.2f} s  ({clock.calls[name]} calls)")
+            print(f"    {name:<20} {clock.seconds[name]:8.2f} {clock.cpu[name]:8.2f}  ({clock.calls[name]} calls)")
+        logged = {k: round(v, 2) for k, v in metrics.items() if k.startswith("time/")}
+        print(f"  logged: {logged}" if logged else "  logged: no time/* metrics", flush=True)
         print(flush=True)
 
 
