@@ -26,7 +26,8 @@ class MAPPOConfig(TrainerConfig):
 
     Parameters that control the PPO update:
         episodes_per_step, ppo_epochs, minibatch_size, critic_learning_rate, gae_gamma, gae_lambda,
-        clip_eps, value_clip, vf_coef, entropy_coef, kl_estimator, whiten_advantages, whiten_scope; and from
+        clip_eps, value_clip, vf_coef, entropy_coef, kl_estimator, recompute_old_logprobs, whiten_advantages,
+        whiten_scope; and from
         :class:`~trainers.common.config.TrainerConfig`: learning_rate, max_grad_norm, kl_coef.
 
     Parameters that control the critic:
@@ -79,6 +80,10 @@ class MAPPOConfig(TrainerConfig):
     entropy_coef: float = field(default=0.0, metadata={"help": "Weight of the entropy bonus (0 = off)."})
     kl_estimator: str = field(default="k1", metadata={"help": f"KL estimator, one of {KL_ESTIMATORS} (see trainers.common.losses)."})
     whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages to zero mean, unit variance per step."})
+    recompute_old_logprobs: bool = field(default=False, metadata={
+        "help": "Recompute log π_old with a forward pass under each agent's adapter instead of taking the log-probs "
+                "the sampler computed while sampling (the same quantity up to float rounding; backends that report "
+                "none are recomputed anyway)."})
     whiten_scope: str = field(default="turn_agent", metadata={
         "help": f"Which tokens share the whitening moments, one of {WHITEN_SCOPES}: 'turn_agent' (MAPoRL's reference "
                 "code: each (turn, agent) group on its own) or 'all' (every agent and turn of the step together)."})

@@ -30,7 +30,9 @@ gradients are summed over processes before their optimizer steps.
 """
 from __future__ import annotations
 
+import contextlib
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -69,6 +71,7 @@ class Response:
     completion_ids: list[int]
     critic_ids: list[int]
     reward: float = 0.0
+    rollout_logprobs: list[float] | None = None     # per completion token, as the sampler computed them
     # filled by compute_advantages (1-D, one entry per completion token)
     old_logprobs: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
@@ -89,6 +92,12 @@ class EpisodeScores:
 def _pad(rows: Sequence[torch.Tensor]) -> torch.Tensor:
     """Right-pad 1-D tensors into ``[B, L]`` with zeros."""
     return torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True)
+
+
+def _pad_with_mask(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad 1-D tensors into ``[B, L]`` and the 0/1 float mask of their entries."""
+    mask = _pad([torch.ones(len(row)) for row in rows])
+    return _pad(rows), mask
 
 
 def _step_seed(seed: int, step: int, salt: int = 0, process: int = 0) -> int:
@@ -245,7 +254,8 @@ class MAPPOTrainer:
                     task_text = render_messages(episode.turns[0][agent].messages)   # the agent's opening prompt
                     context = critic_context_parts(task_text, answers, agent, t)
                     responses.append(Response(agent, t, list(act.prompt_ids), list(act.completion_ids),
-                                              self.critic.context_ids(context), float(rewards[t, i])))
+                                              self.critic.context_ids(context), float(rewards[t, i]),
+                                              None if act.logprobs is None else list(act.logprobs)))
         return responses
 
     # ------------------------------------------------------------------ 4. advantages
@@ -267,35 +277,76 @@ class MAPPOTrainer:
     def compute_advantages(self, responses: Sequence[Response]) -> dict[str, float]:
         """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response (kept on the CPU)."""
         c = self.config
-        for batch in self._minibatches(responses):
-            for agent, group in self._by_agent(batch).items():
-                policy, adapter = self.team.policy(agent), self.team.adapter(agent)
-                prompts, completions = [r.prompt_ids for r in group], [r.completion_ids for r in group]
-                with self.accelerator.autocast():
-                    logp, mask = policy.token_logprobs(prompts, completions, adapter=adapter, temperature=c.temperature)
-                    ref_logp, _ = policy.token_logprobs(prompts, completions, temperature=c.temperature, reference=True)
-                    values, _ = self.critic.values([r.critic_ids for r in group], completions)
-                # bookkeeping on the CPU: actors and critic may sit on different devices (agent_devices)
-                logp, ref_logp, values, mask = (t.float().cpu() for t in (logp, ref_logp, values, mask))
-                kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
-                # r_k = -β·kl_k on every token, plus R_i^t on the last one
-                rewards = token_rewards(torch.tensor([r.reward for r in group]), mask, kl=kl, kl_coef=c.kl_coef)
-                # δ_k = r_k + γV_{k+1} - V_k ;  A_k = δ_k + γλA_{k+1} ;  G_k = A_k + V_k
-                advantages, targets = generalized_advantages(rewards, values, mask, c.gae_gamma, c.gae_lambda)
-                for row, response in enumerate(group):
-                    n = len(response.completion_ids)
-                    response.old_logprobs, response.old_values = logp[row, :n].clone(), values[row, :n].clone()
-                    response.advantages, response.value_targets = advantages[row, :n].clone(), targets[row, :n].clone()
-                    response.kl = kl[row, :n].clone()
-        lengths = [len(r.completion_ids) for r in responses]
-        if c.whiten_advantages:
-            self.whiten_advantages(responses)
         if not responses:
             return {}
+        logp, mask = _pad_with_mask(self.old_logprobs(responses))
+        ref_logp, _ = _pad_with_mask(self.reference_logprobs(responses))
+        values, _ = _pad_with_mask(self.rollout_values(responses))
+        kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
+        # r_k = -β·kl_k on every token, plus R_i^t on the last one
+        rewards = token_rewards(torch.tensor([r.reward for r in responses]), mask, kl=kl, kl_coef=c.kl_coef)
+        # δ_k = r_k + γV_{k+1} - V_k ;  A_k = δ_k + γλA_{k+1} ;  G_k = A_k + V_k
+        advantages, targets = generalized_advantages(rewards, values, mask, c.gae_gamma, c.gae_lambda)
+        for row, response in enumerate(responses):
+            n = len(response.completion_ids)
+            response.old_logprobs, response.old_values = logp[row, :n].clone(), values[row, :n].clone()
+            response.advantages, response.value_targets = advantages[row, :n].clone(), targets[row, :n].clone()
+            response.kl = kl[row, :n].clone()
+        if c.whiten_advantages:
+            self.whiten_advantages(responses)
         return {"reward_mean": float(np.mean([r.reward for r in responses])),
                 "kl_ref": float(torch.cat([r.kl for r in responses]).mean()),
                 "value_mean": float(torch.cat([r.old_values for r in responses]).mean()),
-                "response_tokens": float(sum(lengths) / len(responses))}
+                "response_tokens": float(np.mean([len(r.completion_ids) for r in responses]))}
+
+    def old_logprobs(self, responses: Sequence[Response]) -> list[torch.Tensor]:
+        """``log π_old`` of every completion token: the sampler's own log-probs, else recomputed under each agent's adapter.
+
+        The sampler computes the same quantity (the temperature-scaled distribution of the weights that
+        sampled, before top-p) while it samples, so a second forward is needed only when a backend
+        reports none or ``recompute_old_logprobs`` asks for one.
+        """
+        c = self.config
+        if not c.recompute_old_logprobs and all(
+                r.rollout_logprobs is not None and len(r.rollout_logprobs) == len(r.completion_ids) for r in responses):
+            return [torch.tensor(r.rollout_logprobs, dtype=torch.float32) for r in responses]
+        return self._scored(responses, key=lambda r: (id(self.team.policy(r.agent)), self.team.adapter(r.agent)),
+                            score=lambda agent, chunk: self.team.policy(agent).token_logprobs(
+                                [r.prompt_ids for r in chunk], [r.completion_ids for r in chunk],
+                                adapter=self.team.adapter(agent), temperature=c.temperature)[0])
+
+    def reference_logprobs(self, responses: Sequence[Response]) -> list[torch.Tensor]:
+        """``log π_ref`` of every completion token: each base model with its adapters disabled."""
+        return self._scored(responses, key=lambda r: id(self.team.policy(r.agent)),
+                            score=lambda agent, chunk: self.team.policy(agent).token_logprobs(
+                                [r.prompt_ids for r in chunk], [r.completion_ids for r in chunk],
+                                temperature=self.config.temperature, reference=True)[0])
+
+    def rollout_values(self, responses: Sequence[Response]) -> list[torch.Tensor]:
+        """The centralized critic's ``V_k`` of every completion token, before the update."""
+        return self._scored(responses, key=lambda r: 0, critic=True,
+                            score=lambda agent, chunk: self.critic.values([r.critic_ids for r in chunk],
+                                                                          [r.completion_ids for r in chunk])[0])
+
+    def _scored(self, responses: Sequence[Response], key, score, critic: bool = False) -> list[torch.Tensor]:
+        """``score(agent, chunk)`` ``[B, L]`` over chunks of at most ``minibatch_size`` responses sharing ``key(response)``.
+
+        Chunks are :func:`length_buckets` (the critic's when ``critic``: its context is the prefix), so
+        they pad little; returns one CPU row per response, in the order given.
+        """
+        groups: dict[Any, list[Response]] = {}
+        for response in responses:
+            groups.setdefault(key(response), []).append(response)
+        rows: dict[int, torch.Tensor] = {}
+        for members in groups.values():
+            for chunk in length_buckets(members, critic=critic, max_rows=self.config.minibatch_size):
+                with self.accelerator.autocast():
+                    out = score(chunk[0].agent, chunk)
+                # bookkeeping on the CPU: actors and critic may sit on different devices (agent_devices)
+                out = out.float().cpu()
+                for row, response in enumerate(chunk):
+                    rows[id(response)] = out[row, :len(response.completion_ids)]
+        return [rows[id(r)] for r in responses]
 
     def whiten_advantages(self, responses: Sequence[Response]) -> None:
         """Whiten advantages over every process's tokens: per (turn, agent) group, or all together (``whiten_scope``)."""
@@ -370,22 +421,20 @@ class MAPPOTrainer:
                 for optimizer, _ in steps:
                     optimizer.zero_grad(set_to_none=True)
                 for agent in self.agents:
-                    # sharded weights: a process without this agent's responses still runs its passes, weighted 0
-                    if not self.dp.lockstep(int(agent in local), most=int(agent in counts)):
+                    if agent not in counts:
                         continue
                     size, tokens = counts[agent]
-                    group = local.get(agent) or [_idle_response(agent, self.team.policy(agent).pad_id)]
-                    weight = size / len(batch) if agent in local else 0.0   # the minibatch loss is a mean over responses
-                    # backward right after each forward: PEFT marks only the active adapter trainable
-                    with self.accelerator.autocast():
-                        actor_loss, actor_stats = self.policy_loss(agent, group, tokens)
-                    self.accelerator.backward(weight * actor_loss)
-                    with self.accelerator.autocast():
-                        critic_loss, critic_stats = self.value_loss(group, tokens)
-                    self.accelerator.backward(weight * c.vf_coef * critic_loss)
-                    if agent not in local:
+                    group = local.get(agent, [])
+                    weight = size / len(batch)          # the minibatch loss is a mean over responses
+                    # backward right after each forward: PEFT marks only the active adapter trainable. Each loss
+                    # runs in length buckets (token sums over the global count: their gradients add up to the
+                    # whole group's); sharded weights: every process runs as many passes, idle ones weighted 0
+                    actor_parts = self._loss_passes(agent, group, weight, lambda part: self.policy_loss(agent, part, tokens))
+                    critic_parts = self._loss_passes(agent, group, weight * c.vf_coef, lambda part: self.value_loss(part, tokens),
+                                                     critic=True)
+                    if not group:
                         continue
-                    stats = {**actor_stats, **critic_stats}
+                    stats = {**_combined_stats(actor_parts), **_combined_stats(critic_parts)}
                     stats["loss"] = stats["policy_loss"] + c.vf_coef * stats["value_loss"]
                     for key, value in stats.items():
                         totals.setdefault(key, []).append(value)
@@ -393,20 +442,45 @@ class MAPPOTrainer:
                 self.dp.optimizer_step(steps, c.max_grad_norm)
         return {key: float(np.mean(values)) for key, values in totals.items()}
 
+    def _loss_passes(self, agent: str, group: Sequence[Response], weight: float, loss_of, critic: bool = False
+                     ) -> list[tuple[dict[str, float], int]]:
+        """Forward and backward ``weight · loss_of(part)`` over the group's length buckets; ``(stats, tokens)`` per part."""
+        parts = length_buckets(group, critic=critic)
+        passes = self.dp.lockstep(len(parts))          # the most any process has, under sharded weights
+        done = []
+        for k in range(passes):
+            idle = k >= len(parts)
+            part = [_idle_response(agent, self.team.policy(agent).pad_id)] if idle else parts[k]
+            with self.accelerator.autocast():
+                loss, stats = loss_of(part)
+            self.accelerator.backward((0.0 if idle else weight) * loss)
+            if not idle:
+                done.append((stats, sum(len(r.completion_ids) for r in part)))
+        return done
+
     # ------------------------------------------------------------------ 6. the loop
     def train_step(self) -> dict[str, float]:
         """Collect, reward, advantage, update once; returns the step's metrics (merged over processes)."""
         step = self.step + 1
         local: dict[str, float] = {}
+        clock = PhaseClock()
         with self.dp.full_weights():          # sharded weights are gathered for the gradient-free passes
-            episodes = self.collect(step)
-            responses = self.compute_rewards(episodes)
+            with clock("collect"):
+                episodes = self.collect(step)
+            with clock("rewards"):
+                responses = self.compute_rewards(episodes)
             if self.dp.sum([len(responses)])[0] == 0:
                 raise RuntimeError(f"step {step}: every response was empty; raise max_new_tokens or check the policy")
-            local.update(self.compute_advantages(responses))
-        local.update(self.update(responses, step))
+            with clock("advantages"):
+                local.update(self.compute_advantages(responses))
+        with clock("update"):
+            local.update(self.update(responses, step))
         local["train_accuracy"] = float(np.mean([bool(c) for e in episodes for turn in e.correct for c in turn.values()]))
-        metrics: dict[str, float] = {"step": step, **self.dp.merge_metrics(local)}
+        local["responses"] = float(len(responses))
+        local.update(clock.metrics())
+        # wall times: the slowest process's; response counts: summed over processes
+        metrics: dict[str, float] = {"step": step, **self.dp.merge_metrics(local, sums=("responses",),
+                                                                            maxima=tuple(clock.keys()))}
         self.step = step
         self.history.append(metrics)
         return metrics
@@ -443,6 +517,71 @@ class MAPPOTrainer:
         return evaluate_episodes(self.eval_engine, self.dp, self.accelerator, self.eval_tasks[:n],
                                  [self.config.seed + i for i in range(n)], params, desc="eval",
                                  report_path=eval_report_path(self.config.output_dir, self.step))
+
+
+class PhaseClock:
+    """Wall seconds of a step's named phases, logged as ``time/<phase>`` and their sum as ``time/step``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - started
+
+    def metrics(self) -> dict[str, float]:
+        """``{"time/<phase>": s, ..., "time/step": total}``."""
+        timings = {f"time/{phase}": s for phase, s in self.seconds.items()}
+        timings["time/step"] = sum(self.seconds.values())
+        return timings
+
+    def keys(self) -> list[str]:
+        """The metric names :meth:`metrics` returns."""
+        return list(self.metrics())
+
+
+def length_buckets(responses: Sequence[Response], *, critic: bool = False, max_rows: int | None = None,
+                   slack: float = 0.25) -> list[list[Response]]:
+    """Responses sorted by length and cut into forward batches that waste little on padding.
+
+    A batch of prefixes (prompts, or the critic's contexts when ``critic``) and completions is padded
+    to ``rows · (longest prefix + longest completion)`` tokens; a batch grows while that stays within
+    ``1 + slack`` times its real tokens (and ``max_rows``). Which rows share a forward changes only the
+    float rounding of their results.
+    """
+    def prefix(r: Response) -> int:
+        return len(r.critic_ids) if critic else len(r.prompt_ids)
+
+    buckets: list[list[Response]] = []
+    longest_prefix = longest_completion = real = 0
+    for r in sorted(responses, key=lambda r: prefix(r) + len(r.completion_ids)):
+        bucket = buckets[-1] if buckets else None
+        p, n = prefix(r), len(r.completion_ids)
+        if bucket is not None and (max_rows is None or len(bucket) < max_rows):
+            padded = (len(bucket) + 1) * (max(longest_prefix, p) + max(longest_completion, n))
+            if padded <= (1 + slack) * (real + p + n):
+                bucket.append(r)
+                longest_prefix, longest_completion, real = max(longest_prefix, p), max(longest_completion, n), real + p + n
+                continue
+        buckets.append([r])
+        longest_prefix, longest_completion, real = p, n, p + n
+    return buckets
+
+
+def _combined_stats(parts: Sequence[tuple[dict[str, float], int]]) -> dict[str, float]:
+    """One agent's loss stats from its buckets': losses and the entropy bonus are shares of one mean (they add
+    up), the rest are means over each bucket's tokens (weighted by them)."""
+    combined: dict[str, float] = {}
+    tokens = sum(n for _, n in parts) or 1
+    for stats, n in parts:
+        for key, value in stats.items():
+            share = key.endswith("loss") or key == "entropy"
+            combined[key] = combined.get(key, 0.0) + (value if share else value * n / tokens)
+    return combined
 
 
 def _idle_response(agent: str, pad_id: int) -> Response:
