@@ -8,11 +8,11 @@ import torch
 from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from ..hardware import CoreMeter
 from ..policy import Conversation, Generation, SamplingParams
 from ..sharding import full_tensor, shard_like
+from .lora_rows import BASE_ADAPTER, AdapterRows
 from .prefix_cache import CacheStats, PrefixCache
-
-BASE_ADAPTER = "__base__"   # PEFT's name for "no adapter" inside a mixed-adapter batch
 
 
 class _OptimizerSteps:
@@ -61,10 +61,23 @@ class HFPolicy:
       the template renders a past answer otherwise, the conversation is rendered afresh (counted).
 
     :attr:`cache_stats` counts hits, prefill tokens run and saved, splices and fallbacks.
+
+    Two more settings serve speed at large batch:
+
+    * ``threads``: torch threads for each generate call. ``None`` (the default) takes, at every call,
+      the cores other processes leave free (:class:`~llm_marl.hardware.CoreMeter`), at most the
+      process's ``torch.get_num_threads()``; the process setting is restored after the call.
+      :attr:`last_threads` records the choice.
+    * ``grouped_lora``: a mixed-adapter batch runs through :class:`~llm_marl.backends.lora_rows.AdapterRows`
+      (each adapter's rows found once per batch) instead of PEFT's per-forward ``adapter_names`` hooks;
+      same arithmetic, same outputs. Off, or for adapters it does not cover (DoRA, merged), PEFT's path runs.
     """
 
     def __init__(self, model, tokenizer, name: str | None = None, template_cache_size: int = 4096, *,
-                 reuse_cache: bool = True, cache_bytes: int = 2**30, splice_answers: bool = True) -> None:
+                 reuse_cache: bool = True, cache_bytes: int = 2**30, splice_answers: bool = True,
+                 threads: int | None = None, grouped_lora: bool = True) -> None:
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1 (or None: the free cores at each call), got {threads}")
         self.model = model
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
@@ -87,6 +100,10 @@ class HFPolicy:
         self.generate_calls = 0          # batched generate calls made (the rollout engine batches across agents)
         self.gradient_checkpointing = False
         self.lockstep = False            # sharded weights (FSDP): scoring makes the same forward calls on every process
+        self.threads = threads
+        self.grouped_lora = grouped_lora
+        self.core_meter = CoreMeter()
+        self.last_threads: int | None = None
         model.eval()
 
     @property
@@ -281,7 +298,8 @@ class HFPolicy:
         self._check_weights()
         prompts = [self.encode(c) for c in conversations for _ in range(num_samples)]
         row_adapters = [a for a in adapters for _ in range(num_samples)]
-        completions, logprobs, finished = self._decode(prompts, row_adapters, params)
+        with self._call_threads():
+            completions, logprobs, finished = self._decode(prompts, row_adapters, params)
         self.generate_calls += 1
         out: list[list[Generation]] = []
         for i in range(len(conversations)):
@@ -311,9 +329,41 @@ class HFPolicy:
             self.kv_cache.clear()
             self._weights_version = version
 
+    @contextlib.contextmanager
+    def _call_threads(self):
+        """Run one call on ``threads`` torch threads, or on the free cores (at most the process setting); restore it after."""
+        before = torch.get_num_threads()
+        threads = self.threads or min(before, self.core_meter.free_cores())
+        self.last_threads = threads
+        if threads != before:
+            torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            if threads != before:
+                torch.set_num_threads(before)
+
     def _adapter_kwargs(self, adapters: Sequence[str | None]) -> dict[str, Any]:
         """``adapter_names=`` of a mixed-adapter batch (PEFT models only)."""
         return {"adapter_names": [BASE_ADAPTER if a is None else a for a in adapters]} if self.is_peft else {}
+
+    @contextlib.contextmanager
+    def _mixed_batch(self):
+        """Context yielding ``select(adapters) -> forward kwargs``: call it before each forward of a mixed-adapter batch.
+
+        With ``grouped_lora`` (and adapters :class:`AdapterRows` covers) ``select`` regroups the rows and the kwargs
+        are empty; otherwise they are PEFT's ``adapter_names=``.
+        """
+        rows = AdapterRows(self.model) if self.is_peft and self.grouped_lora else None
+        if rows is None or not rows.supports():
+            yield self._adapter_kwargs
+            return
+        device = self.device
+        with rows.rows([], device):
+            def select(adapters: Sequence[str | None]) -> dict[str, Any]:
+                rows.set_rows(adapters, device)
+                return {}
+            yield select
 
     def _decode(self, prompts: list[list[int]], adapters: list[str | None], params: SamplingParams):
         """The decode loop: prefill, then one cached forward per token; returns ids, log-probs, EOS flags.
@@ -347,35 +397,36 @@ class HFPolicy:
         was_training = self.model.training
         self.model.eval()
         try:
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                             use_cache=True, logits_to_keep=1, **self._adapter_kwargs([adapters[r] for r in firsts]))
-            if len(firsts) < batch:                                     # copy each prompt's cache to its G rows
-                cache.batch_select_indices(expand)
-            logits = out.logits[:, -1, :].float()[expand]
-            mask, positions, step_ids = mask[expand], positions[expand], ids[expand]
-            kwargs = self._adapter_kwargs(adapters)
-            for step in range(params.max_new_tokens):
-                if greedy:
-                    logprob_all = torch.log_softmax(logits, dim=-1)
-                    next_ids = logits.argmax(-1)
-                else:
-                    logits = logits / params.temperature
-                    logprob_all = torch.log_softmax(logits, dim=-1)
-                    sample_logits = top_p(step_ids, logits) if top_p is not None else logits
-                    probs = torch.softmax(sample_logits, dim=-1)
-                    next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-                next_ids = torch.where(done, torch.full_like(next_ids, self.pad_id), next_ids)
-                token_logprobs.append(logprob_all.gather(-1, next_ids[:, None]).squeeze(-1))
-                tokens.append(torch.where(done, torch.full_like(next_ids, -1), next_ids))  # -1 marks "after EOS"
-                done = done | torch.isin(next_ids, stop)
-                if bool(done.all()) or step == params.max_new_tokens - 1:
-                    break
-                step_ids = next_ids[:, None]
-                mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
-                positions = positions[:, -1:] + 1
-                out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
-                                 past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
-                logits = out.logits[:, -1, :].float()
+            with self._mixed_batch() as select:
+                out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                                 use_cache=True, logits_to_keep=1, **select([adapters[r] for r in firsts]))
+                if len(firsts) < batch:                                     # copy each prompt's cache to its G rows
+                    cache.batch_select_indices(expand)
+                logits = out.logits[:, -1, :].float()[expand]
+                mask, positions, step_ids = mask[expand], positions[expand], ids[expand]
+                kwargs = select(adapters)
+                for step in range(params.max_new_tokens):
+                    if greedy:
+                        logprob_all = torch.log_softmax(logits, dim=-1)
+                        next_ids = logits.argmax(-1)
+                    else:
+                        logits = logits / params.temperature
+                        logprob_all = torch.log_softmax(logits, dim=-1)
+                        sample_logits = top_p(step_ids, logits) if top_p is not None else logits
+                        probs = torch.softmax(sample_logits, dim=-1)
+                        next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+                    next_ids = torch.where(done, torch.full_like(next_ids, self.pad_id), next_ids)
+                    token_logprobs.append(logprob_all.gather(-1, next_ids[:, None]).squeeze(-1))
+                    tokens.append(torch.where(done, torch.full_like(next_ids, -1), next_ids))  # -1 marks "after EOS"
+                    done = done | torch.isin(next_ids, stop)
+                    if bool(done.all()) or step == params.max_new_tokens - 1:
+                        break
+                    step_ids = next_ids[:, None]
+                    mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
+                    positions = positions[:, -1:] + 1
+                    out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
+                                     past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
+                    logits = out.logits[:, -1, :].float()
         finally:
             self.model.train(was_training)
         token_matrix = torch.stack(tokens, dim=1).tolist()
