@@ -1,0 +1,166 @@
+"""Decode FLOP/s of a real multi-agent rollout through HF + LoRA adapters, as a fraction of this machine's peak.
+
+The rollout is the training and evaluation path: a shared-LoRA team (one adapter per agent on the
+embedded SmolLM2-135M in fp32) plays ``--episodes`` debates through :class:`~llm_marl.rollout.RolloutEngine`,
+all episodes advanced together (``agents x episodes`` rows per generate call, as in a whole
+held-out evaluation). Useful decode FLOPs are counted per generated token: ``2 x`` (non-embedding
+weights + LM head + one LoRA adapter) plus attention ``4 x layers x attention width x context``, its
+context being its prompt plus the tokens before it. Rows kept running after their EOS, padding,
+prefill, env steps and verification all count as time, not FLOPs. Peak is the best of several
+2048 and 4096 square fp32 products on the same threads, measured before and after the rollout
+(the CPU is shared: the best reading is the machine's). Model loading and a warm-up are untimed.
+
+    nice -n 19 env PYTHONPATH=. python benchmarks/rollout_roofline.py [--compare-peft] [--llamacpp-episodes 8]
+
+``--compare-peft`` first runs the same rollout with ``HFPolicy.grouped_lora`` off (PEFT's own
+``adapter_names`` mixed-batch forward) and reports both episodes/s and whether greedy episodes came
+out token for token the same. ``--llamacpp-episodes`` plays that many episodes with the llama.cpp
+backend on the embedded GGUF (Q4 weights, so its FLOP count is the same model's, not fp32 work)
+and prints its figure as an extra line.
+
+Goal: ratio >= 0.5. The last line is ``ratio=<decode FLOP/s of the HF rollout / peak fp32 matmul FLOP/s>``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import replace
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning OpenMP workers on a shared CPU
+
+import torch  # noqa: E402
+
+import llm_marl_envs  # noqa: E402
+from llm_marl.hardware import free_cores  # noqa: E402
+from llm_marl.models import load  # noqa: E402
+from llm_marl.policy import SamplingParams  # noqa: E402
+from llm_marl.rollout import RolloutEngine  # noqa: E402
+from llm_marl.team import Team  # noqa: E402
+
+
+def peak_matmul_flops(sizes=(2048, 4096), repeats: int = 3) -> float:
+    """Best fp32 FLOP/s of ``repeats`` square products of each size, on the current torch threads."""
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        a @ b
+        for _ in range(repeats):
+            began = time.perf_counter()
+            a @ b
+            best = max(best, 2 * n ** 3 / (time.perf_counter() - began))
+    return best
+
+
+def weight_flops_per_token(policy) -> float:
+    """``2 x`` (weights a token passes through): non-embedding ones, the LM head and one LoRA adapter."""
+    model = policy.model
+    base = model.get_base_model() if policy.is_peft else model
+    config = base.config
+    params = sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n)
+    embedding = base.get_input_embeddings().weight.numel()
+    head = config.vocab_size * config.hidden_size
+    tied = base.get_output_embeddings().weight is base.get_input_embeddings().weight
+    weights = params - embedding + (head if tied else 0)
+    adapters = policy.adapter_names
+    if adapters:
+        weights += sum(p.numel() for n, p in base.named_parameters() if f".{adapters[0]}." in n)
+    return 2.0 * weights
+
+
+def attention_flops(config, context: int) -> float:
+    """FLOPs of one token's attention over ``context`` positions (scores and weighted values, every layer)."""
+    width = config.num_attention_heads * getattr(config, "head_dim", config.hidden_size // config.num_attention_heads)
+    return 4.0 * config.num_hidden_layers * width * context
+
+
+def decode_flops(episodes, per_token: float, config) -> tuple[float, float, int]:
+    """``(decode FLOPs, prefill FLOPs, generated tokens)`` of the episodes' agent turns."""
+    decode = prefill = 0.0
+    tokens = 0
+    for episode in episodes:
+        for turn in episode.turns:
+            for step in turn.values():
+                prompt, generated = len(step.prompt_ids), len(step.completion_ids)
+                tokens += generated
+                decode += sum(per_token + attention_flops(config, prompt + k) for k in range(generated))
+                prefill += sum(per_token + attention_flops(config, k + 1) for k in range(prompt - 1))
+    return decode, prefill, tokens
+
+
+def trajectory(episodes) -> list:
+    """Every agent turn's prompt and completion ids (greedy runs must agree token for token)."""
+    return [(t.prompt_ids, t.completion_ids) for e in episodes for turn in e.turns for t in turn.values()]
+
+
+def timed_collect(engine: RolloutEngine, tasks: list[int]):
+    """``(episodes, seconds)`` of one collect over ``tasks``."""
+    began = time.perf_counter()
+    episodes = engine.collect(task_indices=tasks)
+    return episodes, time.perf_counter() - began
+
+
+def main() -> None:
+    """Measure peak, run the rollout(s), print FLOP/s ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="arithmetic_debate-v0")
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--num-agents", type=int, default=2)
+    parser.add_argument("--num-turns", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=40)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the free cores at start)")
+    parser.add_argument("--compare-peft", action="store_true",
+                        help="also time the rollout through PEFT's adapter_names path (grouped_lora off)")
+    parser.add_argument("--llamacpp-episodes", type=int, default=8, help="episodes for the llama.cpp line (0: skip)")
+    args = parser.parse_args()
+    threads = args.threads or free_cores()
+    torch.set_num_threads(threads)
+    model, tokenizer = load("smollm2-135m", dtype=torch.float32)
+    team = Team.shared_lora(model, tokenizer, args.num_agents)
+    policy = next(iter(team.policies()))
+    policy.threads = threads
+    env = llm_marl_envs.make(args.env, num_agents=args.num_agents, num_turns=args.num_turns, split="test")
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0)
+    engine = RolloutEngine(env, team, params, progress=False)
+    tasks = list(range(args.episodes))
+    print(f"env={args.env} episodes={args.episodes} agents={args.num_agents} turns={args.num_turns} "
+          f"max_new_tokens={args.max_new_tokens} rows_per_call={args.episodes * args.num_agents} threads={threads} "
+          f"cores={os.cpu_count()} load={os.getloadavg()[0]:.1f}", flush=True)
+    peak = peak_matmul_flops()
+    print(f"peak_fp32_matmul={peak / 1e9:.1f} GFLOP/s (before the rollout) load={os.getloadavg()[0]:.1f}", flush=True)
+    engine.collect(task_indices=[0], params=replace(params, max_new_tokens=2))   # warm-up, untimed
+    per_token, config = weight_flops_per_token(policy), policy.model.config
+
+    runs = {}
+    for grouped in ([False, True] if args.compare_peft else [True]):
+        policy.grouped_lora = grouped
+        episodes, seconds = timed_collect(engine, tasks)
+        decode, prefill, tokens = decode_flops(episodes, per_token, config)
+        runs[grouped] = episodes, decode / seconds
+        print(f"hf {'grouped_lora' if grouped else 'peft_mixed  '} {args.episodes / seconds:.4f} episodes/s  "
+              f"{seconds:.1f} s  generated_tokens={tokens}  decode={decode / seconds / 1e9:.2f} GFLOP/s  "
+              f"with_prefill={(decode + prefill) / seconds / 1e9:.2f} GFLOP/s  load={os.getloadavg()[0]:.1f}",
+              flush=True)
+    if args.compare_peft:
+        print(f"identical_episodes={trajectory(runs[True][0]) == trajectory(runs[False][0])}")
+    peak = max(peak, peak_matmul_flops())
+    print(f"peak_fp32_matmul={peak / 1e9:.1f} GFLOP/s (best of before and after) load={os.getloadavg()[0]:.1f}")
+
+    if args.llamacpp_episodes:
+        from llm_marl.backends import load_policy
+
+        llama = load_policy("llamacpp", "smollm2-135m", seed=0)
+        llama_team = Team.from_policies({agent: llama for agent in env.possible_agents})
+        llama_engine = RolloutEngine(env, llama_team, params, progress=False)
+        llama_engine.collect(task_indices=[0], params=replace(params, max_new_tokens=2))
+        episodes, seconds = timed_collect(llama_engine, tasks[:args.llamacpp_episodes])
+        decode, _, tokens = decode_flops(episodes, per_token, config)
+        print(f"llamacpp ratio={decode / seconds / peak:.3f} ({args.llamacpp_episodes / seconds:.4f} episodes/s, "
+              f"{decode / seconds / 1e9:.2f} GFLOP/s, {tokens} tokens, {seconds:.1f} s, threads "
+              f"{getattr(llama, 'n_threads', '?')}, Q4 weights) load={os.getloadavg()[0]:.1f}")
+
+    print(f"ratio={runs[True][1] / peak:.3f}")
+
+
+if __name__ == "__main__":
+    main()
