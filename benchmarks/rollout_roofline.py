@@ -10,11 +10,11 @@ prefill, env steps and verification all count as time, not FLOPs. Peak is the be
 2048 and 4096 square fp32 products on the same threads, measured before and after the rollout
 (the CPU is shared: the best reading is the machine's). Model loading and a warm-up are untimed.
 
-    nice -n 19 env PYTHONPATH=. python benchmarks/rollout_roofline.py [--compare-peft] [--llamacpp-episodes 8]
+    nice -n 19 env PYTHONPATH=. python benchmarks/rollout_roofline.py [--compare-before] [--llamacpp-episodes 8]
 
-``--compare-peft`` first runs the same rollout with ``HFPolicy.grouped_lora`` off (PEFT's own
-``adapter_names`` mixed-batch forward) and reports both episodes/s and whether greedy episodes came
-out token for token the same. ``--llamacpp-episodes`` plays that many episodes with the llama.cpp
+``--compare-before`` first runs the same rollout with ``HFPolicy.grouped_lora`` and ``drop_finished_rows``
+off (PEFT's own ``adapter_names`` mixed-batch forward, finished rows decoded to the end) and reports
+both episodes/s and whether greedy episodes came out token for token the same. ``--llamacpp-episodes`` plays that many episodes with the llama.cpp
 backend on the embedded GGUF (Q4 weights, so its FLOP count is the same model's, not fp32 work)
 and prints its figure as an extra line.
 
@@ -109,8 +109,9 @@ def main() -> None:
     parser.add_argument("--num-turns", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the free cores at start)")
-    parser.add_argument("--compare-peft", action="store_true",
-                        help="also time the rollout through PEFT's adapter_names path (grouped_lora off)")
+    parser.add_argument("--compare-before", action="store_true",
+                        help="first time the rollout as HFPolicy ran it before: PEFT's adapter_names path, finished "
+                             "rows kept in the batch (grouped_lora and drop_finished_rows off)")
     parser.add_argument("--llamacpp-episodes", type=int, default=8, help="episodes for the llama.cpp line (0: skip)")
     args = parser.parse_args()
     threads = args.threads or free_cores()
@@ -132,16 +133,16 @@ def main() -> None:
     per_token, config = weight_flops_per_token(policy), policy.model.config
 
     runs = {}
-    for grouped in ([False, True] if args.compare_peft else [True]):
-        policy.grouped_lora = grouped
+    for grouped in ([False, True] if args.compare_before else [True]):
+        policy.grouped_lora = policy.drop_finished_rows = grouped
         episodes, seconds = timed_collect(engine, tasks)
         decode, prefill, tokens = decode_flops(episodes, per_token, config)
         runs[grouped] = episodes, decode / seconds
-        print(f"hf {'grouped_lora' if grouped else 'peft_mixed  '} {args.episodes / seconds:.4f} episodes/s  "
+        print(f"hf {'after ' if grouped else 'before'} {args.episodes / seconds:.4f} episodes/s  "
               f"{seconds:.1f} s  generated_tokens={tokens}  decode={decode / seconds / 1e9:.2f} GFLOP/s  "
               f"with_prefill={(decode + prefill) / seconds / 1e9:.2f} GFLOP/s  load={os.getloadavg()[0]:.1f}",
               flush=True)
-    if args.compare_peft:
+    if args.compare_before:
         print(f"identical_episodes={trajectory(runs[True][0]) == trajectory(runs[False][0])}")
     peak = max(peak, peak_matmul_flops())
     print(f"peak_fp32_matmul={peak / 1e9:.1f} GFLOP/s (best of before and after) load={os.getloadavg()[0]:.1f}")

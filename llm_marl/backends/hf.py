@@ -71,11 +71,12 @@ class HFPolicy:
     * ``grouped_lora``: a mixed-adapter batch runs through :class:`~llm_marl.backends.lora_rows.AdapterRows`
       (each adapter's rows found once per batch) instead of PEFT's per-forward ``adapter_names`` hooks;
       same arithmetic, same outputs. Off, or for adapters it does not cover (DoRA, merged), PEFT's path runs.
+    * ``drop_finished_rows``: rows that sampled EOS leave the decode batch (see :meth:`_decode`).
     """
 
     def __init__(self, model, tokenizer, name: str | None = None, template_cache_size: int = 4096, *,
                  reuse_cache: bool = True, cache_bytes: int = 2**30, splice_answers: bool = True,
-                 threads: int | None = None, grouped_lora: bool = True) -> None:
+                 threads: int | None = None, grouped_lora: bool = True, drop_finished_rows: bool = True) -> None:
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1 (or None: the free cores at each call), got {threads}")
         self.model = model
@@ -102,6 +103,7 @@ class HFPolicy:
         self.lockstep = False            # sharded weights (FSDP): scoring makes the same forward calls on every process
         self.threads = threads
         self.grouped_lora = grouped_lora
+        self.drop_finished_rows = drop_finished_rows
         self.core_meter = CoreMeter()
         self.last_threads: int | None = None
         model.eval()
@@ -371,7 +373,9 @@ class HFPolicy:
         Rows with the same prompt and adapter (the G samples of one agent) are prefilled once and
         their KV cache is copied to every row that shares it: the prompt costs one row, not G. With
         ``reuse_cache`` the prefill runs only what each prompt adds to its longest stored prefix
-        (:meth:`_prefill_inputs`), and every row's cache is stored for the next call.
+        (:meth:`_prefill_inputs`), and every row's cache is stored for the next call. Once a quarter
+        of the rows running have finished (EOS), they leave the batch (:func:`rows_to_keep`; their
+        caches are stored first): later steps run only the rows still generating.
         """
         from transformers.generation.logits_process import TopPLogitsWarper
 
@@ -393,7 +397,9 @@ class HFPolicy:
                                                                      [adapters[r] for r in firsts], params.max_new_tokens)
         stop = torch.tensor(self.stop_ids, dtype=torch.long, device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
-        tokens, token_logprobs = [], []
+        live = torch.arange(batch, device=device)            # the batch row held in each cache row
+        token_out = torch.full((batch, params.max_new_tokens), -1, dtype=torch.long, device=device)  # -1: after EOS
+        logprob_out = torch.zeros((batch, params.max_new_tokens), device=device)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -416,29 +422,43 @@ class HFPolicy:
                         probs = torch.softmax(sample_logits, dim=-1)
                         next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
                     next_ids = torch.where(done, torch.full_like(next_ids, self.pad_id), next_ids)
-                    token_logprobs.append(logprob_all.gather(-1, next_ids[:, None]).squeeze(-1))
-                    tokens.append(torch.where(done, torch.full_like(next_ids, -1), next_ids))  # -1 marks "after EOS"
+                    logprob_out[live, step] = logprob_all.gather(-1, next_ids[:, None]).squeeze(-1)
+                    token_out[live, step] = torch.where(done, torch.full_like(next_ids, -1), next_ids)
                     done = done | torch.isin(next_ids, stop)
                     if bool(done.all()) or step == params.max_new_tokens - 1:
                         break
+                    keep = rows_to_keep(done, MIN_DECODE_ROWS) if self.drop_finished_rows else None
+                    if keep is not None:                       # drop finished rows (storing their caches first)
+                        dropped = done.nonzero().squeeze(-1)
+                        dropped = dropped[~torch.isin(dropped, keep)]
+                        if self.reuse_cache:
+                            rows = live[dropped].tolist()
+                            self._store(cache, mask, dropped.tolist(), [prompts[r] for r in rows],
+                                        [adapters[r] for r in rows],
+                                        [completion_of(token_out[r].tolist()) for r in rows])
+                        cache.batch_select_indices(keep)
+                        live, done, next_ids, mask, positions = (t[keep] for t in (live, done, next_ids, mask,
+                                                                                   positions))
+                        kwargs = select([adapters[r] for r in live.tolist()])
                     step_ids = next_ids[:, None]
-                    mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
+                    mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
                     positions = positions[:, -1:] + 1
                     out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
                                      past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
                     logits = out.logits[:, -1, :].float()
         finally:
             self.model.train(was_training)
-        token_matrix = torch.stack(tokens, dim=1).tolist()
-        logprob_matrix = torch.stack(token_logprobs, dim=1).tolist()
-        completions, logprobs, finished = [], [], []
-        for row in range(batch):
-            n = next((j for j, t in enumerate(token_matrix[row]) if t == -1), len(token_matrix[row]))
-            completions.append(token_matrix[row][:n])
-            logprobs.append(logprob_matrix[row][:n])
-            finished.append(n > 0 and token_matrix[row][n - 1] in self.stop_ids)
+        token_matrix = token_out[:, :step + 1].tolist()
+        logprob_matrix = logprob_out[:, :step + 1].tolist()
+        completions = [completion_of(tokens) for tokens in token_matrix]
+        logprobs = [values[:len(c)] for values, c in zip(logprob_matrix, completions)]
+        finished = [bool(c) and c[-1] in self.stop_ids for c in completions]
+        for key in extended:                                   # superseded by the sequences that extend them
+            self.kv_cache.drop(key)
         if self.reuse_cache:
-            self._store(cache, mask, prompts, adapters, completions, extended)
+            rows = live.tolist()
+            self._store(cache, mask, list(range(len(rows))), [prompts[r] for r in rows], [adapters[r] for r in rows],
+                        [completions[r] for r in rows])
         return completions, logprobs, finished
 
     def _prefill_inputs(self, prompts: list[list[int]], adapters: list[str | None], max_new_tokens: int):
@@ -483,13 +503,11 @@ class HFPolicy:
                 cache.update(keys, values, layer)
         return ids.to(device), mask.to(device), positions.to(device), cache, extended
 
-    def _store(self, cache, mask: torch.Tensor, prompts: list[list[int]], adapters: list[str | None],
-               completions: list[list[int]], extended: set) -> None:
-        """Keep each row's states of (prompt + the completion tokens fed back) in the store; drop ``extended``."""
-        for key in extended:
-            self.kv_cache.drop(key)
+    def _store(self, cache, mask: torch.Tensor, cache_rows: list[int], prompts: list[list[int]],
+               adapters: list[str | None], completions: list[list[int]]) -> None:
+        """Keep the states of (prompt + the completion tokens fed back) of each given cache row in the store."""
         seen = set()
-        for row, (prompt, adapter, completion) in enumerate(zip(prompts, adapters, completions)):
+        for row, prompt, adapter, completion in zip(cache_rows, prompts, adapters, completions):
             columns = mask[row].nonzero().squeeze(-1)
             length = min(len(prompt) + len(completion), len(columns))   # the last sampled token was not fed
             key = (adapter, tuple(prompt + completion)[:length])
@@ -613,6 +631,29 @@ def check_state_fits(state: dict[str, torch.Tensor], expected: dict[str, torch.S
                            (("missing", missing), ("not in the model", unexpected)) if keys)
         raise ValueError(f"saved tensors do not match {target}: {detail} (was it trained on another model or "
                          f"with other LoRA settings?)")
+
+
+MIN_DECODE_ROWS = 4   # fewer rows take torch's matrix-vector kernels, whose sums round differently
+
+
+def rows_to_keep(done: torch.Tensor, min_rows: int = MIN_DECODE_ROWS) -> torch.Tensor | None:
+    """Cache rows a decode step should keep once a quarter of them finished (``None``: keep all).
+
+    Unfinished rows stay in order; finished ones fill up to ``min_rows`` so matrix products keep their kernels.
+    """
+    finished = int(done.sum())
+    if finished == 0 or finished < len(done) // 4 or len(done) <= min_rows:
+        return None
+    running = (~done).nonzero().squeeze(-1)
+    extra = max(0, min(min_rows, len(done)) - len(running))
+    if extra:
+        running = torch.cat([running, done.nonzero().squeeze(-1)[:extra]]).sort().values
+    return running
+
+
+def completion_of(tokens: list[int]) -> list[int]:
+    """A row's sampled tokens up to the first ``-1`` (the steps after its EOS)."""
+    return tokens[:tokens.index(-1)] if -1 in tokens else tokens
 
 
 def conversation_key(conversation: Conversation) -> tuple:
