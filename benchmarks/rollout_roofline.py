@@ -6,7 +6,8 @@ all episodes advanced together (``agents x episodes`` rows per generate call, as
 held-out evaluation). Useful decode FLOPs are counted per generated token: ``2 x`` (non-embedding
 weights + LM head + one LoRA adapter) plus attention ``4 x layers x attention width x context``, its
 context being its prompt plus the tokens before it. Rows kept running after their EOS, padding,
-prefill, env steps and verification all count as time, not FLOPs. Peak is the best of several
+prefill, env steps and verification all count as time, not FLOPs (``with_prefill`` adds the FLOPs of
+the prompt tokens each turn adds to the agent's previous turn). Peak is the best of several
 2048 and 4096 square fp32 products on the same threads, measured before and after the rollout
 (the CPU is shared: the best reading is the machine's). Model loading and a warm-up are untimed.
 
@@ -32,6 +33,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning OpenMP worker
 import torch  # noqa: E402
 
 import llm_marl_envs  # noqa: E402
+from llm_marl.backends.prefix_cache import common_prefix_length  # noqa: E402
 from llm_marl.hardware import free_cores  # noqa: E402
 from llm_marl.models import load  # noqa: E402
 from llm_marl.policy import SamplingParams  # noqa: E402
@@ -75,16 +77,23 @@ def attention_flops(config, context: int) -> float:
 
 
 def decode_flops(episodes, per_token: float, config) -> tuple[float, float, int]:
-    """``(decode FLOPs, prefill FLOPs, generated tokens)`` of the episodes' agent turns."""
+    """``(decode FLOPs, prefill FLOPs, generated tokens)`` of the episodes' agent turns.
+
+    Prefill counts only the prompt tokens past what the agent's previous turn (prompt + answer) already
+    covered: the positions a policy keeping KV between turns runs.
+    """
     decode = prefill = 0.0
     tokens = 0
     for episode in episodes:
+        before: dict[str, list[int]] = {}
         for turn in episode.turns:
-            for step in turn.values():
+            for agent, step in turn.items():
                 prompt, generated = len(step.prompt_ids), len(step.completion_ids)
                 tokens += generated
                 decode += sum(per_token + attention_flops(config, prompt + k) for k in range(generated))
-                prefill += sum(per_token + attention_flops(config, k + 1) for k in range(prompt - 1))
+                kept = min(common_prefix_length(before.get(agent, []), step.prompt_ids), prompt - 1)
+                prefill += sum(per_token + attention_flops(config, k + 1) for k in range(kept, prompt - 1))
+                before[agent] = list(step.prompt_ids) + list(step.completion_ids)
     return decode, prefill, tokens
 
 
