@@ -20,6 +20,22 @@ backend on the embedded GGUF (Q4 weights, so its FLOP count is the same model's,
 and prints its figure as an extra line.
 
 Goal: ratio >= 0.5. The last line is ``ratio=<decode FLOP/s of the HF rollout / peak fp32 matmul FLOP/s>``.
+
+Measured (2 AVX2 cores shared with other jobs, ``--compare-before --threads 1 --llamacpp-episodes 4``,
+defaults otherwise; load ~2.0 throughout):
+
+    peak_fp32_matmul=73.5 GFLOP/s (before the rollout)
+    hf before 0.3514 episodes/s  182.1 s  generated_tokens=3409  decode=5.29 GFLOP/s  with_prefill=34.83 GFLOP/s
+    hf after  0.4072 episodes/s  157.2 s  generated_tokens=3409  decode=6.13 GFLOP/s  with_prefill=40.37 GFLOP/s
+    identical_episodes=True
+    peak_fp32_matmul=81.0 GFLOP/s (best of before and after)
+    llamacpp ratio=0.031 (0.2084 episodes/s, 2.53 GFLOP/s, 172 tokens, 19.2 s, threads 1, Q4 weights)
+    ratio=0.076
+
+The goal is not met, and decode is not where the time goes: answers average ~13 tokens, so the
+prompts' prefill (every turn-0 prompt, and each turn's new user message) is most of the model's
+FLOPs; the rollout as a whole runs at ~0.5 of peak. What is left in decode: a step at 64-128 rows is
+~2/3 matmul (at the speed of the same product outside the model), ~15% attention, the rest small ops.
 """
 from __future__ import annotations
 
