@@ -60,3 +60,46 @@ def test_llamacpp_policy_sets_its_threads_before_every_call():
     policy.fixed_threads = 1                                                         # --threads wins
     policy.generate(conversation, params)
     assert policy.n_threads == 1
+
+
+def test_hf_policy_takes_the_free_cores_at_each_call_and_an_explicit_count_wins():
+    import torch
+
+    from llm_marl.backends.hf import HFPolicy
+    from llm_marl.models import tiny_model
+    from llm_marl.policy import SamplingParams
+
+    model, tokenizer = tiny_model(seed=0)
+    policy = HFPolicy(model, tokenizer)
+    policy.core_meter = CoreMeter(read=scripted([(0, 0, 0), (1, 1.0, 0), (2, 1.0, 0)]), cores=2)
+    conversation = [[{"role": "user", "content": "Say hi."}]]
+    params = SamplingParams(max_new_tokens=2, temperature=0.0)
+    seen = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return forward(*args, **kwargs)
+
+    model.forward = spy
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        policy.generate(conversation, params)
+        assert policy.last_threads == 1 and set(seen) == {1}           # another process held a core
+        assert torch.get_num_threads() == 2                            # the process setting is restored
+        seen.clear()
+        policy.generate(conversation, params)
+        assert policy.last_threads == 2 and set(seen) == {2}           # then it was free again
+        torch.set_num_threads(1)                                       # the process setting caps the choice
+        policy.core_meter = CoreMeter(read=scripted([(0, 0, 0), (1, 0.0, 0)]), cores=2)
+        policy.generate(conversation, params)
+        assert policy.last_threads == 1
+        policy.threads = 2                                             # an explicit count wins
+        seen.clear()
+        policy.generate(conversation, params)
+        assert policy.last_threads == 2 and set(seen) == {2} and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(previous)
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        HFPolicy(model, tokenizer, threads=0)

@@ -8,11 +8,11 @@ import torch
 from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from ..hardware import CoreMeter
 from ..policy import Conversation, Generation, SamplingParams
 from ..sharding import full_tensor, shard_like
+from .lora_rows import BASE_ADAPTER, AdapterRows
 from .prefix_cache import AnswerSplicer, CacheStats, PrefixCache, conversation_key, remember
-
-BASE_ADAPTER = "__base__"   # PEFT's name for "no adapter" inside a mixed-adapter batch
 
 
 class _OptimizerSteps:
@@ -62,10 +62,24 @@ class HFPolicy:
       (:class:`~llm_marl.backends.prefix_cache.AnswerSplicer`, shared with the llama.cpp policy.)
 
     :attr:`cache_stats` counts hits, prefill tokens run and saved, splices and fallbacks.
+
+    Two more settings serve speed at large batch:
+
+    * ``threads``: torch threads for each generate call. ``None`` (the default) takes, at every call,
+      the cores other processes leave free (:class:`~llm_marl.hardware.CoreMeter`), at most the
+      process's ``torch.get_num_threads()``; the process setting is restored after the call.
+      :attr:`last_threads` records the choice.
+    * ``grouped_lora``: a mixed-adapter batch runs through :class:`~llm_marl.backends.lora_rows.AdapterRows`
+      (each adapter's rows found once per batch) instead of PEFT's per-forward ``adapter_names`` hooks;
+      same arithmetic, same outputs. Off, or for adapters it does not cover (DoRA, merged), PEFT's path runs.
+    * ``drop_finished_rows``: rows that sampled EOS leave the decode batch (see :meth:`_decode`).
     """
 
     def __init__(self, model, tokenizer, name: str | None = None, template_cache_size: int = 4096, *,
-                 reuse_cache: bool = True, cache_bytes: int = 2**30, splice_answers: bool = True) -> None:
+                 reuse_cache: bool = True, cache_bytes: int = 2**30, splice_answers: bool = True,
+                 threads: int | None = None, grouped_lora: bool = True, drop_finished_rows: bool = True) -> None:
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1 (or None: the free cores at each call), got {threads}")
         self.model = model
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
@@ -92,6 +106,11 @@ class HFPolicy:
         self.generate_calls = 0          # batched generate calls made (the rollout engine batches across agents)
         self.gradient_checkpointing = False
         self.lockstep = False            # sharded weights (FSDP): scoring makes the same forward calls on every process
+        self.threads = threads
+        self.grouped_lora = grouped_lora
+        self.drop_finished_rows = drop_finished_rows
+        self.core_meter = CoreMeter()
+        self.last_threads: int | None = None
         model.eval()
 
     @property
@@ -259,7 +278,8 @@ class HFPolicy:
         self._check_weights()
         prompts = [self.encode(c) for c in conversations for _ in range(num_samples)]
         row_adapters = [a for a in adapters for _ in range(num_samples)]
-        completions, logprobs, finished = self._decode(prompts, row_adapters, params)
+        with self._call_threads():
+            completions, logprobs, finished = self._decode(prompts, row_adapters, params)
         self.generate_calls += 1
         out: list[list[Generation]] = []
         for i in range(len(conversations)):
@@ -289,9 +309,41 @@ class HFPolicy:
             self.kv_cache.clear()
             self._weights_version = version
 
+    @contextlib.contextmanager
+    def _call_threads(self):
+        """Run one call on ``threads`` torch threads, or on the free cores (at most the process setting); restore it after."""
+        before = torch.get_num_threads()
+        threads = self.threads or min(before, self.core_meter.free_cores())
+        self.last_threads = threads
+        if threads != before:
+            torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            if threads != before:
+                torch.set_num_threads(before)
+
     def _adapter_kwargs(self, adapters: Sequence[str | None]) -> dict[str, Any]:
         """``adapter_names=`` of a mixed-adapter batch (PEFT models only)."""
         return {"adapter_names": [BASE_ADAPTER if a is None else a for a in adapters]} if self.is_peft else {}
+
+    @contextlib.contextmanager
+    def _mixed_batch(self):
+        """Context yielding ``select(adapters) -> forward kwargs``: call it before each forward of a mixed-adapter batch.
+
+        With ``grouped_lora`` (and adapters :class:`AdapterRows` covers) ``select`` regroups the rows and the kwargs
+        are empty; otherwise they are PEFT's ``adapter_names=``.
+        """
+        rows = AdapterRows(self.model) if self.is_peft and self.grouped_lora else None
+        if rows is None or not rows.supports():
+            yield self._adapter_kwargs
+            return
+        device = self.device
+        with rows.rows([], device):
+            def select(adapters: Sequence[str | None]) -> dict[str, Any]:
+                rows.set_rows(adapters, device)
+                return {}
+            yield select
 
     def _decode(self, prompts: list[list[int]], adapters: list[str | None], params: SamplingParams):
         """The decode loop: prefill, then one cached forward per token; returns ids, log-probs, EOS flags.
@@ -299,7 +351,9 @@ class HFPolicy:
         Rows with the same prompt and adapter (the G samples of one agent) are prefilled once and
         their KV cache is copied to every row that shares it: the prompt costs one row, not G. With
         ``reuse_cache`` the prefill runs only what each prompt adds to its longest stored prefix
-        (:meth:`_prefill_inputs`), and every row's cache is stored for the next call.
+        (:meth:`_prefill_inputs`), and every row's cache is stored for the next call. Once a quarter
+        of the rows running have finished (EOS), they leave the batch (:func:`rows_to_keep`; their
+        caches are stored first): later steps run only the rows still generating.
         """
         from transformers.generation.logits_process import TopPLogitsWarper
 
@@ -321,51 +375,68 @@ class HFPolicy:
                                                                      [adapters[r] for r in firsts], params.max_new_tokens)
         stop = torch.tensor(self.stop_ids, dtype=torch.long, device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
-        tokens, token_logprobs = [], []
+        live = torch.arange(batch, device=device)            # the batch row held in each cache row
+        token_out = torch.full((batch, params.max_new_tokens), -1, dtype=torch.long, device=device)  # -1: after EOS
+        logprob_out = torch.zeros((batch, params.max_new_tokens), device=device)
         was_training = self.model.training
         self.model.eval()
         try:
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                             use_cache=True, logits_to_keep=1, **self._adapter_kwargs([adapters[r] for r in firsts]))
-            if len(firsts) < batch:                                     # copy each prompt's cache to its G rows
-                cache.batch_select_indices(expand)
-            logits = out.logits[:, -1, :].float()[expand]
-            mask, positions, step_ids = mask[expand], positions[expand], ids[expand]
-            kwargs = self._adapter_kwargs(adapters)
-            for step in range(params.max_new_tokens):
-                if greedy:
-                    logprob_all = torch.log_softmax(logits, dim=-1)
-                    next_ids = logits.argmax(-1)
-                else:
-                    logits = logits / params.temperature
-                    logprob_all = torch.log_softmax(logits, dim=-1)
-                    sample_logits = top_p(step_ids, logits) if top_p is not None else logits
-                    probs = torch.softmax(sample_logits, dim=-1)
-                    next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-                next_ids = torch.where(done, torch.full_like(next_ids, self.pad_id), next_ids)
-                token_logprobs.append(logprob_all.gather(-1, next_ids[:, None]).squeeze(-1))
-                tokens.append(torch.where(done, torch.full_like(next_ids, -1), next_ids))  # -1 marks "after EOS"
-                done = done | torch.isin(next_ids, stop)
-                if bool(done.all()) or step == params.max_new_tokens - 1:
-                    break
-                step_ids = next_ids[:, None]
-                mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
-                positions = positions[:, -1:] + 1
-                out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
-                                 past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
-                logits = out.logits[:, -1, :].float()
+            with self._mixed_batch() as select:
+                out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                                 use_cache=True, logits_to_keep=1, **select([adapters[r] for r in firsts]))
+                if len(firsts) < batch:                                     # copy each prompt's cache to its G rows
+                    cache.batch_select_indices(expand)
+                logits = out.logits[:, -1, :].float()[expand]
+                mask, positions, step_ids = mask[expand], positions[expand], ids[expand]
+                kwargs = select(adapters)
+                for step in range(params.max_new_tokens):
+                    if greedy:
+                        logprob_all = torch.log_softmax(logits, dim=-1)
+                        next_ids = logits.argmax(-1)
+                    else:
+                        logits = logits / params.temperature
+                        logprob_all = torch.log_softmax(logits, dim=-1)
+                        sample_logits = top_p(step_ids, logits) if top_p is not None else logits
+                        probs = torch.softmax(sample_logits, dim=-1)
+                        next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+                    next_ids = torch.where(done, torch.full_like(next_ids, self.pad_id), next_ids)
+                    logprob_out[live, step] = logprob_all.gather(-1, next_ids[:, None]).squeeze(-1)
+                    token_out[live, step] = torch.where(done, torch.full_like(next_ids, -1), next_ids)
+                    done = done | torch.isin(next_ids, stop)
+                    if bool(done.all()) or step == params.max_new_tokens - 1:
+                        break
+                    keep = rows_to_keep(done, MIN_DECODE_ROWS) if self.drop_finished_rows else None
+                    if keep is not None:                       # drop finished rows (storing their caches first)
+                        dropped = done.nonzero().squeeze(-1)
+                        dropped = dropped[~torch.isin(dropped, keep)]
+                        if self.reuse_cache:
+                            rows = live[dropped].tolist()
+                            self._store(cache, mask, dropped.tolist(), [prompts[r] for r in rows],
+                                        [adapters[r] for r in rows],
+                                        [completion_of(token_out[r].tolist()) for r in rows])
+                        cache.batch_select_indices(keep)
+                        live, done, next_ids, mask, positions = (t[keep] for t in (live, done, next_ids, mask,
+                                                                                   positions))
+                        kwargs = select([adapters[r] for r in live.tolist()])
+                    step_ids = next_ids[:, None]
+                    mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
+                    positions = positions[:, -1:] + 1
+                    out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
+                                     past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
+                    logits = out.logits[:, -1, :].float()
         finally:
             self.model.train(was_training)
-        token_matrix = torch.stack(tokens, dim=1).tolist()
-        logprob_matrix = torch.stack(token_logprobs, dim=1).tolist()
-        completions, logprobs, finished = [], [], []
-        for row in range(batch):
-            n = next((j for j, t in enumerate(token_matrix[row]) if t == -1), len(token_matrix[row]))
-            completions.append(token_matrix[row][:n])
-            logprobs.append(logprob_matrix[row][:n])
-            finished.append(n > 0 and token_matrix[row][n - 1] in self.stop_ids)
+        token_matrix = token_out[:, :step + 1].tolist()
+        logprob_matrix = logprob_out[:, :step + 1].tolist()
+        completions = [completion_of(tokens) for tokens in token_matrix]
+        logprobs = [values[:len(c)] for values, c in zip(logprob_matrix, completions)]
+        finished = [bool(c) and c[-1] in self.stop_ids for c in completions]
+        for key in extended:                                   # superseded by the sequences that extend them
+            self.kv_cache.drop(key)
         if self.reuse_cache:
-            self._store(cache, mask, prompts, adapters, completions, extended)
+            rows = live.tolist()
+            self._store(cache, mask, list(range(len(rows))), [prompts[r] for r in rows], [adapters[r] for r in rows],
+                        [completions[r] for r in rows])
         return completions, logprobs, finished
 
     def _prefill_inputs(self, prompts: list[list[int]], adapters: list[str | None], max_new_tokens: int):
@@ -410,13 +481,11 @@ class HFPolicy:
                 cache.update(keys, values, layer)
         return ids.to(device), mask.to(device), positions.to(device), cache, extended
 
-    def _store(self, cache, mask: torch.Tensor, prompts: list[list[int]], adapters: list[str | None],
-               completions: list[list[int]], extended: set) -> None:
-        """Keep each row's states of (prompt + the completion tokens fed back) in the store; drop ``extended``."""
-        for key in extended:
-            self.kv_cache.drop(key)
+    def _store(self, cache, mask: torch.Tensor, cache_rows: list[int], prompts: list[list[int]],
+               adapters: list[str | None], completions: list[list[int]]) -> None:
+        """Keep the states of (prompt + the completion tokens fed back) of each given cache row in the store."""
         seen = set()
-        for row, (prompt, adapter, completion) in enumerate(zip(prompts, adapters, completions)):
+        for row, prompt, adapter, completion in zip(cache_rows, prompts, adapters, completions):
             columns = mask[row].nonzero().squeeze(-1)
             length = min(len(prompt) + len(completion), len(columns))   # the last sampled token was not fed
             key = (adapter, tuple(prompt + completion)[:length])
@@ -540,6 +609,29 @@ def check_state_fits(state: dict[str, torch.Tensor], expected: dict[str, torch.S
                            (("missing", missing), ("not in the model", unexpected)) if keys)
         raise ValueError(f"saved tensors do not match {target}: {detail} (was it trained on another model or "
                          f"with other LoRA settings?)")
+
+
+MIN_DECODE_ROWS = 4   # fewer rows take torch's matrix-vector kernels, whose sums round differently
+
+
+def rows_to_keep(done: torch.Tensor, min_rows: int = MIN_DECODE_ROWS) -> torch.Tensor | None:
+    """Cache rows a decode step should keep once a quarter of them finished (``None``: keep all).
+
+    Unfinished rows stay in order; finished ones fill up to ``min_rows`` so matrix products keep their kernels.
+    """
+    finished = int(done.sum())
+    if finished == 0 or finished < len(done) // 4 or len(done) <= min_rows:
+        return None
+    running = (~done).nonzero().squeeze(-1)
+    extra = max(0, min(min_rows, len(done)) - len(running))
+    if extra:
+        running = torch.cat([running, done.nonzero().squeeze(-1)[:extra]]).sort().values
+    return running
+
+
+def completion_of(tokens: list[int]) -> list[int]:
+    """A row's sampled tokens up to the first ``-1`` (the steps after its EOS)."""
+    return tokens[:tokens.index(-1)] if -1 in tokens else tokens
 
 
 def shared_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:

@@ -1,0 +1,192 @@
+"""Decode FLOP/s of a real multi-agent rollout through HF + LoRA adapters, as a fraction of this machine's peak.
+
+The rollout is the training and evaluation path: a shared-LoRA team (one adapter per agent on the
+embedded SmolLM2-135M in fp32) plays ``--episodes`` debates through :class:`~llm_marl.rollout.RolloutEngine`,
+all episodes advanced together (``agents x episodes`` rows per generate call, as in a whole
+held-out evaluation). Useful decode FLOPs are counted per generated token: ``2 x`` (non-embedding
+weights + LM head + one LoRA adapter) plus attention ``4 x layers x attention width x context``, its
+context being its prompt plus the tokens before it. Rows kept running after their EOS, padding,
+prefill, env steps and verification all count as time, not FLOPs (``with_prefill`` adds the FLOPs of
+the prompt tokens each turn adds to the agent's previous turn). Peak is the best of several
+2048 and 4096 square fp32 products on the same threads, measured before and after the rollout
+(the CPU is shared: the best reading is the machine's). Model loading and a warm-up are untimed.
+
+    nice -n 19 env PYTHONPATH=. python benchmarks/rollout_roofline.py [--compare-before] [--llamacpp-episodes 8]
+
+``--compare-before`` first runs the same rollout with ``HFPolicy.grouped_lora`` and ``drop_finished_rows``
+off (PEFT's own ``adapter_names`` mixed-batch forward, finished rows decoded to the end) and reports
+both episodes/s and whether greedy episodes came out token for token the same. ``--llamacpp-episodes`` plays that many episodes with the llama.cpp
+backend on the embedded GGUF (Q4 weights, so its FLOP count is the same model's, not fp32 work)
+and prints its figure as an extra line.
+
+Goal: ratio >= 0.5. The last line is ``ratio=<decode FLOP/s of the HF rollout / peak fp32 matmul FLOP/s>``.
+
+Measured (2 AVX2 cores shared with other jobs, ``--compare-before --threads 1 --llamacpp-episodes 4``,
+defaults otherwise; load ~2.0 throughout):
+
+    peak_fp32_matmul=73.5 GFLOP/s (before the rollout)
+    hf before 0.3514 episodes/s  182.1 s  generated_tokens=3409  decode=5.29 GFLOP/s  with_prefill=34.83 GFLOP/s
+    hf after  0.4072 episodes/s  157.2 s  generated_tokens=3409  decode=6.13 GFLOP/s  with_prefill=40.37 GFLOP/s
+    identical_episodes=True
+    peak_fp32_matmul=81.0 GFLOP/s (best of before and after)
+    llamacpp ratio=0.031 (0.2084 episodes/s, 2.53 GFLOP/s, 172 tokens, 19.2 s, threads 1, Q4 weights)
+    ratio=0.076
+
+The goal is not met, and decode is not where the time goes: answers average ~13 tokens, so the
+prompts' prefill (every turn-0 prompt, and each turn's new user message) is most of the model's
+FLOPs; the rollout as a whole runs at ~0.5 of peak. What is left in decode: a step at 64-128 rows is
+~2/3 matmul (at the speed of the same product outside the model), ~15% attention, the rest small ops.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import replace
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning OpenMP workers on a shared CPU
+
+import torch  # noqa: E402
+
+import llm_marl_envs  # noqa: E402
+from llm_marl.backends.prefix_cache import common_prefix_length  # noqa: E402
+from llm_marl.hardware import free_cores  # noqa: E402
+from llm_marl.models import load  # noqa: E402
+from llm_marl.policy import SamplingParams  # noqa: E402
+from llm_marl.rollout import RolloutEngine  # noqa: E402
+from llm_marl.team import Team  # noqa: E402
+
+
+def peak_matmul_flops(sizes=(2048, 4096), repeats: int = 3) -> float:
+    """Best fp32 FLOP/s of ``repeats`` square products of each size, on the current torch threads."""
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        a @ b
+        for _ in range(repeats):
+            began = time.perf_counter()
+            a @ b
+            best = max(best, 2 * n ** 3 / (time.perf_counter() - began))
+    return best
+
+
+def weight_flops_per_token(policy) -> float:
+    """``2 x`` (weights a token passes through): non-embedding ones, the LM head and one LoRA adapter."""
+    model = policy.model
+    base = model.get_base_model() if policy.is_peft else model
+    config = base.config
+    params = sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n)
+    embedding = base.get_input_embeddings().weight.numel()
+    head = config.vocab_size * config.hidden_size
+    tied = base.get_output_embeddings().weight is base.get_input_embeddings().weight
+    weights = params - embedding + (head if tied else 0)
+    adapters = policy.adapter_names
+    if adapters:
+        weights += sum(p.numel() for n, p in base.named_parameters() if f".{adapters[0]}." in n)
+    return 2.0 * weights
+
+
+def attention_flops(config, context: int) -> float:
+    """FLOPs of one token's attention over ``context`` positions (scores and weighted values, every layer)."""
+    width = config.num_attention_heads * getattr(config, "head_dim", config.hidden_size // config.num_attention_heads)
+    return 4.0 * config.num_hidden_layers * width * context
+
+
+def decode_flops(episodes, per_token: float, config) -> tuple[float, float, int]:
+    """``(decode FLOPs, prefill FLOPs, generated tokens)`` of the episodes' agent turns.
+
+    Prefill counts only the prompt tokens past what the agent's previous turn (prompt + answer) already
+    covered: the positions a policy keeping KV between turns runs.
+    """
+    decode = prefill = 0.0
+    tokens = 0
+    for episode in episodes:
+        before: dict[str, list[int]] = {}
+        for turn in episode.turns:
+            for agent, step in turn.items():
+                prompt, generated = len(step.prompt_ids), len(step.completion_ids)
+                tokens += generated
+                decode += sum(per_token + attention_flops(config, prompt + k) for k in range(generated))
+                kept = min(common_prefix_length(before.get(agent, []), step.prompt_ids), prompt - 1)
+                prefill += sum(per_token + attention_flops(config, k + 1) for k in range(kept, prompt - 1))
+                before[agent] = list(step.prompt_ids) + list(step.completion_ids)
+    return decode, prefill, tokens
+
+
+def trajectory(episodes) -> list:
+    """Every agent turn's prompt and completion ids (greedy runs must agree token for token)."""
+    return [(t.prompt_ids, t.completion_ids) for e in episodes for turn in e.turns for t in turn.values()]
+
+
+def timed_collect(engine: RolloutEngine, tasks: list[int]):
+    """``(episodes, seconds)`` of one collect over ``tasks``."""
+    began = time.perf_counter()
+    episodes = engine.collect(task_indices=tasks)
+    return episodes, time.perf_counter() - began
+
+
+def main() -> None:
+    """Measure peak, run the rollout(s), print FLOP/s ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="arithmetic_debate-v0")
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--num-agents", type=int, default=2)
+    parser.add_argument("--num-turns", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=40)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the free cores at start)")
+    parser.add_argument("--compare-before", action="store_true",
+                        help="first time the rollout as HFPolicy ran it before: PEFT's adapter_names path, finished "
+                             "rows kept in the batch (grouped_lora and drop_finished_rows off)")
+    parser.add_argument("--llamacpp-episodes", type=int, default=8, help="episodes for the llama.cpp line (0: skip)")
+    args = parser.parse_args()
+    threads = args.threads or free_cores()
+    torch.set_num_threads(threads)
+    model, tokenizer = load("smollm2-135m", dtype=torch.float32)
+    team = Team.shared_lora(model, tokenizer, args.num_agents)
+    policy = next(iter(team.policies()))
+    policy.threads = threads
+    env = llm_marl_envs.make(args.env, num_agents=args.num_agents, num_turns=args.num_turns, split="test")
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0)
+    engine = RolloutEngine(env, team, params, progress=False)
+    tasks = list(range(args.episodes))
+    print(f"env={args.env} episodes={args.episodes} agents={args.num_agents} turns={args.num_turns} "
+          f"max_new_tokens={args.max_new_tokens} rows_per_call={args.episodes * args.num_agents} threads={threads} "
+          f"cores={os.cpu_count()} load={os.getloadavg()[0]:.1f}", flush=True)
+    peak = peak_matmul_flops()
+    print(f"peak_fp32_matmul={peak / 1e9:.1f} GFLOP/s (before the rollout) load={os.getloadavg()[0]:.1f}", flush=True)
+    engine.collect(task_indices=[0], params=replace(params, max_new_tokens=2))   # warm-up, untimed
+    per_token, config = weight_flops_per_token(policy), policy.model.config
+
+    runs = {}
+    for grouped in ([False, True] if args.compare_before else [True]):
+        policy.grouped_lora = policy.drop_finished_rows = grouped
+        episodes, seconds = timed_collect(engine, tasks)
+        decode, prefill, tokens = decode_flops(episodes, per_token, config)
+        runs[grouped] = episodes, decode / seconds
+        print(f"hf {'after ' if grouped else 'before'} {args.episodes / seconds:.4f} episodes/s  "
+              f"{seconds:.1f} s  generated_tokens={tokens}  decode={decode / seconds / 1e9:.2f} GFLOP/s  "
+              f"with_prefill={(decode + prefill) / seconds / 1e9:.2f} GFLOP/s  load={os.getloadavg()[0]:.1f}",
+              flush=True)
+    if args.compare_before:
+        print(f"identical_episodes={trajectory(runs[True][0]) == trajectory(runs[False][0])}")
+    peak = max(peak, peak_matmul_flops())
+    print(f"peak_fp32_matmul={peak / 1e9:.1f} GFLOP/s (best of before and after) load={os.getloadavg()[0]:.1f}")
+
+    if args.llamacpp_episodes:
+        from llm_marl.backends import load_policy
+
+        llama = load_policy("llamacpp", "smollm2-135m", seed=0)
+        llama_team = Team.from_policies({agent: llama for agent in env.possible_agents})
+        llama_engine = RolloutEngine(env, llama_team, params, progress=False)
+        llama_engine.collect(task_indices=[0], params=replace(params, max_new_tokens=2))
+        episodes, seconds = timed_collect(llama_engine, tasks[:args.llamacpp_episodes])
+        decode, _, tokens = decode_flops(episodes, per_token, config)
+        print(f"llamacpp ratio={decode / seconds / peak:.3f} ({args.llamacpp_episodes / seconds:.4f} episodes/s, "
+              f"{decode / seconds / 1e9:.2f} GFLOP/s, {tokens} tokens, {seconds:.1f} s, threads "
+              f"{getattr(llama, 'n_threads', '?')}, Q4 weights) load={os.getloadavg()[0]:.1f}")
+
+    print(f"ratio={runs[True][1] / peak:.3f}")
+
+
+if __name__ == "__main__":
+    main()
