@@ -94,8 +94,8 @@ def play_kill(kind: str, output_dir: Path, kill: Kill, active_s: float, rng: ran
 
 # ------------------------------------------------------------------ what must match
 def without_timings(record: dict) -> dict:
-    """A record less its wall-clock fields (``*_s``, ``*_per_s``), which no rerun reproduces."""
-    return {k: v for k, v in record.items() if not k.endswith("_s")}
+    """A record less its wall-clock fields (``*_s``, ``*_per_s``, ``time/*``), which no rerun reproduces."""
+    return {k: v for k, v in record.items() if not k.endswith("_s") and not k.startswith("time/")}
 
 
 def trainer_result(output_dir: Path) -> dict:

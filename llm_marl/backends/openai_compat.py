@@ -112,7 +112,7 @@ class OpenAIPolicy(InferenceBackend):
             response = connection.getresponse()
             return response.status, response.read()
         except (OSError, http.client.HTTPException) as err:
-            if expired.is_set():
+            if expired.is_set() or isinstance(err, TimeoutError):    # the watchdog, or the socket's own timeout first
                 raise TimeoutError(f"no complete answer within timeout_s={self.timeout_s:g} s") from err
             raise
         finally:
