@@ -35,7 +35,7 @@ moments per weight). Also printed: the plain model doing only load + generate, a
 LoRA team (what agents 2-4 add).
 
 Goals: ours <= 1/3 of comlrl's time (ratio >= 3); team peak <= 1.3x one plain model.
-The last line is ``ratio=<comlrl seconds per prompt / ours>``.
+The last line is ``ratio=<comlrl seconds per prompt / ours>``, the smallest over ``--turns``.
 
 Measured (2 cores, under the CPU lock but beside other users' unlocked jobs, load ~2,
 OMP_WAIT_POLICY=PASSIVE, ``--prompts 4``), one run per commit:
@@ -52,6 +52,14 @@ bd56b8e  8.75 (20.3, 14.7)                   21.71        2.48   2130        289
 group's prompt once, fused AdamW; bd56b8e: reserved KV cache in the sampler (matters for long
 prompts, hardly here). bd56b8e also measured: plain model generating only 1062 MiB, 1-agent LoRA
 team 1507 MiB.
+
+``--turns 1,2 --skip-memory`` (commit 3e16b9d, one torch thread for both trainers
+(``OMP_NUM_THREADS=1``), a fresh-clone CI run on the same 2 cores, load 1.2-3.4): 1 turn ours 18.56
+s/prompt, comlrl 49.33, ``ratio_turns1=2.66``; 2 turns (every branch expanded: 4 + 16 samples per
+agent per prompt) ours 70.33 s/prompt (rollout 136.4 s, update 144.9 s), comlrl 207.56,
+``ratio_turns2=2.95``; ``ratio=2.66``. The second turn gains from the KV reuse of each child's
+parent prompt and answer, but the update (half of our time) does not, so 2 turns is only a little
+ahead of 1.
 
 So the speed goal is NOT met: ~2.5x, not 3x. Where the time goes: ~58% is sampling, which here
 goes to matrix products over the weights — two separate fp32 models (540 MB each), ~0.1 s per
