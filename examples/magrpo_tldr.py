@@ -31,6 +31,7 @@ TensorBoard logs (the monitor under ``monitor/``) and LoRA checkpoints.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -194,8 +195,8 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
     model, tokenizer = model_and_tokenizer or load(args.model)
     team = Team.shared_lora(model, tokenizer, agents=2,
                             lora_config=default_lora_config(r=args.lora_rank, alpha=2 * args.lora_rank))
-    make = lambda split: llm_marl_envs.make(ENV_ID, split=split, semantic_judge=args.semantic_judge)  # noqa: E731
-    env, monitor_env, test_env = make("train"), make("validation"), make("test")
+    env, monitor_env, test_env = (llm_marl_envs.make(ENV_ID, split=split, semantic_judge=args.semantic_judge)
+                                  for split in ("train", "validation", "test"))
     config = MAGRPOConfig(
         num_generations=args.num_generations, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         learning_rate=args.learning_rate, kl_coef=args.kl_coef, prompts_per_step=args.prompts_per_step,
@@ -247,8 +248,6 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
         "per_post": {"before": before_scores, "after": after_scores}, "checkpoint": str(trainer.config.output_dir),
         "wall_time_s": time.time() - started,
     }
-    import json
-
     write_text_atomically(out / "results.json", json.dumps(results, indent=2, default=str))
     plot_monitor(history, monitor, agents, before, after, out / "hacking_monitor.png")
     fmt = lambda d: f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"  # noqa: E731
