@@ -109,3 +109,36 @@ def test_train_and_compare_writes_results_of_a_real_update(trainer, tmp_path):
     with pytest.raises(ValueError, match="held-out tasks"):
         train_and_compare(trainer, tmp_path / "out2", eval_tasks=99, samples=1, temperature=1.0, env_id="x")
     assert np.isfinite(saved["wall_time_s"]["total"])
+
+
+def test_held_out_scores_advance_at_most_parallel_episodes_together(trainer):
+    policy = trainer.team.policy("agent_0")
+    calls = policy.generate_calls
+    whole = held_out_scores(trainer, [0, 1, 2, 3, 4], parallel=None)
+    assert policy.generate_calls - calls == 2                             # 2 turns, all 5 episodes in one batch
+    calls = policy.generate_calls
+    chunked = held_out_scores(trainer, [0, 1, 2, 3, 4], parallel=2)
+    assert policy.generate_calls - calls == 3 * 2                         # chunks of 2, 2 and 1 episodes
+    assert [e["responses"] for e in chunked.episodes] == [e["responses"] for e in whole.episodes]
+
+
+def test_train_and_compare_resumed_at_max_steps_only_evaluates_the_checkpoint(trainer, tmp_path):
+    train_and_compare(trainer, tmp_path / "first", eval_tasks=3, samples=2, temperature=1.0, env_id="say_number")
+    checkpoint = trainer.latest_checkpoint()
+    trained = {k: v.clone() for k, v in trainer.team.policy("agent_0").trainable_state_dict("agent_0").items()}
+
+    torch.manual_seed(0)
+    model, tokenizer = tiny_model(seed=0)
+    team = Team.shared_lora(model, tokenizer, 2)
+    config = MAGRPOConfig(num_generations=2, max_new_tokens=4, max_steps=1, eval_tasks=3, learning_rate=5e-2,
+                          temperature=1.0, output_dir=str(tmp_path / "evaluate"), report_to=("jsonl",), progress=False,
+                          resume_from_checkpoint=str(checkpoint))
+    fresh = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config, eval_env=SayNumberEnv(num_turns=2, num_tasks=5))
+    results = train_and_compare(fresh, tmp_path / "second", eval_tasks=3, samples=2, temperature=1.0,
+                                env_id="say_number")
+    loaded = fresh.team.policy("agent_0").trainable_state_dict("agent_0")
+    assert all(torch.equal(trained[k], loaded[k]) for k in trained)       # after = the checkpoint's weights
+    assert fresh.latest_checkpoint() is None and results["checkpoint"] == str(checkpoint)
+    assert [r["step"] for r in results["train_history"]] == [1]           # the checkpoint run's logged step
+    first = json.loads((tmp_path / "first" / "results.json").read_text())
+    assert results["greedy"]["final_turn_accuracy"]["after"] == first["greedy"]["final_turn_accuracy"]["after"]

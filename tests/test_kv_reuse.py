@@ -80,8 +80,9 @@ def test_magrpo_trees_are_the_same_with_and_without_kv_reuse(team, joint_mode):
         trees[reuse] = levels
     assert trees[True] == trees[False]
     first_level_rows = 2 * 2                                  # 2 roots x 2 agents, prompts shared by the G samples
-    assert policy.cache_stats.misses == first_level_rows and policy.cache_stats.partial == 0
-    assert policy.cache_stats.hits > 0 and len(policy.kv_cache) == 0
+    assert policy.cache_stats.misses == first_level_rows        # every later prompt reuses its parent's cache
+    # (a partial hit: a sampled answer whose text re-tokenizes to other ids, without answer splicing)
+    assert policy.cache_stats.hits > policy.cache_stats.partial and len(policy.kv_cache) == 0
 
 
 def test_seeded_sampling_reproduces_the_episode_with_kv_reuse(team):

@@ -108,10 +108,17 @@ def eval_report_path(output_dir: str | os.PathLike, step: int) -> Path:
     return Path(output_dir) / "eval" / f"step-{step:06d}" / "report.html"
 
 
+EVAL_PARALLEL = 128   # episodes an evaluation advances together (bounds the KV caches held at once)
+
+
 def evaluate_episodes(engine: RolloutEngine, dp: Any | None, accelerator: Any | None, tasks: Sequence[int],
                       seeds: Sequence[int], params: SamplingParams, *, desc: str = "evaluate",
-                      report_path: str | os.PathLike | None = None) -> EvalResult:
+                      report_path: str | os.PathLike | None = None,
+                      parallel: int | None = EVAL_PARALLEL) -> EvalResult:
     """Play ``tasks`` (with ``seeds``) through ``engine``, each process its share, and summarise all of them.
+
+    At most ``parallel`` episodes run together (``None``: all): their KV caches share memory, ~46 KB per
+    token per row for SmolLM2-135M in fp32, so 800 sampled debates at once would need ~15 GB.
 
     ``dp`` is the trainer's ``DataParallel``: every process must call this (gathering sharded
     weights is a collective) and every process gets the whole result; ``dp=None`` and
@@ -124,7 +131,8 @@ def evaluate_episodes(engine: RolloutEngine, dp: Any | None, accelerator: Any | 
     with dp.full_weights() if dp else contextlib.nullcontext():
         if local_tasks:
             with torch.random.fork_rng(), accelerator.autocast() if accelerator else contextlib.nullcontext():
-                local = engine.collect(task_indices=local_tasks, seeds=local_seeds, params=params, desc=desc)
+                local = engine.collect(task_indices=local_tasks, seeds=local_seeds, params=params, desc=desc,
+                                       parallel=parallel)
     models = [engine.team.policy(agent).name for agent in engine.env.possible_agents]
     result = EvalResult.from_episodes(dp.unshard(local) if dp else local, engine.env.num_turns, models)
     if report_path is not None and (dp is None or dp.is_main):
@@ -132,4 +140,4 @@ def evaluate_episodes(engine: RolloutEngine, dp: Any | None, accelerator: Any | 
     return result
 
 
-__all__ = ["EvalResult", "evaluate_episodes", "eval_report_path", "held_out_tasks", "BOOTSTRAP_RESAMPLES"]
+__all__ = ["EvalResult", "evaluate_episodes", "EVAL_PARALLEL", "eval_report_path", "held_out_tasks", "BOOTSTRAP_RESAMPLES"]

@@ -34,7 +34,9 @@ from llm_marl.files import write_text_atomically
 from llm_marl.policy import SamplingParams
 from llm_marl_envs import metrics
 
-from .evaluation import EvalResult, evaluate_episodes
+from .checkpoint import resolve_checkpoint
+from .evaluation import EVAL_PARALLEL, EvalResult, evaluate_episodes
+from .logging import read_metrics
 
 RESAMPLES = 10_000
 
@@ -110,11 +112,12 @@ def scores_from(result: EvalResult, tasks: Sequence[int], samples: int, temperat
 
 def held_out_scores(trainer: Any, tasks: Sequence[int], *, samples: int = 1, temperature: float = 0.0,
                     seed: int = 0, report_path: str | os.PathLike | None = None,
-                    desc: str = "evaluate") -> HeldOutScores:
+                    desc: str = "evaluate", parallel: int | None = EVAL_PARALLEL) -> HeldOutScores:
     """Play each held-out task ``samples`` times at ``temperature`` with the trainer's team; per-task scores.
 
     Greedy (``temperature=0``) needs ``samples=1``. Sampled plays of a task get distinct seeds, so they
-    are independent draws; the same ``seed`` replays the same episodes.
+    are independent draws; the same ``seed`` (and ``parallel``: the episodes advanced together) replays
+    the same episodes.
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
@@ -125,7 +128,7 @@ def held_out_scores(trainer: Any, tasks: Sequence[int], *, samples: int = 1, tem
     played = [task for task in tasks for _ in range(samples)]
     seeds = [seed + 1_000 * i + s for i in range(len(tasks)) for s in range(samples)]
     result = evaluate_episodes(trainer.eval_engine, trainer.dp, trainer.accelerator, played, seeds, params,
-                               desc=desc, report_path=report_path)
+                               desc=desc, report_path=report_path, parallel=parallel)
     return scores_from(result, tasks, samples, temperature)
 
 
@@ -207,6 +210,16 @@ def plot_learning_curve(history: Sequence[dict[str, Any]], evaluations: dict[str
     return path
 
 
+def history_before(checkpoint: Path) -> list[dict[str, Any]]:
+    """The logged steps up to a checkpoint, from its run's ``metrics.jsonl`` (``[]`` if that log is gone)."""
+    step = int(checkpoint.name.rsplit("-", 1)[-1])
+    try:
+        records = read_metrics(checkpoint.parent.parent)
+    except FileNotFoundError:
+        return []
+    return [r for r in records if r.get("step", 0) <= step]
+
+
 def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, samples: int, temperature: float,
                       env_id: str, reward_key: str = "joint_reward_mean", extra: dict[str, Any] | None = None
                       ) -> dict[str, Any]:
@@ -237,10 +250,15 @@ def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, 
         print(f"before ({name}): final-turn accuracy {scores.to_dict()['final_turn_accuracy']}", flush=True)
     eval_s = time.perf_counter() - started
     history = trainer.train()
+    if trainer.config.resume_from_checkpoint is not None:
+        history = history_before(resolve_checkpoint(trainer.config.resume_from_checkpoint,
+                                                    trainer.config.output_dir)) + history
     train_s = time.perf_counter() - started - eval_s
     after = evaluate_all("after")
     evaluations = {name: compare(before[name], after[name]) for name in settings}
     checkpoint = trainer.latest_checkpoint()
+    if checkpoint is None and trainer.config.resume_from_checkpoint is not None:   # resumed at max_steps: no new one
+        checkpoint = resolve_checkpoint(trainer.config.resume_from_checkpoint, trainer.config.output_dir)
     results = {
         "env": env_id, "held_out_tasks": len(tasks), "split": "test",
         "accuracy": "final_turn_accuracy: fraction of agents right at the last turn (mean over agents; sampled: "
@@ -277,11 +295,14 @@ def debate_experiment_parser(description: str, *, out: str, kl_coef: float) -> a
                         "(and of the sampled evaluation)")
     parser.add_argument("--max-new-tokens", type=int, default=40, help="tokens per answer")
     parser.add_argument("--kl-coef", type=float, default=kl_coef, help="weight of the KL to the base model")
-    parser.add_argument("--eval-tasks", type=int, default=30, help="held-out test tasks evaluated before and after")
+    parser.add_argument("--eval-tasks", type=int, default=200, help="held-out test tasks evaluated before and after")
     parser.add_argument("--samples", type=int, default=4, help="sampled plays per held-out task")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--out", default=out, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation, sampling and task order")
+    parser.add_argument("--resume", default=None, metavar="CHECKPOINT",
+                        help="resume training from a checkpoints/step-* dir this example wrote; one already at "
+                        "--steps is only evaluated (before: the untrained team, after: the checkpoint)")
     return parser
 
 
