@@ -225,8 +225,8 @@ def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, 
                       ) -> dict[str, Any]:
     """Evaluate the trainer's team on ``eval_tasks`` held-out tasks, train it, evaluate again; write the results.
 
-    Both settings (greedy, and ``samples`` draws per task at ``temperature``) are played before and after on
-    the same tasks with the same seeds. Writes ``out/results.json`` (the dict returned), ``out/learning_curve.png``
+    Both settings (greedy, and ``samples`` draws per task at ``temperature``; ``samples=0``: greedy only) are
+    played before and after on the same tasks with the same seeds. Writes ``out/results.json`` (the dict returned), ``out/learning_curve.png``
     and one ``report.html`` per evaluation under ``out/eval-<setting>-<before|after>/``.
     """
     import time
@@ -237,7 +237,10 @@ def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, 
     if len(tasks) < eval_tasks:
         raise ValueError(f"asked for {eval_tasks} held-out tasks but the eval env has {len(tasks)}; "
                          f"lower eval_tasks or make the test split larger (num_tasks)")
-    settings = {"greedy": (1, 0.0), "sampled": (samples, temperature)}
+    if samples < 0:
+        raise ValueError(f"samples must be >= 0 (0: greedy only), got {samples}")
+    settings = {"greedy": (1, 0.0), **({"sampled": (samples, temperature)} if samples else {})}
+    headline = "sampled" if samples else "greedy"
 
     def evaluate_all(when: str) -> dict[str, HeldOutScores]:
         return {name: held_out_scores(trainer, tasks, samples=k, temperature=t, seed=trainer.config.seed,
@@ -264,11 +267,11 @@ def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, 
         "accuracy": "final_turn_accuracy: fraction of agents right at the last turn (mean over agents; sampled: "
                     "also over samples), per task; team_answer_accuracy: majority vote of the final answers. "
                     "Intervals: 95% percentile bootstrap over tasks; differences paired by task.",
-        # the issue's headline fields: the sampled setting at the training temperature
-        "final_turn_accuracy": evaluations["sampled"]["final_turn_accuracy"],
-        "per_turn": evaluations["sampled"]["per_turn"],
-        "transitions": evaluations["sampled"]["transitions"],
-        "greedy": evaluations["greedy"], "sampled": evaluations["sampled"],
+        # the issue's headline fields: the sampled setting at the training temperature (greedy if samples=0)
+        "final_turn_accuracy": evaluations[headline]["final_turn_accuracy"],
+        "per_turn": evaluations[headline]["per_turn"],
+        "transitions": evaluations[headline]["transitions"],
+        **evaluations,
         "settings": {name: {"samples_per_task": k, "temperature": t} for name, (k, t) in settings.items()},
         "checkpoint": str(checkpoint) if checkpoint else None,
         "config": trainer.config.to_dict(), "train_history": history,
@@ -296,7 +299,7 @@ def debate_experiment_parser(description: str, *, out: str, kl_coef: float) -> a
     parser.add_argument("--max-new-tokens", type=int, default=40, help="tokens per answer")
     parser.add_argument("--kl-coef", type=float, default=kl_coef, help="weight of the KL to the base model")
     parser.add_argument("--eval-tasks", type=int, default=200, help="held-out test tasks evaluated before and after")
-    parser.add_argument("--samples", type=int, default=4, help="sampled plays per held-out task")
+    parser.add_argument("--samples", type=int, default=4, help="sampled plays per held-out task (0: greedy evaluation only)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--out", default=out, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation, sampling and task order")
