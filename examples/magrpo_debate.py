@@ -43,10 +43,11 @@ def main() -> None:
         max_steps=args.steps, prompts_per_step=args.prompts_per_step, num_generations=args.num_generations,
         learning_rate=args.learning_rate, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
         kl_coef=args.kl_coef, eval_tasks=args.eval_tasks, output_dir=args.out, seed=args.seed,
-        resume_from_checkpoint=args.resume, save_every=10, micro_batch_size=32)
+        save_every=10, micro_batch_size=32)
     trainer = MAGRPOTrainer(env, team, config, eval_env=eval_env)
     train_and_compare(trainer, args.out, eval_tasks=args.eval_tasks, samples=args.samples,
-                      temperature=args.temperature, env_id=args.env, reward_key="joint_reward_mean")
+                      temperature=args.temperature, env_id=args.env,
+                      resume=args.resume, reward_key="joint_reward_mean")
 
 
 if __name__ == "__main__":

@@ -44,10 +44,11 @@ def main() -> None:
         ppo_epochs=1, minibatch_size=8, learning_rate=args.learning_rate,
         critic_learning_rate=args.critic_learning_rate, kl_coef=args.kl_coef, temperature=args.temperature,
         reward_gamma=0.3, alpha1=0.2, beta1=0.2, eval_tasks=args.eval_tasks, output_dir=args.out,
-        seed=args.seed, resume_from_checkpoint=args.resume, save_every=8)
+        seed=args.seed, save_every=8)
     trainer = MAPPOTrainer(env, team, config, eval_env=eval_env)
     train_and_compare(trainer, args.out, eval_tasks=args.eval_tasks, samples=args.samples,
-                      temperature=args.temperature, env_id=args.env, reward_key="train_accuracy")
+                      temperature=args.temperature, env_id=args.env,
+                      resume=args.resume, reward_key="train_accuracy")
 
 
 if __name__ == "__main__":

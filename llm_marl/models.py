@@ -89,6 +89,53 @@ def _convert_gguf(path: Path, target: Path) -> Path:
     return _write_atomically(target, write)
 
 
+# weight types :func:`gguf_weights` converts to: llama.cpp's file types
+GGUF_WEIGHT_TYPES = {"f32": 0, "f16": 1, "q8_0": 7}
+
+
+def gguf_weights(name_or_path: str | os.PathLike = DEFAULT_MODEL, weight_type: str = "f16",
+                 cache_dir: str | os.PathLike | None = None) -> Path:
+    """A GGUF file of the model in ``weight_type`` (``f32``, ``f16`` or ``q8_0``), converted once and cached.
+
+    ``name_or_path``: an embedded model name or a ``.gguf`` file. The embedded SmolLM2 ships as Q4_1,
+    for which ggml has no batched matrix kernel on AVX2; ``f16`` holds the same values (a Q4_1 weight is
+    ``scale * q + min`` with 4-bit ``q``, exact in f16 up to rounding of the scales) with a fast batched
+    kernel, ``q8_0`` re-rounds them to 8 bits. llama.cpp's own quantizer writes the file (requantizing
+    from Q4_1) into ``$LLM_MARL_CACHE/models/``, atomically; later calls return the cached file.
+    """
+    if weight_type not in GGUF_WEIGHT_TYPES:
+        raise ValueError(f"unknown weight_type {weight_type!r}; choose one of {sorted(GGUF_WEIGHT_TYPES)}")
+    name = str(name_or_path)
+    if name in EMBEDDED_MODELS:
+        source, stem = gguf_path(name), name
+    elif name.endswith(".gguf") and Path(name).is_file():
+        source = Path(name)
+        stem = f"{source.stem}-{source.stat().st_size}"
+    else:
+        raise ValueError(f"{name!r} is neither an embedded model ({sorted(EMBEDDED_MODELS)}) nor a .gguf file")
+    target = cache_root(cache_dir) / "models" / f"{stem}.{weight_type.upper()}.gguf"
+    if target.is_file():
+        return target
+    import llama_cpp
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    os.close(fd)
+    try:
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = GGUF_WEIGHT_TYPES[weight_type]
+        params.allow_requantize = True
+        params.nthread = max(1, os.cpu_count() or 1)
+        status = llama_cpp.llama_model_quantize(str(source).encode(), tmp.encode(), params)
+        if status != 0:
+            raise RuntimeError(f"llama.cpp could not convert {source} to {weight_type} (status {status})")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return target
+
+
 def resolve(name_or_path: str | os.PathLike = DEFAULT_MODEL, cache_dir: str | os.PathLike | None = None) -> str:
     """What ``from_pretrained`` should load: the cached conversion of an embedded model or ``.gguf`` file, a local
     dir or a hub id."""

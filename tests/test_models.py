@@ -66,3 +66,36 @@ def test_embedded_default_loads_cached_and_answers(tmp_path: Path):
     assert "Paris" in tokenizer.decode(out[0, ids["input_ids"].shape[1]:])
     again, _ = models.load("smollm2-135m", cache_dir=tmp_path)   # second load comes from the cache
     assert torch.equal(next(again.parameters()), next(model.parameters()))
+
+
+def test_gguf_weights_refuses_unknown_types_and_models(tmp_path: Path):
+    from llm_marl.models import gguf_weights
+
+    with pytest.raises(ValueError, match="unknown weight_type 'q3'"):
+        gguf_weights("smollm2-135m", "q3", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="neither an embedded model"):
+        gguf_weights(str(tmp_path / "missing.gguf"), "f16", cache_dir=tmp_path)
+
+
+def test_gguf_weights_converts_the_embedded_model_once(tmp_path: Path):
+    import gguf
+
+    from llm_marl.models import gguf_path, gguf_weights
+
+    path = gguf_weights("smollm2-135m", "q8_0", cache_dir=tmp_path)
+    assert path.parent == tmp_path / "models" and list(path.parent.glob(".*")) == []   # no temp file left
+    tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    shipped = {t.name: t for t in gguf.GGUFReader(gguf_path("smollm2-135m")).tensors}
+    assert tensors.keys() == shipped.keys()
+    matrix = "blk.0.attn_q.weight"
+    assert shipped[matrix].tensor_type == gguf.GGMLQuantizationType.Q4_1
+    assert tensors[matrix].tensor_type == gguf.GGMLQuantizationType.Q8_0
+    # the same weights, re-rounded to 8 bits: within about half a Q8_0 step (max |w| / 127; its scale is
+    # stored in f16, hence 0.6) of the Q4_1 values
+    ours = gguf.dequantize(tensors[matrix].data, tensors[matrix].tensor_type)
+    theirs = gguf.dequantize(shipped[matrix].data, shipped[matrix].tensor_type)
+    blocks = theirs.reshape(-1, 32)
+    step = abs(blocks).max(-1, keepdims=True) / 127
+    assert (abs(ours.reshape(-1, 32) - blocks) <= 0.6 * step + 1e-6).all()
+    written = path.stat().st_mtime_ns
+    assert gguf_weights("smollm2-135m", "q8_0", cache_dir=tmp_path) == path and path.stat().st_mtime_ns == written

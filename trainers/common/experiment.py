@@ -221,16 +221,21 @@ def history_before(checkpoint: Path) -> list[dict[str, Any]]:
 
 
 def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, samples: int, temperature: float,
-                      env_id: str, reward_key: str = "joint_reward_mean", extra: dict[str, Any] | None = None
-                      ) -> dict[str, Any]:
+                      env_id: str, reward_key: str = "joint_reward_mean", extra: dict[str, Any] | None = None,
+                      resume: str | os.PathLike | None = None) -> dict[str, Any]:
     """Evaluate the trainer's team on ``eval_tasks`` held-out tasks, train it, evaluate again; write the results.
 
     Both settings (greedy, and ``samples`` draws per task at ``temperature``; ``samples=0``: greedy only) are
-    played before and after on the same tasks with the same seeds. Writes ``out/results.json`` (the dict returned), ``out/learning_curve.png``
+    played before and after on the same tasks with the same seeds. ``resume``: a checkpoint to load after the
+    "before" evaluation (training continues from it up to ``max_steps``; one at ``max_steps`` is only evaluated).
+    The trainer must hold the untrained team: one built with ``resume_from_checkpoint`` is refused. Writes ``out/results.json`` (the dict returned), ``out/learning_curve.png``
     and one ``report.html`` per evaluation under ``out/eval-<setting>-<before|after>/``.
     """
     import time
 
+    if getattr(trainer, "step", 0) or trainer.config.resume_from_checkpoint is not None:
+        raise ValueError("train_and_compare evaluates the untrained team first: build the trainer without "
+                         "resume_from_checkpoint and pass the checkpoint as resume= instead")
     out = Path(out)
     started = time.perf_counter()
     tasks = trainer.eval_tasks[:eval_tasks]
@@ -252,16 +257,18 @@ def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, 
     for name, scores in before.items():
         print(f"before ({name}): final-turn accuracy {scores.to_dict()['final_turn_accuracy']}", flush=True)
     eval_s = time.perf_counter() - started
+    if resume is not None:
+        resumed = resolve_checkpoint(resume, trainer.config.output_dir)
+        trainer.load(resumed)
     history = trainer.train()
-    if trainer.config.resume_from_checkpoint is not None:
-        history = history_before(resolve_checkpoint(trainer.config.resume_from_checkpoint,
-                                                    trainer.config.output_dir)) + history
+    if resume is not None:
+        history = history_before(resumed) + history
     train_s = time.perf_counter() - started - eval_s
     after = evaluate_all("after")
     evaluations = {name: compare(before[name], after[name]) for name in settings}
     checkpoint = trainer.latest_checkpoint()
-    if checkpoint is None and trainer.config.resume_from_checkpoint is not None:   # resumed at max_steps: no new one
-        checkpoint = resolve_checkpoint(trainer.config.resume_from_checkpoint, trainer.config.output_dir)
+    if checkpoint is None and resume is not None:                  # resumed at max_steps: no new one
+        checkpoint = resumed
     results = {
         "env": env_id, "held_out_tasks": len(tasks), "split": "test",
         "accuracy": "final_turn_accuracy: fraction of agents right at the last turn (mean over agents; sampled: "
