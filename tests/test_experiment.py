@@ -131,14 +131,16 @@ def test_train_and_compare_resumed_at_max_steps_only_evaluates_the_checkpoint(tr
     model, tokenizer = tiny_model(seed=0)
     team = Team.shared_lora(model, tokenizer, 2)
     config = MAGRPOConfig(num_generations=2, max_new_tokens=4, max_steps=1, eval_tasks=3, learning_rate=5e-2,
-                          temperature=1.0, output_dir=str(tmp_path / "evaluate"), report_to=("jsonl",), progress=False,
-                          resume_from_checkpoint=str(checkpoint))
+                          temperature=1.0, output_dir=str(tmp_path / "evaluate"), report_to=("jsonl",), progress=False)
     fresh = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config, eval_env=SayNumberEnv(num_turns=2, num_tasks=5))
     results = train_and_compare(fresh, tmp_path / "second", eval_tasks=3, samples=2, temperature=1.0,
-                                env_id="say_number")
+                                env_id="say_number", resume=checkpoint)
     loaded = fresh.team.policy("agent_0").trainable_state_dict("agent_0")
     assert all(torch.equal(trained[k], loaded[k]) for k in trained)       # after = the checkpoint's weights
     assert fresh.latest_checkpoint() is None and results["checkpoint"] == str(checkpoint)
     assert [r["step"] for r in results["train_history"]] == [1]           # the checkpoint run's logged step
     first = json.loads((tmp_path / "first" / "results.json").read_text())
     assert results["greedy"]["final_turn_accuracy"]["after"] == first["greedy"]["final_turn_accuracy"]["after"]
+    assert results["greedy"]["final_turn_accuracy"]["before"] == first["greedy"]["final_turn_accuracy"]["before"]
+    with pytest.raises(ValueError, match="untrained team first"):    # 'before' would be the trained team
+        train_and_compare(fresh, tmp_path / "third", eval_tasks=3, samples=0, temperature=1.0, env_id="say_number")

@@ -233,15 +233,15 @@ def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, 
     """
     import time
 
-    if getattr(trainer, "step", 0) or trainer.config.resume_from_checkpoint is not None:
-        raise ValueError("train_and_compare evaluates the untrained team first: build the trainer without "
-                         "resume_from_checkpoint and pass the checkpoint as resume= instead")
     out = Path(out)
     started = time.perf_counter()
     tasks = trainer.eval_tasks[:eval_tasks]
     if len(tasks) < eval_tasks:
         raise ValueError(f"asked for {eval_tasks} held-out tasks but the eval env has {len(tasks)}; "
                          f"lower eval_tasks or make the test split larger (num_tasks)")
+    if getattr(trainer, "step", 0) or trainer.config.resume_from_checkpoint is not None:
+        raise ValueError("train_and_compare evaluates the untrained team first: build the trainer without "
+                         "resume_from_checkpoint and pass the checkpoint as resume= instead")
     if samples < 0:
         raise ValueError(f"samples must be >= 0 (0: greedy only), got {samples}")
     settings = {"greedy": (1, 0.0), **({"sampled": (samples, temperature)} if samples else {})}
