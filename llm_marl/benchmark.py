@@ -69,6 +69,7 @@ class BenchConfig:
     top_p: float = 0.9
     episodes_per_batch: int = 4        # episodes the rollout engine advances together
     threads: int | None = None         # llamacpp threads (None: the free cores)
+    weights: str | None = None         # llamacpp weights: shipped|f16|q8_0|f32 (None: f16 for an embedded model)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None      # a trained team's checkpoint dir: the team of the "checkpoint" baseline
 
@@ -213,7 +214,9 @@ def load_policies(config: BenchConfig, policies: dict[str, Any] | None = None) -
         return loaded                      # the trained team brings its own (see build_team)
     for model in dict.fromkeys(config.agent_models()):
         if model not in loaded:
-            options = {"n_threads": config.threads} if config.backend == "llamacpp" and config.threads else {}
+            options = {}
+            if config.backend == "llamacpp":
+                options = {"weights": config.weights, **({"n_threads": config.threads} if config.threads else {})}
             loaded[model] = load_policy(config.backend, model, config.base_url, seed=config.seed, **options)
     return loaded
 

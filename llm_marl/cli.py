@@ -99,7 +99,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         env_id=args.env, models=models, backend=backend, base_url=args.base_url, baseline=baselines[0],
         num_agents=num_agents, num_turns=num_turns, episodes=args.episodes, seed=args.seed,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-        episodes_per_batch=args.episodes_per_batch, threads=args.threads, env_kwargs=env_kwargs,
+        episodes_per_batch=args.episodes_per_batch, threads=args.threads, weights=args.weights,
+        env_kwargs=env_kwargs,
         checkpoint=str(checkpoint.resolve()) if checkpoint else None)
     out = Path(args.out or Path("runs") / "bench" / f"{args.env}-{'+'.join(baselines)}-seed{args.seed}")
     if len(baselines) > 1:
@@ -296,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--episodes-per-batch", type=int, default=4, help="episodes advanced together per batch (default: 4)")
     bench.add_argument("--threads", type=int, default=None,
                        help="llamacpp threads (default: cores not busy with other processes)")
+    bench.add_argument("--weights", choices=["shipped", "f16", "q8_0", "f32"], default=None,
+                       help="llama.cpp weight type: the GGUF as shipped, or converted once and cached (default: f16 "
+                       "for an embedded model, 1.74x the shipped Q4_1's speed on AVX2; a .gguf file as given)")
     bench.add_argument("--quiet", action="store_true", help="no progress bar")
     bench.set_defaults(func=cmd_bench)
 

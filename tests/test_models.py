@@ -99,3 +99,17 @@ def test_gguf_weights_converts_the_embedded_model_once(tmp_path: Path):
     assert (abs(ours.reshape(-1, 32) - blocks) <= 0.6 * step + 1e-6).all()
     written = path.stat().st_mtime_ns
     assert gguf_weights("smollm2-135m", "q8_0", cache_dir=tmp_path) == path and path.stat().st_mtime_ns == written
+
+
+def test_llamacpp_runs_an_embedded_model_as_f16_unless_told(tmp_path: Path, monkeypatch):
+    from llm_marl.backends import llamacpp_weights
+    from llm_marl.models import gguf_path
+
+    monkeypatch.setenv("LLM_MARL_CACHE", str(tmp_path))
+    assert llamacpp_weights("smollm2-135m") == tmp_path / "models" / "smollm2-135m.F16.gguf"
+    assert llamacpp_weights("smollm2-135m", "shipped") == gguf_path("smollm2-135m")
+    assert llamacpp_weights(str(gguf_path("smollm2-135m"))) == gguf_path("smollm2-135m")   # a file as given
+    with pytest.raises(ValueError, match="unknown llama.cpp weights 'int3'"):
+        llamacpp_weights("smollm2-135m", "int3")
+    with pytest.raises(ValueError, match="does not exist"):
+        llamacpp_weights(str(tmp_path / "nope.gguf"), "f16")

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..hardware import buffer_choice
-from ..models import gguf_path, load
+from ..models import GGUF_WEIGHT_TYPES, gguf_path, gguf_weights, load
 from ..native_probe import PROBE_ENV, probe_llamacpp
 from ..policy import Policy
 from .base import CountedGeneration, InferenceBackend, SeedSource
@@ -35,7 +35,8 @@ def load_policy(backend: str, model: str, base_url: str | None = None, *, seed: 
     (:func:`~llm_marl.native_probe.probe_llamacpp`) with the buffer setting it will run with; if the
     probe crashes, the model is loaded with the ``hf`` backend instead (llama.cpp-only options
     dropped) and one warning names the cause. ``hf`` loads through :func:`llm_marl.models.load`;
-    ``openai`` needs ``base_url``. Extra keyword arguments go to the backend's constructor.
+    ``openai`` needs ``base_url``. ``llamacpp`` also takes ``weights=`` (:func:`llamacpp_weights`: an
+    embedded model runs as F16 by default). Extra keyword arguments go to the backend's constructor.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
@@ -46,10 +47,7 @@ def load_policy(backend: str, model: str, base_url: str | None = None, *, seed: 
     if base_url:
         raise ValueError(f"base_url is only used by the 'openai' backend, got base_url={base_url!r} with {backend!r}")
     if backend == "llamacpp":
-        if str(model).endswith(".gguf"):
-            path = Path(model)
-        else:
-            path = gguf_path(model)
+        path = llamacpp_weights(model, kwargs.pop("weights", None))
         buffers = buffer_choice(kwargs.pop("use_extra_bufts", None))      # probe what will run
         verdict = probe_llamacpp(path, buffers)
         if not verdict.ok:
@@ -62,6 +60,27 @@ def load_policy(backend: str, model: str, base_url: str | None = None, *, seed: 
     return _load_hf_policy(model, seed=seed, **kwargs)
 
 
+EMBEDDED_LLAMACPP_WEIGHTS = "f16"   # benchmarks/weight_types.py: 1.74x the shipped Q4_1's episodes/s on AVX2
+
+
+def llamacpp_weights(model: str, weights: str | None = None) -> Path:
+    """The GGUF file llama.cpp runs for ``model`` (an embedded name or a ``.gguf`` path).
+
+    ``weights``: ``"shipped"`` (the file as it is), or ``"f16"``, ``"q8_0"``, ``"f32"`` (converted once by
+    :func:`llm_marl.models.gguf_weights`). Default: ``f16`` for an embedded model, whose shipped Q4_1 has no
+    batched matrix kernel on AVX2; a ``.gguf`` path as given.
+    """
+    if weights is None:
+        weights = "shipped" if str(model).endswith(".gguf") else EMBEDDED_LLAMACPP_WEIGHTS
+    if weights == "shipped":
+        return Path(model) if str(model).endswith(".gguf") else gguf_path(model)
+    if weights not in GGUF_WEIGHT_TYPES:
+        raise ValueError(f"unknown llama.cpp weights {weights!r}; choose 'shipped' or one of {sorted(GGUF_WEIGHT_TYPES)}")
+    if str(model).endswith(".gguf") and not Path(model).is_file():
+        raise ValueError(f"GGUF file {str(model)!r} does not exist; pass the path of a .gguf model file")
+    return gguf_weights(model, weights)
+
+
 def _load_hf_policy(model: str, *, seed: int | None, **kwargs: Any) -> Policy:
     """The transformers backend: :func:`llm_marl.models.load` + ``HFPolicy``."""
     if seed is not None:
@@ -71,4 +90,4 @@ def _load_hf_policy(model: str, *, seed: int | None, **kwargs: Any) -> Policy:
 
 
 __all__ = ["BACKENDS", "CountedGeneration", "HFPolicy", "InferenceBackend", "LlamaCppPolicy", "OpenAIPolicy",
-           "SeedSource", "ServerUnreachableError", "load_policy"]
+           "SeedSource", "ServerUnreachableError", "llamacpp_weights", "load_policy"]
