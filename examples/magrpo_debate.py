@@ -47,7 +47,7 @@ def main() -> None:
     trainer = MAGRPOTrainer(env, team, config, eval_env=eval_env)
     train_and_compare(trainer, args.out, eval_tasks=args.eval_tasks, samples=args.samples,
                       temperature=args.temperature, env_id=args.env,
-                      resume=args.resume, reward_key="joint_reward_mean")
+                      resume=args.resume, greedy=args.greedy, reward_key="joint_reward_mean")
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def main() -> None:
     trainer = MAPPOTrainer(env, team, config, eval_env=eval_env)
     train_and_compare(trainer, args.out, eval_tasks=args.eval_tasks, samples=args.samples,
                       temperature=args.temperature, env_id=args.env,
-                      resume=args.resume, reward_key="train_accuracy")
+                      resume=args.resume, greedy=args.greedy, reward_key="train_accuracy")
 
 
 if __name__ == "__main__":

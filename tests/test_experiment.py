@@ -144,3 +144,11 @@ def test_train_and_compare_resumed_at_max_steps_only_evaluates_the_checkpoint(tr
     assert results["greedy"]["final_turn_accuracy"]["before"] == first["greedy"]["final_turn_accuracy"]["before"]
     with pytest.raises(ValueError, match="untrained team first"):    # 'before' would be the trained team
         train_and_compare(fresh, tmp_path / "third", eval_tasks=3, samples=0, temperature=1.0, env_id="say_number")
+
+
+def test_train_and_compare_refuses_an_empty_evaluation(trainer, tmp_path):
+    with pytest.raises(ValueError, match="greedy=False needs samples"):
+        train_and_compare(trainer, tmp_path / "out", eval_tasks=3, samples=0, temperature=1.0, env_id="x",
+                          greedy=False)
+    with pytest.raises(ValueError, match="samples must be >= 0"):
+        train_and_compare(trainer, tmp_path / "out", eval_tasks=3, samples=-1, temperature=1.0, env_id="x")

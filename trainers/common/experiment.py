@@ -222,11 +222,11 @@ def history_before(checkpoint: Path) -> list[dict[str, Any]]:
 
 def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, samples: int, temperature: float,
                       env_id: str, reward_key: str = "joint_reward_mean", extra: dict[str, Any] | None = None,
-                      resume: str | os.PathLike | None = None) -> dict[str, Any]:
+                      resume: str | os.PathLike | None = None, greedy: bool = True) -> dict[str, Any]:
     """Evaluate the trainer's team on ``eval_tasks`` held-out tasks, train it, evaluate again; write the results.
 
     Both settings (greedy, and ``samples`` draws per task at ``temperature``; ``samples=0``: greedy only) are
-    played before and after on the same tasks with the same seeds. ``resume``: a checkpoint to load after the
+    played before and after on the same tasks with the same seeds (``greedy=False``: the sampled one only). ``resume``: a checkpoint to load after the
     "before" evaluation (training continues from it up to ``max_steps``; one at ``max_steps`` is only evaluated).
     The trainer must hold the untrained team: one built with ``resume_from_checkpoint`` is refused. Writes ``out/results.json`` (the dict returned), ``out/learning_curve.png``
     and one ``report.html`` per evaluation under ``out/eval-<setting>-<before|after>/``.
@@ -245,6 +245,10 @@ def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, 
     if samples < 0:
         raise ValueError(f"samples must be >= 0 (0: greedy only), got {samples}")
     settings = {"greedy": (1, 0.0), **({"sampled": (samples, temperature)} if samples else {})}
+    if not greedy:
+        if not samples:
+            raise ValueError("greedy=False needs samples >= 1: nothing would be evaluated")
+        del settings["greedy"]
     headline = "sampled" if samples else "greedy"
 
     def evaluate_all(when: str) -> dict[str, HeldOutScores]:
@@ -310,6 +314,8 @@ def debate_experiment_parser(description: str, *, out: str, kl_coef: float) -> a
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--out", default=out, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation, sampling and task order")
+    parser.add_argument("--no-greedy", dest="greedy", action="store_false",
+                        help="skip the greedy evaluation (play only the --samples sampled ones)")
     parser.add_argument("--resume", default=None, metavar="CHECKPOINT",
                         help="resume training from a checkpoints/step-* dir this example wrote; one already at "
                         "--steps is only evaluated (before: the untrained team, after: the checkpoint)")
