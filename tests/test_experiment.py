@@ -10,7 +10,8 @@ from llm_marl.models import tiny_model
 from llm_marl.team import Team
 from tests.toy_env import SayNumberEnv
 from trainers.common.evaluation import EvalResult
-from trainers.common.experiment import compare, fix_rate, held_out_scores, scores_from, train_and_compare
+from trainers.common.experiment import (compare, fix_rate, held_out_scores, merged_history, scores_from,
+                                        train_and_compare)
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 
@@ -152,3 +153,10 @@ def test_train_and_compare_refuses_an_empty_evaluation(trainer, tmp_path):
                           greedy=False)
     with pytest.raises(ValueError, match="samples must be >= 0"):
         train_and_compare(trainer, tmp_path / "out", eval_tasks=3, samples=-1, temperature=1.0, env_id="x")
+
+
+def test_merged_history_keeps_one_record_per_step_in_order():
+    logged = [{"step": 1, "r": 0.1}, {"step": 2, "r": 0.2}]
+    restored = [{"step": 1, "r": 0.1}, {"step": 2, "r": 0.25}, {"step": 3, "r": 0.3}]   # a resumed MAPPO's train()
+    assert merged_history(logged, restored) == restored
+    assert merged_history(logged, []) == logged

@@ -220,6 +220,12 @@ def history_before(checkpoint: Path) -> list[dict[str, Any]]:
     return [r for r in records if r.get("step", 0) <= step]
 
 
+def merged_history(earlier: Sequence[dict[str, Any]], latest: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per step, in step order; ``latest`` wins (MAPPO's ``train()`` returns the history it restored)."""
+    by_step = {record["step"]: record for record in [*earlier, *latest]}
+    return [by_step[step] for step in sorted(by_step)]
+
+
 def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, samples: int, temperature: float,
                       env_id: str, reward_key: str = "joint_reward_mean", extra: dict[str, Any] | None = None,
                       resume: str | os.PathLike | None = None, greedy: bool = True) -> dict[str, Any]:
@@ -266,7 +272,7 @@ def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, 
         trainer.load(resumed)
     history = trainer.train()
     if resume is not None:
-        history = history_before(resumed) + history
+        history = merged_history(history_before(resumed), history)
     train_s = time.perf_counter() - started - eval_s
     after = evaluate_all("after")
     evaluations = {name: compare(before[name], after[name]) for name in settings}
@@ -340,5 +346,5 @@ def debate_team_and_envs(args: Any, model_name: str = "smollm2-135m") -> tuple[A
     return team, env, eval_env
 
 
-__all__ = ["debate_experiment_parser", "debate_team_and_envs", "train_and_compare", "HeldOutScores", "held_out_scores", "scores_from", "compare", "format_comparison", "interval",
+__all__ = ["merged_history", "history_before", "debate_experiment_parser", "debate_team_and_envs", "train_and_compare", "HeldOutScores", "held_out_scores", "scores_from", "compare", "format_comparison", "interval",
            "fix_rate", "transition_summary", "plot_learning_curve"]
