@@ -23,7 +23,11 @@ the I→C rate change, the checkpoint path, the training history), ``learning_cu
 step), one ``report.html`` per evaluation, and the checkpoint (``llm-marl bench arithmetic_debate-v0
 --checkpoint OUT`` replays it).
 
-The measured run and what it shows are in the README ("Training results").
+``--resume OUT/checkpoints/step-N`` evaluates the untrained team, loads that checkpoint and trains on
+up to ``--steps`` (a checkpoint at ``--steps`` is only evaluated): the way to re-evaluate a trained
+team on more tasks. ``--samples 0`` plays greedily only, ``--no-greedy`` only the sampled plays.
+
+The measured runs and what they show are in the README ("Training results").
 """
 from __future__ import annotations
 
