@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from .files import write_file_atomically
+
 DEFAULT_MODEL = "smollm2-135m"
 CACHE_ENV = "LLM_MARL_CACHE"
 # name -> (package that ships the GGUF, file name inside it)
@@ -118,22 +120,16 @@ def gguf_weights(name_or_path: str | os.PathLike = DEFAULT_MODEL, weight_type: s
         return target
     import llama_cpp
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    os.close(fd)
-    try:
+    def quantize(tmp: Path) -> None:
         params = llama_cpp.llama_model_quantize_default_params()
         params.ftype = GGUF_WEIGHT_TYPES[weight_type]
         params.allow_requantize = True
         params.nthread = max(1, os.cpu_count() or 1)
-        status = llama_cpp.llama_model_quantize(str(source).encode(), tmp.encode(), params)
+        status = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
         if status != 0:
             raise RuntimeError(f"llama.cpp could not convert {source} to {weight_type} (status {status})")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return target
+
+    return write_file_atomically(target, quantize)
 
 
 def resolve(name_or_path: str | os.PathLike = DEFAULT_MODEL, cache_dir: str | os.PathLike | None = None) -> str:
