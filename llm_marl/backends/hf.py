@@ -384,7 +384,7 @@ class HFPolicy:
                 if len(firsts) < batch:                                     # copy each prompt's cache to its G rows
                     cache.batch_select_indices(expand)
                 logits = out.logits[:, -1, :].float()[expand]
-                mask, positions, step_ids = mask[expand], positions[expand], ids[expand]
+                mask, positions = mask[expand], positions[expand]
                 kwargs = select(adapters)
                 for step in range(params.max_new_tokens):
                     if greedy:
@@ -445,17 +445,8 @@ class HFPolicy:
         matches = [self.kv_cache.longest_prefix(a, p) if self.reuse_cache else (None, 0)
                    for p, a in zip(prompts, adapters)]
         reused = [n for _, n in matches]
-        stats, extended = self.cache_stats, set()
-        for prompt, (key, n) in zip(prompts, matches):
-            stats.prefill_tokens += len(prompt) - n
-            stats.prefill_tokens_saved += n
-            if key is not None and n == len(key[1]):
-                stats.hits += 1
-                extended.add(key)
-            elif n:
-                stats.partial += 1
-            else:
-                stats.misses += 1
+        extended = {key for prompt, (key, n) in zip(prompts, matches)
+                    if self.cache_stats.record(len(prompt), key, n)}
         ids, new_mask = self._left_pad([p[n:] for p, n in zip(prompts, reused)])
         width = max(reused)
         stored_mask = torch.tensor([[0] * (width - n) + [1] * n for n in reused], dtype=torch.long)

@@ -314,17 +314,10 @@ class LlamaCppPolicy(InferenceBackend):
         Counts the stream in :attr:`cache_stats` (one per stream, so the G samples of a prompt count G times).
         """
         key, n = self.kv_cache.longest_prefix(None, prompt) if self.reuse_cache else (None, 0)
-        stats = self.cache_stats
-        stats.prefill_tokens += len(prompt) - n
-        stats.prefill_tokens_saved += n
-        if key is None or n == 0:
-            stats.misses += 1
-            return 0
-        if n == len(key[1]):
-            stats.hits += 1
+        if self.cache_stats.record(len(prompt), key, n):
             self._extended.add(key)
-        else:
-            stats.partial += 1
+        if key is None or n == 0:
+            return 0
         state = self.kv_cache.get(key)
         if self._llama_cpp.llama_state_seq_set_data(self._ctx.ctx, state, len(state), seq) != len(state):
             raise RuntimeError(f"llama.cpp could not restore a stored sequence of {len(key[1])} tokens into "

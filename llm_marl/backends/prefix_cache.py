@@ -35,6 +35,19 @@ class CacheStats:
     splices: int = 0                # prompts built with the agent's earlier answer ids as sampled
     splice_fallbacks: int = 0       # earlier answers the chat template would not let us splice (rendered afresh)
 
+    def record(self, prompt_length: int, key: tuple | None, reused: int) -> bool:
+        """Count one prompt that reuses ``reused`` tokens of stored entry ``key``; whether it extends the entry whole."""
+        self.prefill_tokens += prompt_length - reused
+        self.prefill_tokens_saved += reused
+        if key is None or reused == 0:
+            self.misses += 1
+            return False
+        if reused == len(key[1]):
+            self.hits += 1
+            return True
+        self.partial += 1
+        return False
+
     def as_dict(self) -> dict[str, int]:
         """The counters as a plain dict (for metrics)."""
         return asdict(self)
