@@ -231,11 +231,12 @@ def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, 
                       resume: str | os.PathLike | None = None, greedy: bool = True) -> dict[str, Any]:
     """Evaluate the trainer's team on ``eval_tasks`` held-out tasks, train it, evaluate again; write the results.
 
-    Both settings (greedy, and ``samples`` draws per task at ``temperature``; ``samples=0``: greedy only) are
-    played before and after on the same tasks with the same seeds (``greedy=False``: the sampled one only). ``resume``: a checkpoint to load after the
-    "before" evaluation (training continues from it up to ``max_steps``; one at ``max_steps`` is only evaluated).
-    The trainer must hold the untrained team: one built with ``resume_from_checkpoint`` is refused. Writes ``out/results.json`` (the dict returned), ``out/learning_curve.png``
-    and one ``report.html`` per evaluation under ``out/eval-<setting>-<before|after>/``.
+    Both settings (greedy, and ``samples`` draws per task at ``temperature``; ``samples=0``: greedy only;
+    ``greedy=False``: the sampled one only) are played before and after on the same tasks with the same seeds.
+    ``resume``: a checkpoint to load after the "before" evaluation (training continues from it up to
+    ``max_steps``; one at ``max_steps`` is only evaluated). The trainer must hold the untrained team: one
+    built with ``resume_from_checkpoint`` is refused. Writes ``out/results.json`` (the dict returned),
+    ``out/learning_curve.png`` and one ``report.html`` per evaluation under ``out/eval-<setting>-<before|after>/``.
     """
     import time
 
