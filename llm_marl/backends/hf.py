@@ -70,8 +70,10 @@ class HFPolicy:
       process's ``torch.get_num_threads()``; the process setting is restored after the call.
       :attr:`last_threads` records the choice.
     * ``grouped_lora``: a mixed-adapter batch runs through :class:`~llm_marl.backends.lora_rows.AdapterRows`
-      (each adapter's rows found once per batch) instead of PEFT's per-forward ``adapter_names`` hooks;
-      same arithmetic, same outputs. Off, or for adapters it does not cover (DoRA, merged), PEFT's path runs.
+      (every adapter of a layer stacked into two matrix products for the whole batch) instead of PEFT's
+      per-forward ``adapter_names`` hooks, gathers and scatters; the same sums in another order, so the
+      outputs agree within float rounding. Off, or for adapters it does not cover (DoRA, merged, active
+      dropout), PEFT's path runs.
     * ``drop_finished_rows``: rows that sampled EOS leave the decode batch (see :meth:`_decode`).
     """
 
