@@ -5,7 +5,7 @@ import torch
 
 import llm_marl_envs
 from llm_marl.backends.hf import HFPolicy
-from llm_marl.backends.prefix_cache import CacheStats, PrefixCache
+from llm_marl.backends.prefix_cache import CacheStats, PrefixCache, common_prefix_length
 from llm_marl.models import DEFAULT_MODEL, load_tokenizer, tiny_model
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
@@ -54,7 +54,9 @@ def test_greedy_debates_are_the_same_with_and_without_kv_reuse(team, splice):
             for agent in turn_a:
                 assert turn_a[agent].logprobs == pytest.approx(turn_b[agent].logprobs, abs=1e-4)
     later_rows = 3 * 2 * 2                                   # turns 1 and 2 of 3 episodes, 2 agents (mixed adapters)
-    assert stats.misses == 3 * 2 and stats.hits + stats.partial == later_rows
+    # turn 0: the 3 prompts of each agent share their system message and instructions, run once per adapter
+    assert (stats.misses, stats.shared, stats.shared_prefixes) == (0, 3 * 2, 2)
+    assert stats.hits + stats.partial == later_rows
     if splice:                                               # the prompts keep the sampled ids: every turn extends
         assert stats.hits == later_rows and stats.prefill_tokens_saved > stats.prefill_tokens
     else:                     # re-tokenized random answers often split otherwise: only their shared prefix is reused
@@ -80,7 +82,8 @@ def test_magrpo_trees_are_the_same_with_and_without_kv_reuse(team, joint_mode):
         trees[reuse] = levels
     assert trees[True] == trees[False]
     first_level_rows = 2 * 2                                  # 2 roots x 2 agents, prompts shared by the G samples
-    assert policy.cache_stats.misses == first_level_rows        # every later prompt reuses its parent's cache
+    # the roots' prompts share their prefix (run once per adapter); every later prompt reuses its parent's cache
+    assert policy.cache_stats.misses == 0 and policy.cache_stats.shared == first_level_rows
     # (a partial hit: a sampled answer whose text re-tokenizes to other ids, without answer splicing)
     assert policy.cache_stats.hits > policy.cache_stats.partial and len(policy.kv_cache) == 0
 
@@ -139,6 +142,36 @@ def test_next_turn_prompt_extends_this_turn_or_the_fallback_is_counted(team, tem
         assert stats.partial == 1 and stats.hits == 0 and stats.prefill_tokens_saved >= len(prompt) - 2
     if not answer[0].isspace():                                   # the template keeps ordinary answers as a prefix
         assert stats.hits == 1
+
+
+def test_a_prefix_shared_by_a_calls_prompts_runs_once_per_adapter(team):
+    policy = team.policy("agent_0")
+    system = {"role": "system", "content": "You are one agent of a team. Answer with a number in \\boxed{}."}
+    conversations = [[system, {"role": "user", "content": f"What is {i} + {3 * i}?"}] for i in range(4)]
+    adapters = ["agent_0", "agent_1"] * 2
+    outputs, stats = {}, {}
+    for reuse in (False, True):
+        policy.reuse_cache, policy.cache_stats = reuse, CacheStats()
+        policy.clear_cache()
+        outputs[reuse] = [[(g.completion_ids, g.logprobs) for g in group]
+                          for group in policy.generate(conversations, GREEDY, adapters=adapters, num_samples=2)]
+        stats[reuse] = policy.cache_stats
+    prompts = [policy.encode(c) for c in conversations]
+    shared = min(common_prefix_length(prompts[0], p) for p in prompts[1:])
+    assert shared >= 16
+    assert [[ids for ids, _ in group] for group in outputs[True]] == [[ids for ids, _ in group] for group in outputs[False]]
+    for group_on, group_off in zip(outputs[True], outputs[False]):
+        for (_, on), (_, off) in zip(group_on, group_off):
+            assert on == pytest.approx(off, abs=1e-4)
+    assert (stats[False].shared, stats[False].prefill_tokens) == (0, sum(map(len, prompts)))
+    on = stats[True]
+    assert (on.misses, on.shared, on.shared_prefixes) == (0, 4, 2)          # one prefix per adapter, 2 prompts each
+    assert on.prefill_tokens == 2 * shared + sum(len(p) - shared for p in prompts)
+    assert all(len(key[1]) > shared for key in policy.kv_cache._entries)     # the prefixes left with the call
+    policy.cache_stats = CacheStats()
+    policy.clear_cache()
+    policy.generate(conversations[:2], GREEDY, adapters=["agent_0", "agent_1"])   # one prompt per adapter: nothing shared
+    assert (policy.cache_stats.shared_prefixes, policy.cache_stats.misses) == (0, 2)
 
 
 def kv_of(model, ids: list[int]):

@@ -34,6 +34,8 @@ class CacheStats:
     prefill_tokens_saved: int = 0   # prompt tokens taken from the store instead
     splices: int = 0                # prompts built with the agent's earlier answer ids as sampled
     splice_fallbacks: int = 0       # earlier answers the chat template would not let us splice (rendered afresh)
+    shared: int = 0                 # prompts that started from a prefix they share with others of the call, run once
+    shared_prefixes: int = 0        # such prefixes run (their tokens count in prefill_tokens once)
 
     def record(self, prompt_length: int, key: tuple | None, reused: int) -> bool:
         """Count one prompt that reuses ``reused`` tokens of stored entry ``key``; whether it extends the entry whole."""
@@ -47,6 +49,12 @@ class CacheStats:
             return True
         self.partial += 1
         return False
+
+    def record_shared(self, prompt_length: int, reused: int) -> None:
+        """Count one prompt that starts from a prefix of ``reused`` tokens run once for several prompts of the call."""
+        self.prefill_tokens += prompt_length - reused
+        self.prefill_tokens_saved += reused
+        self.shared += 1
 
     def as_dict(self) -> dict[str, int]:
         """The counters as a plain dict (for metrics)."""
