@@ -52,7 +52,8 @@ import llm_marl_envs  # noqa: E402
 from llm_marl.backends.hf import HFPolicy  # noqa: E402
 from llm_marl.backends.llamacpp import LlamaCppPolicy  # noqa: E402
 from llm_marl.backends.prefix_cache import CacheStats  # noqa: E402
-from llm_marl.models import gguf_path, load, tiny_model  # noqa: E402
+from llm_marl.backends import llamacpp_weights  # noqa: E402
+from llm_marl.models import load, tiny_model  # noqa: E402
 from llm_marl.policy import SamplingParams  # noqa: E402
 from llm_marl.rollout import RolloutEngine  # noqa: E402
 from llm_marl.team import Team  # noqa: E402
@@ -68,9 +69,9 @@ def hf_team(model_name: str, num_agents: int, lora: bool, threads: int) -> Team:
 
 
 def llamacpp_team(model_name: str, num_agents: int, lora: bool, threads: int) -> Team:
-    """The agents on one llama.cpp policy over the GGUF of ``model_name`` (embedded name or .gguf path); no LoRA."""
-    path = model_name if model_name.endswith(".gguf") else gguf_path(model_name)
-    policy = LlamaCppPolicy(path, n_ctx=1024, max_batch=32, n_threads=threads)
+    """The agents on one llama.cpp policy over ``model_name`` (embedded name: F16 weights, as the library runs it;
+    or a .gguf path); no LoRA."""
+    policy = LlamaCppPolicy(llamacpp_weights(model_name), n_ctx=1024, max_batch=32, n_threads=threads)
     return Team.from_policies({f"agent_{i}": policy for i in range(num_agents)})
 
 
@@ -118,7 +119,8 @@ def measure(backend: str, args: argparse.Namespace) -> float:
         generated = sum(e.num_tokens for e in episodes)
         print(f"{backend} reuse={'on ' if reuse else 'off'} {results[reuse]:.4f} episodes/s  {elapsed:.1f} s  "
               f"prefill_tokens={counts.prefill_tokens} saved={counts.prefill_tokens_saved} "
-              f"hits={counts.hits} partial={counts.partial} misses={counts.misses} "
+              f"hits={counts.hits} partial={counts.partial} misses={counts.misses} shared={counts.shared} "
+              f"shared_prefixes={counts.shared_prefixes} "
               f"generated_tokens={generated} load={os.getloadavg()[0]:.1f}")
     same = sum(a == b for a, b in zip(trajectories[True], trajectories[False]))
     print(f"{backend} identical_episodes={trajectories[True] == trajectories[False]} "

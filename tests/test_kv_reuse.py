@@ -5,7 +5,7 @@ import torch
 
 import llm_marl_envs
 from llm_marl.backends.hf import HFPolicy
-from llm_marl.backends.prefix_cache import CacheStats, PrefixCache, common_prefix_length
+from llm_marl.backends.prefix_cache import CacheStats, PrefixCache, common_prefix_length, shared_prefixes
 from llm_marl.models import DEFAULT_MODEL, load_tokenizer, tiny_model
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
@@ -172,6 +172,15 @@ def test_a_prefix_shared_by_a_calls_prompts_runs_once_per_adapter(team):
     policy.clear_cache()
     policy.generate(conversations[:2], GREEDY, adapters=["agent_0", "agent_1"])   # one prompt per adapter: nothing shared
     assert (policy.cache_stats.shared_prefixes, policy.cache_stats.misses) == (0, 2)
+
+
+def test_shared_prefixes_groups_prompts_by_what_they_share():
+    system_a, system_b = list(range(100, 120)), list(range(200, 230))
+    prompts = [system_a + [1, 2], system_b + [5], system_a + [3], system_b + [6, 7], [9] * 40, system_b + [5]]
+    assert sorted(shared_prefixes(prompts)) == sorted([tuple(system_a), tuple(system_b)])
+    assert shared_prefixes([[9] * 40] * 3) == [tuple([9] * 39)]              # G samples of one prompt: all but the last
+    assert shared_prefixes([system_a + [1], system_a + [2]], min_length=21) == []   # too short to be worth a pass
+    assert shared_prefixes([system_a + [1]]) == []
 
 
 def kv_of(model, ids: list[int]):

@@ -41,7 +41,9 @@ def test_llamacpp_greedy_debates_are_the_same_with_and_without_kv_reuse():
     reused, stats = debate(policy, GREEDY, reuse=True)
     assert reused == plain
     later_rows = 2 * 2 * 2                                   # turns 1 and 2 of 2 debates, 2 agents
-    assert stats.misses == 2 * 2 and stats.hits == later_rows and stats.partial == 0
+    # turn 0: each agent's 2 prompts share its system message and instructions, prefilled once per agent
+    assert (stats.misses, stats.shared, stats.shared_prefixes) == (0, 2 * 2, 2)
+    assert stats.hits == later_rows and stats.partial == 0
     assert stats.splices == later_rows and stats.splice_fallbacks == 0
     assert stats.prefill_tokens_saved > stats.prefill_tokens
     for i in (i for i in range(len(reused)) if i % 6 < 4):         # turn t+1 extends turn t's tokens (per agent)

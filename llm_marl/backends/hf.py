@@ -12,7 +12,8 @@ from ..hardware import CoreMeter
 from ..policy import Conversation, Generation, SamplingParams
 from ..sharding import full_tensor, shard_like
 from .lora_rows import BASE_ADAPTER, AdapterRows
-from .prefix_cache import AnswerSplicer, CacheStats, PrefixCache, common_prefix_length, conversation_key, remember
+from .prefix_cache import (MIN_SHARED_PREFIX, AnswerSplicer, CacheStats, PrefixCache, conversation_key, remember,
+                           shared_prefixes)
 
 
 class _OptimizerSteps:
@@ -443,10 +444,11 @@ class HFPolicy:
 
         The prompts of one turn of many episodes (or the roots of many MAGRPO trees) share their
         system message and instructions (41 of 69 tokens in ``arithmetic_debate-v0``) but have nothing
-        stored yet. Where at least two distinct prompts of an adapter reuse less than
-        :data:`MIN_SHARED_PREFIX` tokens from the store and share at least that many, their common prefix
-        runs in one row and goes into the store, so the prefill that follows runs only what each adds
-        (counted as ``shared``; the store entry is dropped after the call). Only with ``reuse_cache``.
+        stored yet. Where distinct prompts of an adapter reuse less than :data:`MIN_SHARED_PREFIX` tokens
+        from the store and share at least that many (:func:`~llm_marl.backends.prefix_cache.shared_prefixes`),
+        each such prefix runs in one row and goes into the store, so the prefill that follows runs only
+        what each prompt adds (counted as ``shared``; the entries are dropped after the call). Only with
+        ``reuse_cache``.
         """
         if not self.reuse_cache:
             return set()
@@ -454,12 +456,7 @@ class HFPolicy:
         for prompt, adapter in zip(prompts, adapters):
             if self.kv_cache.longest_prefix(adapter, prompt)[1] < MIN_SHARED_PREFIX:
                 candidates.setdefault(adapter, []).append(prompt)
-        prefixes = []
-        for adapter, group in candidates.items():
-            if len(group) > 1:
-                n = min(min(common_prefix_length(group[0], p) for p in group[1:]), min(len(p) for p in group) - 1)
-                if n >= MIN_SHARED_PREFIX:
-                    prefixes.append((group[0][:n], adapter))
+        prefixes = [(list(prefix), adapter) for adapter, group in candidates.items() for prefix in shared_prefixes(group)]
         if not prefixes:
             return set()
         shared_prompts, shared_adapters = [p for p, _ in prefixes], [a for _, a in prefixes]
@@ -672,8 +669,6 @@ def nucleus_sample(logits: torch.Tensor, top_p: float, generator: torch.Generato
     choice = torch.multinomial(torch.where(keep, probs, torch.zeros_like(probs)), 1, generator=generator)
     return index.gather(-1, choice).squeeze(-1)
 
-
-MIN_SHARED_PREFIX = 16   # tokens that store-missing prompts of an adapter must share before the prefix runs once
 
 MIN_DECODE_ROWS = 4   # fewer rows take torch's matrix-vector kernels, whose sums round differently
 

@@ -68,7 +68,7 @@ from typing import Any, Sequence
 from ..hardware import CoreMeter, buffer_choice
 from ..policy import Conversation, Generation, SamplingParams
 from .base import InferenceBackend, SeedSource
-from .prefix_cache import AnswerSplicer, CacheStats, PrefixCache
+from .prefix_cache import MIN_SHARED_PREFIX, AnswerSplicer, CacheStats, PrefixCache, shared_prefixes
 
 
 def _close_all(resources_ref: "weakref.ref[contextlib.ExitStack]") -> None:
@@ -196,6 +196,7 @@ class LlamaCppPolicy(InferenceBackend):
         self.splice_answers = splice_answers
         self.kv_cache = PrefixCache(cache_bytes)
         self.cache_stats = CacheStats()
+        self._shared: set[tuple] = set()      # store keys of the prefixes this call's streams share
         self.splicer = AnswerSplicer(
             render=self._render, tokenize=self._tokenize,
             detokenize=lambda ids: self._model.detokenize(ids).decode("utf-8", errors="replace"),
@@ -276,6 +277,7 @@ class LlamaCppPolicy(InferenceBackend):
         results: list[Generation | None] = [None] * len(jobs)
         self._extended: set = set()                     # stored entries some job extended whole: superseded
         try:
+            self._shared = self._prefill_shared_prefixes([ids for ids, _ in jobs]) if self.reuse_cache else set()
             while queue or streams:
                 while queue and len(streams) < self.max_batch:
                     streams.append(self._start(queue.popleft(), jobs, params, len(streams)))
@@ -308,13 +310,42 @@ class LlamaCppPolicy(InferenceBackend):
             lib.llama_memory_clear(self._memory, False)
         return results  # type: ignore[return-value]
 
+    def _prefill_shared_prefixes(self, prompts: list[list[int]]) -> set[tuple]:
+        """Prefill, once each, the prefixes that the call's store-missing streams share, and store them; their keys.
+
+        A call's prompts share their system message and instructions (and the G samples of one prompt
+        share all of it). Streams that reuse less than ``MIN_SHARED_PREFIX`` tokens from the store are
+        grouped by what they share (:func:`~llm_marl.backends.prefix_cache.shared_prefixes`); each
+        group's prefix runs once, in sequences ``0..k-1`` of one batch, and goes into the store, so each
+        stream restores it and prefills only the rest (counted as ``shared``; dropped after the call).
+        """
+        candidates = [p for p in prompts if self.kv_cache.longest_prefix(None, p)[1] < MIN_SHARED_PREFIX]
+        streams = [_Stream(job=-1, prompt=list(prefix), sampler=None)
+                   for prefix in shared_prefixes(candidates)][:self.max_batch]
+        while any(stream.prefilling for stream in streams):
+            self._fill_batch(streams)
+            status = self._llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
+            if status != 0:
+                raise RuntimeError(f"llama_decode failed with status {status} prefilling {len(streams)} shared prefixes")
+        keys = set()
+        for seq, stream in enumerate(streams):
+            self._store(seq, stream)
+            self._llama_cpp.llama_memory_seq_rm(self._memory, seq, -1, -1)
+            self.cache_stats.prefill_tokens += len(stream.prompt)
+            self.cache_stats.shared_prefixes += 1
+            keys.add((None, tuple(stream.prompt)))
+        self._extended |= keys
+        return keys
+
     def _restore(self, prompt: list[int], seq: int) -> int:
         """Put the stored states of ``prompt``'s longest stored prefix into empty sequence ``seq``; its length.
 
         Counts the stream in :attr:`cache_stats` (one per stream, so the G samples of a prompt count G times).
         """
         key, n = self.kv_cache.longest_prefix(None, prompt) if self.reuse_cache else (None, 0)
-        if self.cache_stats.record(len(prompt), key, n):
+        if key in self._shared and n == len(key[1]):
+            self.cache_stats.record_shared(len(prompt), n)
+        elif self.cache_stats.record(len(prompt), key, n):
             self._extended.add(key)
         if key is None or n == 0:
             return 0

@@ -23,6 +23,9 @@ from typing import Any, Callable, Collection, Hashable, Sequence
 from ..policy import Conversation
 
 
+MIN_SHARED_PREFIX = 16   # tokens that a call's store-missing prompts must share before that prefix runs once for all
+
+
 @dataclass
 class CacheStats:
     """Counters of prefix reuse (per distinct prompt row) and of answers spliced in as sampled."""
@@ -67,6 +70,33 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     if a[:n] == b[:n]:
         return n
     return next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+
+
+def shared_prefixes(prompts: Sequence[Sequence[int]], min_length: int = MIN_SHARED_PREFIX) -> list[tuple[int, ...]]:
+    """Prefixes of at least ``min_length`` tokens that two or more of ``prompts`` share, one per group of prompts.
+
+    The prompts are sorted; neighbours sharing fewer than ``min_length`` tokens start a new group, and a
+    group's prefix is what all its prompts share, short of each one's last token (which must still run
+    to give the next token's logits). A debate turn's prompts make one group per agent (its system
+    message and the instructions); the G samples of one prompt share all of it but the last token.
+    """
+    ordered = sorted(tuple(p) for p in prompts)
+    groups: list[list[tuple[int, ...]]] = []
+    shared: list[int] = []
+    for before, prompt in zip([None, *ordered], ordered):
+        n = common_prefix_length(before, prompt) if before is not None else 0
+        if n < min_length:
+            groups.append([prompt])
+            shared.append(len(prompt))
+        else:
+            groups[-1].append(prompt)
+            shared[-1] = min(shared[-1], n)
+    out = []
+    for group, n in zip(groups, shared):
+        n = min(n, min(map(len, group)) - 1)
+        if len(group) > 1 and n >= min_length:
+            out.append(group[0][:n])
+    return out
 
 
 class PrefixCache:
