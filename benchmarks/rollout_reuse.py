@@ -11,31 +11,35 @@ included. ``--backend hf|llamacpp|both`` (default both, one after the other in o
 Defaults: ``arithmetic_debate-v0`` test tasks 0..15, 16 episodes of 2 agents x 3 turns advanced
 together (32 prompts per generate call), greedy, 48 new tokens, the embedded SmolLM2-135M: through HF
 in fp32 with one LoRA adapter per agent (a mixed-adapter batch, as in training), and through
-llama.cpp on its Q4_1 GGUF (one policy for both seats, ``max_batch=32``, ``n_ctx=1024``); threads =
-cores. The script compares the greedy episodes of both modes token for token: on HF they must be the
-same; on llama.cpp they can differ at near-ties (float rounding, see ``llm_marl.backends.llamacpp``).
+llama.cpp on its F16 weights (the library's default for the embedded model; one policy for both
+seats, ``max_batch=32``, ``n_ctx=1024``); threads = cores. The script compares the greedy episodes
+of both modes token for token: on HF they must be the same; on llama.cpp they can differ at
+near-ties (float rounding, see ``llm_marl.backends.llamacpp``).
 
 Goal: ratio >= 2. Each backend prints ``<backend> ratio=<episodes/s with reuse / without>``; the last
 line is ``ratio=<the smaller of them>``.
 
-Measured (2 cores under a load average of 5-7 from other jobs, so ``--threads 1``; defaults otherwise;
-the absolute rates are ~2x slower than on a quiet machine, the ratios are what to compare):
+Measured (2 cores, ``--threads 1``, the other core running a sampled evaluation; defaults otherwise;
+``--backend hf`` and ``--backend llamacpp`` one after the other):
 
-    backend   mode       episodes/s  time     prefill tokens (saved)  hits/partial/misses  generated
-    hf        reuse off  0.0523      306.1 s  15904                   0/0/96               1390
-    hf        reuse on   0.0866      184.7 s   7598 (8306)            64/0/32              1390
-    llamacpp  reuse off  0.0376      425.1 s  15902                   0/0/96               1267
-    llamacpp  reuse on   0.0859      186.4 s   7676 (8258)            64/0/32              1306
-    hf identical 96/96 agent turns, ratio=1.66; llamacpp identical 79/96, ratio=2.28; ratio=1.66
+    backend   mode       episodes/s  time    prefill tokens (saved)  hits/partial/misses/shared  generated
+    hf        reuse off  0.1918      83.4 s  15904                   0/0/96/0                    1390
+    hf        reuse on   0.3916      40.9 s   6420 (9566)            64/0/0/32                   1390
+    llamacpp  reuse off  0.2416      66.2 s  15904                   0/0/96/0                    1294
+    llamacpp  reuse on   0.4570      35.0 s   6448 (9578)            64/0/0/32                   1388
+    hf identical 96/96 agent turns, ratio=2.04; llamacpp identical 92/96, ratio=1.89
 
-llama.cpp meets the goal, HF does not (1.81 in an earlier run under a lighter load). On both, reuse
-halves the prompt tokens run (every turn-1 and turn-2 prompt extends its agent's stored sequence
-whole: answers are spliced in as sampled); what is left is turn 0 (32 rows of ~69 tokens, no store
-yet), each new user message (the other agent's answer and the instructions, which follow a different
-prefix in every row), and the decode steps, which cost the same in both modes. llama.cpp gains more
-because its prefill is the larger share of its time (its batched decode steps are cheap). On
-llama.cpp 17 of 96 agent turns differ between the modes: one greedy near-tie flipped by rounding
-changes that answer and the turns after it, so the two runs do not generate the same tokens.
+Reuse runs 60% fewer prompt tokens: every turn-1 and turn-2 prompt extends its agent's stored
+sequence whole (answers are spliced in as sampled), and the turn-0 prompts of each agent share their
+system message and instructions (41 of 69 tokens), prefilled once per agent (``shared``). What is
+left: the rest of turn 0, each new user message (the other agent's answer and the instructions,
+after a different prefix in every row), and the decode steps, which cost the same in both modes.
+On llama.cpp the decode steps are ~35% of the reused rollout (fitting time = prefill tokens x p +
+generated tokens x d to the two runs gives p ~3.4 ms, d ~9.5 ms), so its ratio is near the ceiling
+of what reuse can save; 4 of 96 agent turns differ between the modes there (a greedy near-tie
+flipped by rounding changes that answer and the turns after it). Earlier runs, before the shared
+prefixes and the stacked LoRA product: HF 1.59-1.66, llama.cpp 1.70 (Q4_1, idle, 2 threads) and
+2.28 (Q4_1, one thread under a load of 5-7).
 """
 from __future__ import annotations
 
