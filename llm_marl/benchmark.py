@@ -390,12 +390,12 @@ def write_report(out_dir: str | os.PathLike) -> dict[str, Any]:
     out = Path(out_dir)
     view, run = run_view(out)
     summary = view.summary
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    write_text_atomically(out / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     title = f"{summary['env_id']} — {summary['baseline']} (95% CI)"
     figures = report.run_figures([view], title)
     for (_, fig, _), name in zip(figures, (ACCURACY_PLOT, TRANSITIONS_PLOT)):
         report.save_png(fig, out / name)
-    (out / REPORT_FILE).write_text(render_report(summary, run), encoding="utf-8")
+    write_text_atomically(out / REPORT_FILE, render_report(summary, run))
     report.write_html_report(out / report.REPORT_HTML, f"Benchmark: {summary['env_id']} — {summary['baseline']}",
                              [view], meta=run_meta(summary, run), figures=report.embed(figures))
     return summary

@@ -38,7 +38,7 @@ import numpy as np
 
 from llm_marl_envs import metrics
 
-from .files import write_text_atomically
+from .files import write_file_atomically, write_text_atomically
 
 REPORT_HTML = "report.html"
 TRANSITION_KEYS = {"C→I": "C-I", "I→C": "I-C"}   # label -> URL value (ASCII, for the hash)
@@ -127,8 +127,8 @@ def pyplot():
 
 
 def save_png(fig: Any, path: str | os.PathLike) -> None:
-    """Write ``fig`` as PNG."""
-    fig.savefig(path, dpi=120)
+    """Write ``fig`` as PNG (atomically: a reader never sees half a file)."""
+    write_file_atomically(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
 
 
 def svg_of(fig: Any) -> str:

@@ -150,6 +150,26 @@ def test_bench_run_writes_episodes_summary_report_and_plots(tiny_policy, tmp_pat
     assert (tmp_path / "accuracy_per_turn.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_rebuilding_a_report_that_fails_keeps_the_old_files_whole(tiny_policy, tmp_path, monkeypatch):
+    import llm_marl.benchmark as benchmark
+
+    run_benchmark(tiny_config(), tmp_path, policies={"tiny": tiny_policy}, progress=False)
+    before = {name: (tmp_path / name).read_bytes() for name in ("summary.json", "report.md", "accuracy_per_turn.png")}
+
+    from matplotlib.figure import Figure
+
+    def half_written(fig, path, **kwargs):          # the disk fills up in the middle of the file
+        with open(path, "wb") as f:
+            f.write(b"\x89PNG half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Figure, "savefig", half_written)
+    with pytest.raises(OSError, match="disk full"):
+        benchmark.write_report(tmp_path)
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
 def test_bench_resume_skips_finished_episodes(tiny_policy, tmp_path):
     run_benchmark(tiny_config(episodes=2), tmp_path, policies={"tiny": tiny_policy}, progress=False)
     before = (tmp_path / "episodes.jsonl").read_text().splitlines()
