@@ -49,7 +49,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning OpenMP worker
 import torch  # noqa: E402
 
 import llm_marl_envs  # noqa: E402
-from llm_marl.backends.prefix_cache import common_prefix_length  # noqa: E402
+from llm_marl.backends.prefix_cache import CacheStats, common_prefix_length  # noqa: E402
 from llm_marl.hardware import free_cores  # noqa: E402
 from llm_marl.models import load  # noqa: E402
 from llm_marl.policy import SamplingParams  # noqa: E402
@@ -84,6 +84,14 @@ def weight_flops_per_token(policy) -> float:
     if adapters:
         weights += sum(p.numel() for n, p in base.named_parameters() if f".{adapters[0]}." in n)
     return 2.0 * weights
+
+
+def prefill_flops_per_token(policy) -> float:
+    """``2 x`` (non-embedding weights + one LoRA adapter): a prompt token's weight FLOPs (no LM head: only the last
+    prompt position's logits are computed; attention not counted, so prefill figures are a slight undercount)."""
+    base = policy.model.get_base_model() if policy.is_peft else policy.model
+    head = base.config.vocab_size * base.config.hidden_size
+    return weight_flops_per_token(policy) - 2.0 * head
 
 
 def attention_flops(config, context: int) -> float:
@@ -160,17 +168,30 @@ def main() -> None:
     runs = {}
     for grouped in ([False, True] if args.compare_before else [True]):
         policy.grouped_lora = policy.drop_finished_rows = grouped
+        policy.prefill_seconds = policy.decode_seconds = 0.0
+        policy.cache_stats = CacheStats()
         episodes, seconds = timed_collect(engine, tasks)
-        decode, prefill, tokens = decode_flops(episodes, per_token, config)
-        runs[grouped] = episodes, decode / seconds
-        print(f"hf {'after ' if grouped else 'before'} {args.episodes / seconds:.4f} episodes/s  "
-              f"{seconds:.1f} s  generated_tokens={tokens}  decode={decode / seconds / 1e9:.2f} GFLOP/s  "
-              f"with_prefill={(decode + prefill) / seconds / 1e9:.2f} GFLOP/s  load={os.getloadavg()[0]:.1f}",
+        decode, _, tokens = decode_flops(episodes, per_token, config)
+        prefill = policy.cache_stats.prefill_tokens * prefill_flops_per_token(policy)
+        runs[grouped] = episodes, decode / policy.decode_seconds
+        print(f"hf {'after ' if grouped else 'before'} {args.episodes / seconds:.4f} episodes/s  {seconds:.1f} s  "
+              f"generated_tokens={tokens}  decode_phase={policy.decode_seconds:.1f} s "
+              f"{decode / policy.decode_seconds / 1e9:.2f} GFLOP/s  prefill_phase={policy.prefill_seconds:.1f} s "
+              f"{policy.cache_stats.prefill_tokens} tokens {prefill / policy.prefill_seconds / 1e9:.2f} GFLOP/s  "
+              f"whole_rollout={(decode + prefill) / seconds / 1e9:.2f} GFLOP/s "
+              f"(decode FLOPs alone over the whole time: {decode / seconds / 1e9:.2f})  load={os.getloadavg()[0]:.1f}",
               flush=True)
     if args.compare_before:
         print(f"identical_episodes={trajectory(runs[True][0]) == trajectory(runs[False][0])}")
     peak = max(peak, peak_matmul_flops())
     print(f"peak_fp32_matmul={peak / 1e9:.1f} GFLOP/s (best of before and after) load={os.getloadavg()[0]:.1f}")
+    episodes, _ = runs[True]
+    decode, _, _ = decode_flops(episodes, per_token, config)
+    prefill = policy.cache_stats.prefill_tokens * prefill_flops_per_token(policy)
+    print(f"fractions of peak: decode_phase={runs[True][1] / peak:.3f} "
+          f"prefill_phase={prefill / policy.prefill_seconds / peak:.3f} "
+          f"whole_rollout={(decode + prefill) / (policy.prefill_seconds + policy.decode_seconds) / peak:.3f} "
+          f"(model time only)")
 
     if args.llamacpp_episodes:
         from llm_marl.backends import load_policy

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any, Hashable, Sequence
 
 import torch
@@ -107,6 +108,8 @@ class HFPolicy:
         _OptimizerSteps.start()          # from now on, count optimizer steps (see _check_weights)
         self._check_weights()
         self.generate_calls = 0          # batched generate calls made (the rollout engine batches across agents)
+        self.prefill_seconds = 0.0       # wall time of sampling calls spent in prefill forwards (shared prefixes too)
+        self.decode_seconds = 0.0        # ... and in decode steps (forward + sampling), for roofline measurements
         self.gradient_checkpointing = False
         self.lockstep = False            # sharded weights (FSDP): scoring makes the same forward calls on every process
         self.threads = threads
@@ -380,6 +383,7 @@ class HFPolicy:
         self.model.eval()
         try:
             with self._mixed_batch() as select:
+                began = time.perf_counter()
                 shared = self._prefill_shared_prefixes([prompts[r] for r in firsts], [adapters[r] for r in firsts],
                                                        select)
                 ids, mask, positions, cache, extended = self._prefill_inputs(
@@ -389,6 +393,8 @@ class HFPolicy:
                 if len(firsts) < batch:                                     # copy each prompt's cache to its G rows
                     cache.batch_select_indices(expand)
                 logits = out.logits[:, -1, :].float()[expand]
+                prefilled = time.perf_counter()
+                self.prefill_seconds += prefilled - began
                 mask, positions = mask[expand], positions[expand]
                 kwargs = select(adapters)
                 for step in range(params.max_new_tokens):
@@ -424,6 +430,7 @@ class HFPolicy:
                     out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
                                      past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
                     logits = out.logits[:, -1, :].float()
+                self.decode_seconds += time.perf_counter() - prefilled
         finally:
             self.model.train(was_training)
         token_matrix = token_out[:, :step + 1].tolist()
