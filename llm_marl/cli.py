@@ -75,8 +75,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .team_checkpoint import check_models, find_checkpoint, manifest_models, read_manifest
 
     models = [m.strip() for m in args.models.split(",")] if args.models else [args.model or DEFAULT_MODEL]
-    if args.models and args.model:
-        raise UserError("pass either --model (one model for every agent) or --models (one per agent), not both")
+    # --model with --models is refused by argparse (a mutually exclusive group)
     if any(not m for m in models):
         raise UserError(f"--models has an empty name in {args.models!r}; separate names with single commas")
     baselines = parse_baselines(args.baseline)

@@ -52,6 +52,13 @@ def test_bad_argument_values_exit_2(capsys):
     assert "episodes must be an int >= 1" in capsys.readouterr().err
 
 
+def test_model_and_models_together_are_refused(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "arithmetic_debate-v0", "--model", "a", "--models", "b,c"])
+    assert info.value.code == 2
+    assert "not allowed with argument --model" in capsys.readouterr().err
+
+
 def test_unreachable_server_is_a_user_error(tmp_path, capsys):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
