@@ -54,7 +54,9 @@ class HFPolicy:
       interface stays the same for every backend, and MAGRPO children (env clones) hit their
       parent's entry with no bookkeeping. A sequence extended by a call is dropped (superseded),
       the store is cleared when any weight changes, and the rollout engine calls
-      :meth:`clear_cache` when its episodes or trees are done.
+      :meth:`clear_cache` when its episodes or trees are done. Prompts of one call that find nothing
+      stored but share a prefix (a debate turn's system message and instructions) have that prefix
+      run once per adapter first (:meth:`_prefill_shared_prefixes`).
     * ``splice_answers``: a conversation that continues one of this policy's own answers is encoded
       as (the earlier prompt ids + the answer's ids as sampled + the template's tokens for the rest)
       instead of re-tokenizing the answer's text, which can give other ids. The text is the same
