@@ -1,10 +1,13 @@
 """HFPolicy's KV reuse across turns and its token-level trajectories: same tokens with and without reuse,
 bounded memory, and chat-template prompts that keep the earlier turn's tokens (or count why not)."""
+import inspect
+import warnings
+
 import pytest
 import torch
 
 import llm_marl_envs
-from llm_marl.backends.hf import HFPolicy
+from llm_marl.backends.hf import HFPolicy, cache_keyword
 from llm_marl.backends.prefix_cache import CacheStats, PrefixCache, common_prefix_length, shared_prefixes
 from llm_marl.models import DEFAULT_MODEL, load_tokenizer, tiny_model
 from llm_marl.policy import SamplingParams
@@ -249,3 +252,31 @@ def test_prefix_cache_finds_the_longest_prefix_and_evicts_least_recently_used():
     assert len(store) == 2 and store.longest_prefix("b", [1, 2, 3, 4, 5, 6]) == (None, 0)
     assert store.longest_prefix("a", [1, 2, 9, 9, 1]) == (("a", (1, 2, 3)), 2)   # [1, 2, 9, 9] went first
     assert store.nbytes <= store.max_bytes
+
+
+def test_cache_keyword_follows_the_forward_signature(team):
+    class Renamed:                                   # transformers >= 5.24
+        def forward(self, input_ids=None, cache=None):
+            pass
+
+    class Old:                                       # transformers < 5.24
+        def forward(self, input_ids=None, past_key_values=None):
+            pass
+
+    marker = object()
+    assert cache_keyword(Renamed(), marker) == {"cache": marker}
+    assert cache_keyword(Old(), marker) == {"past_key_values": marker}
+    peft_model = team.policy("agent_0").model        # a PeftModel: the base model's forward decides
+    base_forward = inspect.signature(type(peft_model.get_base_model()).forward).parameters
+    expected = "cache" if "cache" in base_forward else "past_key_values"
+    assert list(cache_keyword(peft_model, marker)) == [expected]
+
+
+def test_rollouts_and_scoring_pass_the_cache_without_deprecation_warnings(team):
+    policy = team.policy("agent_0")
+    engine = debate_engine(team, num_turns=2)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*past_key_values.*")
+        episodes, _ = collect_with(policy, engine, True, num_episodes=2)
+        turn = episodes[0].turns[1]["agent_0"]
+        policy.token_logprobs([turn.prompt_ids] * 2, [turn.completion_ids] * 2, adapter="agent_0")

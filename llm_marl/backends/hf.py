@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import time
 from typing import Any, Hashable, Sequence
 
@@ -32,6 +34,19 @@ class _OptimizerSteps:
     def _step(cls, optimizer, args, kwargs) -> None:
         cls.count += 1
 
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_parameter(model_class: type) -> str:
+    parameters = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def cache_keyword(model, cache) -> dict[str, Any]:
+    """``{name: cache}`` for a causal LM's forward: transformers 5.24 renamed ``past_key_values`` to
+    ``cache`` (the old name warns, and goes in 5.40); earlier versions know only the old name."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return {_cache_parameter(type(base)): cache}
 
 class HFPolicy:
     """A transformers causal LM + tokenizer, optionally a PEFT model carrying several named LoRA adapters.
@@ -390,8 +405,9 @@ class HFPolicy:
                                                        select)
                 ids, mask, positions, cache, extended = self._prefill_inputs(
                     [prompts[r] for r in firsts], [adapters[r] for r in firsts], params.max_new_tokens, shared)
-                out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                                 use_cache=True, logits_to_keep=1, **select([adapters[r] for r in firsts]))
+                out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                 **cache_keyword(self.model, cache), use_cache=True, logits_to_keep=1,
+                                 **select([adapters[r] for r in firsts]))
                 if len(firsts) < batch:                                     # copy each prompt's cache to its G rows
                     cache.batch_select_indices(expand)
                 logits = out.logits[:, -1, :].float()[expand]
@@ -430,7 +446,7 @@ class HFPolicy:
                     mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
                     positions = positions[:, -1:] + 1
                     out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
-                                     past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
+                                     **cache_keyword(self.model, cache), use_cache=True, logits_to_keep=1, **kwargs)
                     logits = out.logits[:, -1, :].float()
                 self.decode_seconds += time.perf_counter() - prefilled
         finally:
@@ -470,8 +486,8 @@ class HFPolicy:
             return set()
         shared_prompts, shared_adapters = [p for p, _ in prefixes], [a for _, a in prefixes]
         ids, mask, positions, cache, _ = self._prefill_inputs(shared_prompts, shared_adapters, 0, record=False)
-        self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
-                   logits_to_keep=1, **select(shared_adapters))
+        self.model(input_ids=ids, attention_mask=mask, position_ids=positions, **cache_keyword(self.model, cache),
+                   use_cache=True, logits_to_keep=1, **select(shared_adapters))
         self._store(cache, mask, list(range(len(prefixes))), shared_prompts, shared_adapters, [[]] * len(prefixes))
         self.cache_stats.shared_prefixes += len(prefixes)
         return {(adapter, tuple(prompt)) for prompt, adapter in prefixes}
@@ -588,7 +604,7 @@ class HFPolicy:
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         prompt_out = self.model(input_ids=ids, attention_mask=prompt_mask, position_ids=positions,
-                                past_key_values=cache, use_cache=True, logits_to_keep=1)
+                                **cache_keyword(self.model, cache), use_cache=True, logits_to_keep=1)
         expand = torch.tensor(source, dtype=torch.long, device=device)
         logits = prompt_out.logits[:, -1:, :][expand]                  # chose completion token 0
         completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completion_ids], dtype=torch.long,
@@ -598,8 +614,8 @@ class HFPolicy:
             inputs = completion_targets(completion_ids, width, self.pad_id)[:, :-1].to(device)
             mask = torch.cat([prompt_mask[expand], completion_mask[:, :-1]], dim=1)
             steps = positions[expand][:, -1:] + 1 + torch.arange(width - 1, device=device)
-            out = self.model(input_ids=inputs, attention_mask=mask, position_ids=steps, past_key_values=cache,
-                             use_cache=True, logits_to_keep=0)
+            out = self.model(input_ids=inputs, attention_mask=mask, position_ids=steps,
+                             **cache_keyword(self.model, cache), use_cache=True, logits_to_keep=0)
             logits = torch.cat([logits, out.logits], dim=1)
         return logits, width, completion_mask
 
