@@ -36,8 +36,8 @@ The last line's denominator changed with that run: decode FLOPs over the decode 
 issue's 0.11/0.22 baselines were generate-only), where the earlier figure below divided them by the
 whole rollout's time.
 
-Earlier, before stacked LoRA and shared prefixes (2 AVX2 cores shared with other jobs, ``--compare-before --threads 1 --llamacpp-episodes 4``,
-defaults otherwise; load ~2.0 throughout):
+Earlier, before stacked LoRA and shared prefixes (2 AVX2 cores shared with other jobs,
+``--compare-before --threads 1 --llamacpp-episodes 4``, defaults otherwise; load ~2.0 throughout):
 
     peak_fp32_matmul=73.5 GFLOP/s (before the rollout)
     hf before 0.3514 episodes/s  182.1 s  generated_tokens=3409  decode=5.29 GFLOP/s  with_prefill=34.83 GFLOP/s

@@ -35,7 +35,6 @@ class _OptimizerSteps:
         cls.count += 1
 
 
-
 @functools.lru_cache(maxsize=None)
 def _cache_parameter(model_class: type) -> str:
     parameters = inspect.signature(model_class.forward).parameters
@@ -47,6 +46,7 @@ def cache_keyword(model, cache) -> dict[str, Any]:
     ``cache`` (the old name warns, and goes in 5.40); earlier versions know only the old name."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return {_cache_parameter(type(base)): cache}
+
 
 class HFPolicy:
     """A transformers causal LM + tokenizer, optionally a PEFT model carrying several named LoRA adapters.
