@@ -12,6 +12,7 @@ initialised tiny Llama with the real SmolLM2 tokenizer for fast tests.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import tempfile
@@ -125,7 +126,14 @@ def gguf_weights(name_or_path: str | os.PathLike = DEFAULT_MODEL, weight_type: s
         params.ftype = GGUF_WEIGHT_TYPES[weight_type]
         params.allow_requantize = True
         params.nthread = max(1, os.cpu_count() or 1)
-        status = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
+        # llama.cpp logs a line per tensor through llama-cpp-python's logger: keep only its errors
+        logger = logging.getLogger("llama-cpp-python")
+        level = logger.level
+        logger.setLevel(logging.ERROR)
+        try:
+            status = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
+        finally:
+            logger.setLevel(level)
         if status != 0:
             raise RuntimeError(f"llama.cpp could not convert {source} to {weight_type} (status {status})")
 

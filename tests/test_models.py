@@ -77,12 +77,13 @@ def test_gguf_weights_refuses_unknown_types_and_models(tmp_path: Path):
         gguf_weights(str(tmp_path / "missing.gguf"), "f16", cache_dir=tmp_path)
 
 
-def test_gguf_weights_converts_the_embedded_model_once(tmp_path: Path):
+def test_gguf_weights_converts_the_embedded_model_once(tmp_path: Path, capfd):
     import gguf
 
     from llm_marl.models import gguf_path, gguf_weights
 
     path = gguf_weights("smollm2-135m", "q8_0", cache_dir=tmp_path)
+    assert "converting to q8_0" not in capfd.readouterr().err     # llama.cpp's per-tensor log stays quiet
     assert path.parent == tmp_path / "models" and list(path.parent.glob(".*")) == []   # no temp file left
     tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
     shipped = {t.name: t for t in gguf.GGUFReader(gguf_path("smollm2-135m")).tensors}
