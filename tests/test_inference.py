@@ -214,6 +214,52 @@ def test_llamacpp_batched_greedy_equals_single_sequences_and_splits_big_calls():
         assert {g.finish_reason for g in row} == {alone.finish_reason}
 
 
+def test_equal_chunk_shares_the_prefill_budget_equally():
+    from llm_marl.backends.llamacpp import equal_chunk
+
+    assert equal_chunk([600] * 32, 512) == 16                  # 32 long prompts: 16 tokens each, one micro-batch
+    assert equal_chunk([600] * 32, 500) == 15                  # 12 streams decoding took 12 of the 512
+    assert equal_chunk([3, 300, 400], 512) == 254              # the short one finishes; the others share the rest
+    assert equal_chunk([10, 20], 512) == 20                    # everything fits: each takes all it has left
+    assert 3 + 2 * equal_chunk([3, 300, 400], 512) <= 512 < 3 + 2 * (equal_chunk([3, 300, 400], 512) + 1)
+    assert equal_chunk([5, 5], 1) == 1                         # never 0: every prefilling stream moves on
+
+
+# llama.cpp splits a batch of several KV streams into micro-batches that hold the same number of tokens
+# of every sequence in them (split_equal), each a pass over all the weights: prompts fed whole one
+# after the other made one micro-batch per distinct length.
+@pytest.mark.slow
+@pytest.mark.ci_slow
+@pytest.mark.native
+def test_llamacpp_prefills_in_equal_chunks_on_consecutive_sequences():
+    policy = LlamaCppPolicy(smollm2_gguf(), n_ctx=1024, max_batch=8, n_threads=1)
+    fill, steps = policy._fill_batch, []
+
+    def recording(streams):
+        before = [(s.prefilling, len(s.prompt) - s.fed) for s in streams]
+        fill(streams)
+        batch = policy._batch.batch
+        taken = [0] * len(streams)
+        for j in range(batch.n_tokens):
+            taken[batch.seq_id[j][0]] += 1
+        steps.append([(prefilling, left, took) for (prefilling, left), took in zip(before, taken)])
+
+    policy._fill_batch = recording
+    counts = [40, 90, 150, 60, 120, 200]                       # ~1,000 prompt tokens: several steps of 512
+    conversations = [[{"role": "user", "content": "Count on: " + " ".join(map(str, range(n)))}] for n in counts]
+    out = policy.generate(conversations, SamplingParams(max_new_tokens=4, temperature=0))
+    assert [len(row) for row in out] == [1] * len(counts)
+    prefill_steps = [step for step in steps if any(prefilling for prefilling, _, _ in step)]
+    assert len(prefill_steps) >= 2
+    for step in prefill_steps:
+        prefilling = [seq for seq, (p, _, _) in enumerate(step) if p]
+        assert prefilling == list(range(prefilling[0], prefilling[-1] + 1))      # one run of consecutive ids
+        unfinished = {took for p, left, took in step if p and took < left}
+        assert len(unfinished) <= 1                                   # every stream that goes on takes one chunk size
+        assert all(took <= max(unfinished, default=took) for p, left, took in step if p)
+        assert all(took == 1 for p, _, took in step if not p)         # decoding streams: one token each
+
+
 @pytest.mark.slow
 @pytest.mark.native
 def test_llamacpp_batched_sampling_is_valid_and_seeded_independently_of_batching():

@@ -7,9 +7,13 @@ per-sequence KV cache operations, sampler chains):
   ``n_ctx`` tokens (``kv_unified=False``: a sequence attends to its own cells only). Every
   (conversation, sample) of a call is one *stream*; stream ``k`` is llama.cpp sequence ``k``.
 * A step is ONE ``llama_decode`` of one batch holding, in sequence order, the next prompt chunk
-  of every stream still prefilling (prefills share the batch's ``n_batch`` tokens, so new
-  prompts are prefilled together, beside the other streams' decoding) and the last sampled token
-  of every other stream. Logits are kept only where a token is to be sampled.
+  of every stream still prefilling (prefills share the batch's ``n_batch`` tokens in equal chunks,
+  so new prompts are prefilled together, beside the other streams' decoding) and the last sampled
+  token of every other stream. Logits are kept only where a token is to be sampled. Streams take
+  sequence ids in order of the prompt tokens they have left (fewest first), so those still
+  prefilling are consecutive ids: llama.cpp then runs a step as one or two micro-batches (it splits
+  a batch into micro-batches holding equally many tokens of each sequence), where prompts fed whole
+  made one per distinct prompt length (:meth:`LlamaCppPolicy._fill_batch`).
 * Each stream samples with its own chain — greedy at temperature 0, else temperature, top-p and a
   draw seeded by the sample's seed — and ends on an end-of-turn token (``finish_reason="stop"``)
   or after ``max_new_tokens`` (``"length"``). Temperature comes before top-p as in the HF policy,
@@ -272,12 +276,12 @@ class LlamaCppPolicy(InferenceBackend):
         stream whose prompt is complete.
         """
         lib = self._llama_cpp
-        queue = deque(range(len(jobs)))
         streams: list[_Stream] = []
         results: list[Generation | None] = [None] * len(jobs)
         self._extended: set = set()                     # stored entries some job extended whole: superseded
         try:
             self._shared = self._prefill_shared_prefixes([ids for ids, _ in jobs]) if self.reuse_cache else set()
+            queue = deque(self._admission_order(jobs))
             while queue or streams:
                 while queue and len(streams) < self.max_batch:
                     streams.append(self._start(queue.popleft(), jobs, params, len(streams)))
@@ -309,6 +313,18 @@ class LlamaCppPolicy(InferenceBackend):
                 stream.sampler.close()
             lib.llama_memory_clear(self._memory, False)
         return results  # type: ignore[return-value]
+
+    def _admission_order(self, jobs: list[tuple[list[int], int]]) -> list[int]:
+        """The jobs in the order they take sequences: fewest prompt tokens left to prefill first.
+
+        With the equal prefill chunks of :meth:`_fill_batch`, the streams whose prompts are done first
+        are then the lowest sequence ids, and those still prefilling stay one run of consecutive ids,
+        which llama.cpp computes as one micro-batch (see :meth:`_fill_batch`).
+        """
+        def left(job: int) -> int:
+            prompt = jobs[job][0]
+            return len(prompt) - (self.kv_cache.longest_prefix(None, prompt)[1] if self.reuse_cache else 0)
+        return sorted(range(len(jobs)), key=left)
 
     def _prefill_shared_prefixes(self, prompts: list[list[int]]) -> set[tuple]:
         """Prefill, once each, the prefixes that the call's store-missing streams share, and store them; their keys.
@@ -386,16 +402,25 @@ class LlamaCppPolicy(InferenceBackend):
         """Put every stream's next tokens in the batch, in sequence order.
 
         Decoding streams get one token each; prefilling streams share the rest of the batch's
-        ``n_batch`` tokens, in order (a long prompt takes several steps). Logits are kept only where
-        a token is to be sampled. Sequence order matters: with one KV stream per sequence,
-        llama.cpp groups consecutive sequence ids into one micro-batch.
+        ``n_batch`` tokens in equal chunks (:func:`equal_chunk`; a long prompt takes several steps).
+        Logits are kept only where a token is to be sampled.
+
+        Why equal chunks and sequence order: with one KV stream per sequence, llama.cpp splits a batch
+        into micro-batches of consecutive sequence ids that each hold the SAME number of tokens of
+        every sequence in it (``split_equal``), and each micro-batch is a pass over all the weights.
+        Prompts fed whole, one after the other, made one micro-batch per distinct prompt length (a
+        few tokens each, at the cost of a decode step); equal chunks make one (prefill only) or two
+        (one token of every stream, then the rest of the prefilling ones, which
+        :meth:`_admission_order` keeps consecutive).
         """
         batch = self._batch.batch
         batch.n_tokens = 0
-        budget = self._n_batch - sum(not s.prefilling for s in streams)
+        remaining = [len(s.prompt) - s.fed for s in streams if s.prefilling]
+        budget = self._n_batch - (len(streams) - len(remaining))
+        chunk = equal_chunk(remaining, budget) if remaining else 0
         for seq, stream in enumerate(streams):
             if stream.prefilling:
-                take = min(len(stream.prompt) - stream.fed, budget)
+                take = min(len(stream.prompt) - stream.fed, chunk, budget)
                 budget -= take
                 tokens = stream.prompt[stream.fed:stream.fed + take]
                 wants_logits = stream.fed + take == len(stream.prompt)
@@ -439,3 +464,19 @@ class LlamaCppPolicy(InferenceBackend):
         text = self._model.detokenize(stream.completion).decode("utf-8", errors="replace")
         return Generation(text=text, prompt_ids=list(stream.prompt), completion_ids=list(stream.completion),
                           logprobs=None, finish_reason=finish_reason)
+
+
+def equal_chunk(remaining: Sequence[int], budget: int) -> int:
+    """The largest ``c`` with ``sum(min(r, c) for r in remaining) <= budget`` (at least 1).
+
+    Each prefilling stream then takes ``min(r, c)`` tokens of its ``r`` left: one chunk size for all but
+    those that finish, and as much of the budget as equal chunks can use.
+    """
+    ordered = sorted(remaining)
+    used = 0
+    for i, r in enumerate(ordered):
+        c = (budget - used) // (len(ordered) - i)     # the rest shared equally by streams i.. (each has >= r left)
+        if c < r:
+            return max(1, c)
+        used += r
+    return max(1, ordered[-1]) if ordered else 1
