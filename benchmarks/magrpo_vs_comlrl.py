@@ -61,6 +61,16 @@ agent per prompt) ours 70.33 s/prompt (rollout 136.4 s, update 144.9 s), comlrl 
 parent prompt and answer, but the update (half of our time) does not, so 2 turns is only a little
 ahead of 1.
 
+``--turns 1,2 --skip-memory`` (commit eae65af, an Intel Xeon of family 6 model 207 with AVX-512, 2 cores
+idle, torch's 2 threads for both trainers, load ~1): 1 turn ours 11.17 s/prompt (rollout 17.3 s, update
+27.4 s), comlrl 24.12, ``ratio_turns1=2.16``; 2 turns ours 27.04 (rollout 48.7 s, update 59.4 s), comlrl
+94.57, ``ratio_turns2=3.50``; ``ratio=2.16``. Multi-turn meets the goal; one turn does not. On this VM
+first-touching fresh memory is expensive: ``train()`` of the 1-turn run took 2.2 million minor page
+faults and ~29 s of system CPU (``perf``: ``clear_page_erms`` alone ~20% of samples), mostly the
+first step's AdamW states and gradients (first update ~24 s, second ~9-14 s). glibc's mmap/trim
+tunables and transparent huge pages cut the faults (to 0.3 million) but not that time; comlrl pays
+the same.
+
 So the speed goal is NOT met: ~2.5x, not 3x. Where the time goes: ~58% is sampling, which here
 goes to matrix products over the weights — two separate fp32 models (540 MB each), ~0.1 s per
 decode step at batch 8 (profiled: 86% in aten::mm), so a step costs about the same at any small

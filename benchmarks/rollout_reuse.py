@@ -29,6 +29,20 @@ Measured (2 cores, ``--threads 1``, the other core running a sampled evaluation;
     llamacpp  reuse on   0.4570      35.0 s   6448 (9578)            64/0/0/32                   1388
     hf identical 96/96 agent turns, ratio=2.04; llamacpp identical 92/96, ratio=1.89
 
+Re-measured on an Intel Xeon (family 6 model 207, AVX-512 with BF16/VNNI, AMX not exposed by the VM), 2
+cores, ``--threads 1``, the other core idle (load ~1), after the llama.cpp prefill went to equal chunks:
+
+    backend   mode       episodes/s  time    prefill tokens (saved)  hits/partial/misses/shared  generated
+    hf        reuse off  0.2622      61.0 s  15904                   0/0/96/0                    1390
+    hf        reuse on   0.5071      31.6 s   6420 (9566)            64/0/0/32                   1390
+    llamacpp  reuse off  0.2337      68.5 s  15944                   0/0/96/0                    1388
+    llamacpp  reuse on   0.4416      36.2 s   6448 (9578)            64/0/0/32                   1388
+    hf identical 96/96 agent turns, ratio=1.93; llamacpp identical 96/96, ratio=1.89; ratio=1.89
+
+The goal is not met on this machine either. Fitting time = prefill tokens x p + the rest to the two HF runs
+gives p ~3.1 ms and ~11.7 s for everything else (decode steps, ~60 ms each at any small batch for the fp32
+weights, plus the env and the verifier), which reuse cannot shorten: ratio 2 needs that rest under ~9.5 s.
+
 Reuse runs 60% fewer prompt tokens: every turn-1 and turn-2 prompt extends its agent's stored
 sequence whole (answers are spliced in as sampled), and the turn-0 prompts of each agent share their
 system message and instructions (41 of 69 tokens), prefilled once per agent (``shared``). What is
