@@ -16,8 +16,8 @@ the prompt tokens each turn adds to the agent's previous turn). Peak is the best
 ``--compare-before`` first runs the same rollout with ``HFPolicy.grouped_lora`` and ``drop_finished_rows``
 off (PEFT's own ``adapter_names`` mixed-batch forward, finished rows decoded to the end) and reports
 both episodes/s and whether greedy episodes came out token for token the same. ``--llamacpp-episodes`` plays that many episodes with the llama.cpp
-backend on the embedded GGUF (Q4 weights, so its FLOP count is the same model's, not fp32 work)
-and prints its figure as an extra line.
+backend on the embedded model (its F16 weights, the library's default; the FLOP count is the same
+model's, not fp32 work) and prints its figure as an extra line.
 
 Goal: ratio >= 0.5. The last line is ``ratio=<decode FLOP/s of the HF rollout / peak fp32 matmul FLOP/s>``.
 
@@ -71,6 +71,7 @@ import argparse
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning OpenMP workers on a shared CPU
 
@@ -232,7 +233,8 @@ def main() -> None:
         decode, _, tokens = decode_flops(episodes, per_token, config)
         print(f"llamacpp ratio={decode / seconds / peak:.3f} ({args.llamacpp_episodes / seconds:.4f} episodes/s, "
               f"{decode / seconds / 1e9:.2f} GFLOP/s, {tokens} tokens, {seconds:.1f} s, threads "
-              f"{getattr(llama, 'n_threads', '?')}, Q4 weights) load={os.getloadavg()[0]:.1f}")
+              f"{getattr(llama, 'n_threads', '?')}, weights {Path(llama.model_path).name}) "
+              f"load={os.getloadavg()[0]:.1f}")
 
     print(f"ratio={runs[True][1] / peak:.3f}")
 
