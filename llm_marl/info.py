@@ -13,7 +13,7 @@ import sys
 from llm_marl_envs.data import DATA_DIR_ENV
 
 from .hardware import EXTRA_BUFFERS_ENV, cpu_info, free_cores, llamacpp_extra_buffers
-from .models import DEFAULT_MODEL, cache_root, gguf_path
+from .models import DEFAULT_MODEL, cache_root, converted_gguf_path, gguf_path
 from .native_probe import PROBE_ENV, cached_verdict, probe_disabled
 
 SANDBOX_LAYERS = ("netns", "pidns", "readonly_fs", "userns", "uid_dropped")
@@ -40,16 +40,24 @@ def _llamacpp_build() -> str:
 
 
 def _probe_line() -> str:
-    """The cached probe verdict for the embedded model, without probing."""
+    """The cached probe verdict for the embedded model's llama.cpp weights (its F16 conversion), without probing."""
     if probe_disabled():
         return f"skipped ({PROBE_ENV}={os.environ[PROBE_ENV]})"
+    from .backends import EMBEDDED_LLAMACPP_WEIGHTS   # imports torch: only when the report is made
+
+    choice = llamacpp_extra_buffers(cpu_info().flags)
     try:
-        verdict = cached_verdict(gguf_path(DEFAULT_MODEL), llamacpp_extra_buffers(cpu_info().flags))
+        runs = converted_gguf_path(DEFAULT_MODEL, EMBEDDED_LLAMACPP_WEIGHTS)   # what load_policy probes and loads
+        shipped = gguf_path(DEFAULT_MODEL)
+        candidates = [(runs, runs.name), (shipped, f"{shipped.name}, shipped")]
     except ValueError as err:                  # the embedded model's package is missing
         return f"unavailable ({err})"
-    if verdict is None:
-        return "not probed yet on this machine"
-    return "ok" if verdict.ok else f"FAILED: {verdict.cause} (the 'hf' backend is used instead)"
+    for path, label in candidates:
+        verdict = cached_verdict(path, choice) if path.is_file() else None
+        if verdict is not None:
+            return (f"ok ({label})" if verdict.ok
+                    else f"FAILED on {label}: {verdict.cause} (the 'hf' backend is used instead)")
+    return "not probed yet on this machine"
 
 
 def _sandbox_line() -> str:

@@ -106,17 +106,7 @@ def gguf_weights(name_or_path: str | os.PathLike = DEFAULT_MODEL, weight_type: s
     kernel, ``q8_0`` re-rounds them to 8 bits. llama.cpp's own quantizer writes the file (requantizing
     from Q4_1) into ``$LLM_MARL_CACHE/models/``, atomically; later calls return the cached file.
     """
-    if weight_type not in GGUF_WEIGHT_TYPES:
-        raise ValueError(f"unknown weight_type {weight_type!r}; choose one of {sorted(GGUF_WEIGHT_TYPES)}")
-    name = str(name_or_path)
-    if name in EMBEDDED_MODELS:
-        source, stem = gguf_path(name), name
-    elif name.endswith(".gguf") and Path(name).is_file():
-        source = Path(name)
-        stem = f"{source.stem}-{source.stat().st_size}"
-    else:
-        raise ValueError(f"{name!r} is neither an embedded model ({sorted(EMBEDDED_MODELS)}) nor a .gguf file")
-    target = cache_root(cache_dir) / "models" / f"{stem}.{weight_type.upper()}.gguf"
+    source, target = _gguf_conversion(name_or_path, weight_type, cache_dir)
     if target.is_file():
         return target
     import llama_cpp
@@ -138,6 +128,28 @@ def gguf_weights(name_or_path: str | os.PathLike = DEFAULT_MODEL, weight_type: s
             raise RuntimeError(f"llama.cpp could not convert {source} to {weight_type} (status {status})")
 
     return write_file_atomically(target, quantize)
+
+
+def converted_gguf_path(name_or_path: str | os.PathLike = DEFAULT_MODEL, weight_type: str = "f16",
+                        cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where :func:`gguf_weights` keeps (or will keep) that conversion; converts nothing."""
+    return _gguf_conversion(name_or_path, weight_type, cache_dir)[1]
+
+
+def _gguf_conversion(name_or_path: str | os.PathLike, weight_type: str,
+                     cache_dir: str | os.PathLike | None) -> tuple[Path, Path]:
+    """``(source GGUF, cached target)`` of a conversion, or a ``ValueError`` naming what is wrong."""
+    if weight_type not in GGUF_WEIGHT_TYPES:
+        raise ValueError(f"unknown weight_type {weight_type!r}; choose one of {sorted(GGUF_WEIGHT_TYPES)}")
+    name = str(name_or_path)
+    if name in EMBEDDED_MODELS:
+        source, stem = gguf_path(name), name
+    elif name.endswith(".gguf") and Path(name).is_file():
+        source = Path(name)
+        stem = f"{source.stem}-{source.stat().st_size}"
+    else:
+        raise ValueError(f"{name!r} is neither an embedded model ({sorted(EMBEDDED_MODELS)}) nor a .gguf file")
+    return source, cache_root(cache_dir) / "models" / f"{stem}.{weight_type.upper()}.gguf"
 
 
 def resolve(name_or_path: str | os.PathLike = DEFAULT_MODEL, cache_dir: str | os.PathLike | None = None) -> str:

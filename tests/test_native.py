@@ -197,3 +197,24 @@ def test_load_policy_probes_the_buffer_setting_it_will_run_with(tmp_path, monkey
     assert isinstance(policy, LlamaCppPolicy)
     assert probed == [False] and policy.buffers.use_extra_bufts is False       # the caller's setting, not the env's
     policy.close()
+
+
+def test_info_reports_the_probe_of_the_weights_llamacpp_runs(tmp_path, monkeypatch, probe_dir):
+    """`load_policy` probes the embedded model's F16 conversion, so that is the verdict `info` must find."""
+    import json
+
+    from llm_marl import info
+    from llm_marl.models import CACHE_ENV, converted_gguf_path
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    assert info._probe_line() == "not probed yet on this machine"
+    f16 = converted_gguf_path("smollm2-135m", "f16")
+    f16.parent.mkdir(parents=True)
+    f16.write_bytes(b"GGUF stand-in: only its name and size enter the probe key")
+    choice = llamacpp_extra_buffers(cpu_info().flags)
+    verdict_file = probe_dir / f"llamacpp-{native_probe.probe_key(f16, choice)}.json"
+    probe_dir.mkdir()
+    verdict_file.write_text(json.dumps({"ok": True, "cause": ""}))
+    assert info._probe_line() == f"ok ({f16.name})"
+    verdict_file.write_text(json.dumps({"ok": False, "cause": "killed by SIGSEGV"}))
+    assert info._probe_line().startswith(f"FAILED on {f16.name}: killed by SIGSEGV")
