@@ -134,6 +134,7 @@ class HFPolicy:
         self.drop_finished_rows = drop_finished_rows
         self.core_meter = CoreMeter()
         self.last_threads: int | None = None
+        contiguous_head_input(model)
         model.eval()
 
     @property
@@ -416,15 +417,13 @@ class HFPolicy:
                 mask, positions = mask[expand], positions[expand]
                 kwargs = select(adapters)
                 for step in range(params.max_new_tokens):
-                    if greedy:
-                        logprob_all = torch.log_softmax(logits, dim=-1)
-                        next_ids = logits.argmax(-1)
-                    else:
+                    if not greedy:
                         logits = logits / params.temperature
-                        logprob_all = torch.log_softmax(logits, dim=-1)
-                        next_ids = nucleus_sample(logits, params.top_p, generator)
+                    next_ids = logits.argmax(-1) if greedy else nucleus_sample(logits, params.top_p, generator)
                     next_ids = torch.where(done, torch.full_like(next_ids, self.pad_id), next_ids)
-                    logprob_out[live, step] = logprob_all.gather(-1, next_ids[:, None]).squeeze(-1)
+                    # log pi(y) = z[y] - logsumexp(z): no second [rows, vocab] tensor per step
+                    logprob_out[live, step] = (logits.gather(-1, next_ids[:, None]).squeeze(-1)
+                                               - torch.logsumexp(logits, dim=-1))
                     token_out[live, step] = torch.where(done, torch.full_like(next_ids, -1), next_ids)
                     done = done | torch.isin(next_ids, stop)
                     if bool(done.all()) or step == params.max_new_tokens - 1:
@@ -644,6 +643,21 @@ class HFPolicy:
                                 logits_to_keep=1 if output_hidden_states else width + 1,
                                 output_hidden_states=output_hidden_states)
         return output, width, mask[:, -width:]
+
+
+def contiguous_head_input(model) -> None:
+    """Make the output layer's input contiguous (once per model; idempotent).
+
+    ``logits_to_keep=1`` hands the head ``hidden[:, -1:, :]``, a strided ``[B, 1, d]`` view; torch's
+    ``linear`` does not fold that into one matrix product but runs a batched product against the weight
+    expanded ``B`` times: measured on one thread, 468 ms for 64 rows of SmolLM2-135M's 49152-word head,
+    against 34 ms for the same rows copied contiguous first (a 150 KB copy). Every prefill pays it.
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None or getattr(head, "_llm_marl_contiguous_input", False):
+        return
+    head.register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]) if args else None)
+    head._llm_marl_contiguous_input = True
 
 
 def check_state_fits(state: dict[str, torch.Tensor], expected: dict[str, torch.Size], target: str) -> None:

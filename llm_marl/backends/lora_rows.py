@@ -13,7 +13,11 @@ batching of Punica and S-LoRA): ``A`` holds every adapter's ``A`` one above the 
 ranks]``), built once per :meth:`rows` call. A row's LoRA output is then
 ``((x @ A.T) * mask[row]) @ B.T``, where ``mask[row]`` is 1 on the columns of the row's adapter and 0
 elsewhere (all 0 for the base): two products and one multiply per layer for the whole batch,
-whatever the adapters. The result is PEFT's ``base(x) + B_a(A_a(x)) * scaling_a`` summed in another
+whatever the adapters. The second product is accumulated into the base layer's output
+(``addmm_``) instead of making a fresh ``[tokens, out]`` tensor to add: in a 64-row prefill of
+SmolLM2-135M (6208 tokens) that tensor was 38 MB per MLP layer, and allocating it cost more than its
+FLOPs (measured, one thread: 142 ms per call of a 0.3 GFLOP product; the prefill phase of a 2-turn
+rollout went 22.4 -> 19.6 s). The result is PEFT's ``base(x) + B_a(A_a(x)) * scaling_a`` summed in another
 order, so it equals PEFT's output within float rounding, not bit for bit.
 
 PEFT still owns the adapters and their weights; layers it would run through a variant (DoRA and the
@@ -111,5 +115,9 @@ class _StackedForward:
         mask = self.owner.mask(self.layout, self.a.dtype)
         if x.dim() == 3:
             mask = mask[:, None, :]
-        hidden = torch.nn.functional.linear(x.to(self.a.dtype), self.a) * mask
+        hidden = torch.nn.functional.linear(x.to(self.a.dtype), self.a).mul_(mask)
+        if result.dtype == self.b.dtype and result.is_contiguous():
+            # accumulate in place: a fresh [tokens, out] product costs more in page faults than in FLOPs
+            result.view(-1, result.shape[-1]).addmm_(hidden.view(-1, hidden.shape[-1]), self.b.t())
+            return result
         return result.add_(torch.nn.functional.linear(hidden, self.b).to(result.dtype))
