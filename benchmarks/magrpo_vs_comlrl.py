@@ -69,7 +69,14 @@ first-touching fresh memory is expensive: ``train()`` of the 1-turn run took 2.2
 faults and ~29 s of system CPU (``perf``: ``clear_page_erms`` alone ~20% of samples), mostly the
 first step's AdamW states and gradients (first update ~24 s, second ~9-14 s). glibc's mmap/trim
 tunables and transparent huge pages cut the faults (to 0.3 million) but not that time; comlrl pays
-the same.
+the same. (Measured again: the first AdamW step of one model here takes ~2.3-2.9 s, ~20 us per
+fault, against 0.37 s in a small process; ``AnonHugePages`` stays 0, so THP never takes.)
+
+The same command after commit 5b4bc90 (the head gets contiguous rows; stacked LoRA accumulates in
+place; the first helps the loss forward's shared-prompt pass too): 1 turn ours 10.95 s/prompt
+(rollout 19.2 s, update 24.6 s), comlrl 24.25, ``ratio_turns1=2.21``; 2 turns ours 28.35 (rollout
+49.6 s, update 63.8 s), comlrl 100.55, ``ratio_turns2=3.55``; ``ratio=2.21``. A 1-turn run just before
+(``--turns 1``) gave ours 10.62, comlrl 26.11, 2.46: the two trainers' run-to-run spread here is ~5-8%.
 
 So the speed goal is NOT met: ~2.5x, not 3x. Where the time goes: ~58% is sampling, which here
 goes to matrix products over the weights — two separate fp32 models (540 MB each), ~0.1 s per

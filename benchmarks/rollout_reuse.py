@@ -39,6 +39,16 @@ cores, ``--threads 1``, the other core idle (load ~1), after the llama.cpp prefi
     llamacpp  reuse on   0.4416      36.2 s   6448 (9578)            64/0/0/32                   1388
     hf identical 96/96 agent turns, ratio=1.93; llamacpp identical 96/96, ratio=1.89; ratio=1.89
 
+After the HF prefill fixes of commit 5b4bc90 (contiguous rows into the output layer, LoRA ``B`` product
+accumulated in place), same machine and command:
+
+    hf        reuse off  0.2877      55.6 s  15904                   0/0/96/0                    1390
+    hf        reuse on   0.5142      31.1 s   6420 (9566)            64/0/0/32                   1390
+    llamacpp  reuse off  0.2325      68.8 s  15944                   0/0/96/0                    1388
+    llamacpp  reuse on   0.4389      36.5 s   6448 (9578)            64/0/0/32                   1388
+    hf identical 96/96 agent turns, ratio=1.79; llamacpp identical 96/96, ratio=1.89; ratio=1.79
+
+Both HF modes got faster, the one without reuse more (it prefills 2.5x the tokens), so HF's ratio fell.
 The goal is not met on this machine either. Fitting time = prefill tokens x p + the rest to the two HF runs
 gives p ~3.1 ms and ~11.7 s for everything else (decode steps, ~60 ms each at any small batch for the fp32
 weights, plus the env and the verifier), which reuse cannot shorten: ratio 2 needs that rest under ~9.5 s.

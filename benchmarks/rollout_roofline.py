@@ -42,6 +42,16 @@ chose 1 thread; commit 0fca591):
     llamacpp ratio=0.044 (0.5668 episodes/s, 7.29 GFLOP/s, 364 tokens, 14.1 s, threads 2)
     ratio=0.299
 
+The same command and machine after the output layer got contiguous rows and the stacked LoRA accumulated its
+``B`` product in place (commit 5b4bc90; see the README's performance notes):
+
+    peak_fp32_matmul=166.6 GFLOP/s (best of before and after)
+    hf after  1.0523 episodes/s  60.8 s  generated_tokens=3409  decode_phase=17.2 s 56.12 GFLOP/s
+        prefill_phase=41.3 s 14448 tokens 75.94 GFLOP/s  whole_rollout=67.46 GFLOP/s
+    fractions of peak: decode_phase=0.337 prefill_phase=0.456 whole_rollout=0.421 (model time only)
+    llamacpp ratio=0.041 (0.5270 episodes/s, 6.77 GFLOP/s, 364 tokens, 15.2 s, threads 2)
+    ratio=0.337
+
 So the goal holds on the EPYC, not on this Xeon: its peak is 40% higher, while the model's small products
 (576- and 1536-wide, 128 rows at most) run no faster than there.
 

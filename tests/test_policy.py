@@ -53,9 +53,11 @@ def test_greedy_samples_equal_a_single_sample_and_follow_their_adapter(team):
     assert grouped[0][0].completion_ids != grouped[1][0].completion_ids   # the two adapters really differ
 
 
-def test_sampled_logprobs_match_rescoring_under_each_adapter(team):
+@pytest.mark.parametrize("temperature", [0.7, 0.0], ids=["sampled", "greedy"])
+def test_sampled_logprobs_match_rescoring_under_each_adapter(team, temperature):
+    """The log-probs a generate call reports are the ones scoring gives (greedy: of the unscaled logits)."""
     policy = team.policy("agent_0")
-    params = SamplingParams(max_new_tokens=5, temperature=0.7, top_p=0.9, seed=1)
+    params = SamplingParams(max_new_tokens=5, temperature=temperature, top_p=0.9, seed=1)
     out = policy.generate(CONVERSATIONS, params, adapters=["agent_0", "agent_1"], num_samples=3)
     for adapter, group in zip(("agent_0", "agent_1"), out):
         with torch.no_grad():
