@@ -138,3 +138,14 @@ def test_reserved_cache_returns_what_a_dynamic_cache_returns():
         got, want = reserved.update(token, -token, 0), dynamic.update(token, -token, 0)
         assert all(torch.equal(a, b) for a, b in zip(got, want))
     assert reserved.get_seq_length() == dynamic.get_seq_length() == 8
+
+
+def test_chosen_logprobs_equal_log_softmax_and_take_the_logits_buffer():
+    from llm_marl.backends.hf import chosen_logprobs_
+
+    logits = torch.randn(5, 1000, generator=torch.Generator().manual_seed(0)) * 8
+    ids = torch.tensor([0, 999, 17, 500, 3])
+    expected = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, None]).squeeze(-1)
+    buffer = logits.clone()
+    torch.testing.assert_close(chosen_logprobs_(buffer, ids), expected, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(buffer, logits)          # worked in place: the caller must not reuse its logits

