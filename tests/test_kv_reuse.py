@@ -205,7 +205,7 @@ def kv_of(model, ids: list[int]):
 
     cache = DynamicCache()
     with torch.no_grad():
-        model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        model(input_ids=torch.tensor([ids]), **cache_keyword(model, cache), use_cache=True)
     return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
 
 
