@@ -12,7 +12,7 @@ import sys
 
 from llm_marl_envs.data import DATA_DIR_ENV
 
-from .hardware import EXTRA_BUFFERS_ENV, cpu_info, free_cores, llamacpp_extra_buffers
+from .hardware import EXTRA_BUFFERS_ENV, HEAP_ENV, cpu_info, free_cores, heap_plan, llamacpp_extra_buffers
 from .models import DEFAULT_MODEL, cache_root, converted_gguf_path, gguf_path
 from .native_probe import PROBE_ENV, cached_verdict, probe_disabled
 
@@ -90,6 +90,7 @@ def environment_report() -> list[tuple[str, str]]:
              ("cores", f"{os.cpu_count()} online, {free} free now (load {os.getloadavg()[0]:.1f})"),
              ("threads", f"torch {torch.get_num_threads()}, llama.cpp {free} (the free cores), "
                          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"),
+             ("heap", f"HF policies: {heap_plan().reason}"),
              ("cuda", f"{torch.cuda.device_count()} device(s)" if torch.cuda.is_available() else "none"),
              ("llama.cpp build", _llamacpp_build()),
              ("llama.cpp buffers", f"use_extra_bufts={buffers.use_extra_bufts}: {buffers.reason}"),
@@ -99,7 +100,7 @@ def environment_report() -> list[tuple[str, str]]:
              ("cache dir", str(cache_root())),
              ("sandbox", _sandbox_line()),
              ("overrides", f"{EXTRA_BUFFERS_ENV}={os.environ.get(EXTRA_BUFFERS_ENV, 'auto')}, "
-                           f"{PROBE_ENV}={os.environ.get(PROBE_ENV, 'on')}")]
+                           f"{PROBE_ENV}={os.environ.get(PROBE_ENV, 'on')}, {HEAP_ENV}={os.environ.get(HEAP_ENV, 'keep')}")]
     return rows
 
 

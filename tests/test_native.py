@@ -174,7 +174,7 @@ def test_info_reports_versions_cpu_and_backend_choice():
     out = done.stdout
     labels = {line.split(":")[0].strip() for line in out.splitlines()}
     for label in ("python", "torch", "transformers", "llama-cpp-python", "cpu", "cpu features", "threads",
-                  "llama.cpp buffers", "llama.cpp probe", "data dir", "sandbox"):
+                  "llama.cpp buffers", "llama.cpp probe", "heap", "data dir", "sandbox"):
         assert label in labels, f"{label!r} missing from:\n{out}"
     expected = llamacpp_extra_buffers(cpu_info().flags)
     assert f"use_extra_bufts={expected.use_extra_bufts}" in out

@@ -11,7 +11,7 @@ import torch
 from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from ..hardware import CoreMeter
+from ..hardware import CoreMeter, keep_freed_memory
 from ..policy import Conversation, Generation, SamplingParams
 from ..sharding import full_tensor, shard_like
 from .lora_rows import BASE_ADAPTER, AdapterRows
@@ -94,6 +94,10 @@ class HFPolicy:
       outputs agree within float rounding. Off, or for adapters it does not cover (DoRA, merged, active
       dropout), PEFT's path runs.
     * ``drop_finished_rows``: rows that sampled EOS leave the decode batch (see :meth:`_decode`).
+
+    Building a policy also makes the process's ``malloc`` keep freed memory for the next tensor
+    (:func:`~llm_marl.hardware.keep_freed_memory`; ``LLM_MARL_HEAP=system`` leaves it alone), recorded
+    in :attr:`heap`.
     """
 
     def __init__(self, model, tokenizer, name: str | None = None, template_cache_size: int = 4096, *,
@@ -101,6 +105,7 @@ class HFPolicy:
                  threads: int | None = None, grouped_lora: bool = True, drop_finished_rows: bool = True) -> None:
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1 (or None: the free cores at each call), got {threads}")
+        self.heap = keep_freed_memory()  # activations reuse freed heap memory instead of faulting in new pages
         self.model = model
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
