@@ -78,6 +78,15 @@ place; the first helps the loss forward's shared-prompt pass too): 1 turn ours 1
 49.6 s, update 63.8 s), comlrl 100.55, ``ratio_turns2=3.55``; ``ratio=2.21``. A 1-turn run just before
 (``--turns 1``) gave ours 10.62, comlrl 26.11, 2.46: the two trainers' run-to-run spread here is ~5-8%.
 
+The same command after commit d1a0fc1 (HF policies make glibc keep freed memory, see
+``llm_marl.hardware.keep_freed_memory``): 1 turn ours 9.98 s/prompt (rollout 17.3 s, update 22.7 s),
+comlrl 24.60, ``ratio_turns1=2.46``; 2 turns ours 23.52 (rollout 44.8 s, update 49.3 s), comlrl 100.98,
+``ratio_turns2=4.29``; ``ratio=2.46``. In a back-to-back A/B of ours alone (``--skip-comlrl --turns 1``)
+``train()`` took 48.7 s with glibc's defaults and 43.5 and 43.1 s with the setting (page faults of the
+whole process 2.63M → 1.63M), so the earlier finding above that the tunables cut faults but not time
+does not hold for this setting. What is left of the faults is first-touched memory (the AdamW states,
+the first gradients, the heap's growth); comlrl runs with glibc's defaults in its own process.
+
 So the speed goal is NOT met: ~2.5x, not 3x. Where the time goes: ~58% is sampling, which here
 goes to matrix products over the weights — two separate fp32 models (540 MB each), ~0.1 s per
 decode step at batch 8 (profiled: 86% in aten::mm), so a step costs about the same at any small

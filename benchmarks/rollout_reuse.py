@@ -48,6 +48,15 @@ accumulated in place), same machine and command:
     llamacpp  reuse on   0.4389      36.5 s   6448 (9578)            64/0/0/32                   1388
     hf identical 96/96 agent turns, ratio=1.79; llamacpp identical 96/96, ratio=1.89; ratio=1.79
 
+After commit d1a0fc1 (HF policies make glibc keep freed memory: no page faults for reused activations),
+same machine and command:
+
+    hf        reuse off  0.3067      52.2 s  15904                   0/0/96/0                    1390
+    hf        reuse on   0.5256      30.4 s   6420 (9566)            64/0/0/32                   1390
+    llamacpp  reuse off  0.2174      73.6 s  15944                   0/0/96/0                    1388
+    llamacpp  reuse on   0.4045      39.6 s   6448 (9578)            64/0/0/32                   1388
+    hf identical 96/96 agent turns, ratio=1.71; llamacpp identical 96/96, ratio=1.86; ratio=1.71
+
 Both HF modes got faster, the one without reuse more (it prefills 2.5x the tokens), so HF's ratio fell.
 The goal is not met on this machine either. Fitting time = prefill tokens x p + the rest to the two HF runs
 gives p ~3.1 ms and ~11.7 s for everything else (decode steps, ~60 ms each at any small batch for the fp32

@@ -52,6 +52,16 @@ The same command and machine after the output layer got contiguous rows and the 
     llamacpp ratio=0.041 (0.5270 episodes/s, 6.77 GFLOP/s, 364 tokens, 15.2 s, threads 2)
     ratio=0.337
 
+After commit d1a0fc1 (HF policies make glibc keep freed memory), same machine and command; the llama.cpp
+line now runs on the HF line's threads (it took the free cores before):
+
+    peak_fp32_matmul=166.7 GFLOP/s (best of before and after)
+    hf after  1.1249 episodes/s  56.9 s  generated_tokens=3409  decode_phase=17.1 s 56.52 GFLOP/s
+        prefill_phase=37.6 s 14448 tokens 83.51 GFLOP/s  whole_rollout=72.12 GFLOP/s
+    fractions of peak: decode_phase=0.339 prefill_phase=0.501 whole_rollout=0.450 (model time only)
+    llamacpp ratio=0.037 (0.4767 episodes/s, 6.13 GFLOP/s, 364 tokens, 16.8 s, threads 1)
+    ratio=0.339
+
 So the goal holds on the EPYC, not on this Xeon: its peak is 40% higher, while the model's small products
 (576- and 1536-wide, 128 rows at most) run no faster than there.
 
@@ -235,7 +245,7 @@ def main() -> None:
     if args.llamacpp_episodes:
         from llm_marl.backends import load_policy
 
-        llama = load_policy("llamacpp", "smollm2-135m", seed=0)
+        llama = load_policy("llamacpp", "smollm2-135m", seed=0, n_threads=threads)   # the HF line's threads
         llama_team = Team.from_policies({agent: llama for agent in env.possible_agents})
         llama_engine = RolloutEngine(env, llama_team, params, progress=False)
         llama_engine.collect(task_indices=[0], params=replace(params, max_new_tokens=2))
