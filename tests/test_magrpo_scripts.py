@@ -83,6 +83,15 @@ def test_peer_line_parsing_and_missing_interpreter_error(tmp_path, monkeypatch):
     assert bench.comlrl_python(None) == str(python)
 
 
+def test_peer_runs_in_the_users_environment_not_our_wait_policy():
+    """Our passive OpenMP waiting costs comlrl ~20-35% on an idle machine: the peer must not inherit it."""
+    ours = {"OMP_WAIT_POLICY": "PASSIVE", "PATH": "/bin"}
+    env = bench.peer_environment(ours, None)
+    assert "OMP_WAIT_POLICY" not in env and env["PATH"] == "/bin" and env["WANDB_MODE"] == "disabled"
+    assert bench.peer_environment(ours, "ACTIVE")["OMP_WAIT_POLICY"] == "ACTIVE"   # what the user set, for both
+    assert ours == {"OMP_WAIT_POLICY": "PASSIVE", "PATH": "/bin"}                  # ours untouched
+
+
 @pytest.mark.parametrize("turns", ["0", "1,x", ""])
 def test_benchmark_refuses_bad_turns(turns):
     with pytest.raises(SystemExit):
