@@ -33,34 +33,22 @@ Measured on an AMD EPYC with AVX-512, 2 cores, load ~1 (the library chose 1 thre
     ratio=0.517
 
 The same command on an Intel Xeon (family 6 model 207, AVX-512 with two FMA units, 2 cores; the library
-chose 1 thread; commit 0fca591):
+chose 1 thread), three commits (0fca591; 5b4bc90: the output layer gets contiguous rows and the stacked
+LoRA accumulates its ``B`` product in place; d1a0fc1: HF policies make glibc keep freed memory, and the
+llama.cpp line runs on the HF line's threads, where it took the free cores before):
 
-    peak_fp32_matmul=165.7 GFLOP/s (best of before and after)
-    hf after  0.9081 episodes/s  70.5 s  generated_tokens=3409  decode_phase=19.4 s 49.56 GFLOP/s
-        prefill_phase=48.8 s 14448 tokens 64.32 GFLOP/s  whole_rollout=58.22 GFLOP/s
-    fractions of peak: decode_phase=0.299 prefill_phase=0.388 whole_rollout=0.363 (model time only)
-    llamacpp ratio=0.044 (0.5668 episodes/s, 7.29 GFLOP/s, 364 tokens, 14.1 s, threads 2)
-    ratio=0.299
+    commit   peak GFLOP/s  episodes/s  decode phase         prefill phase (14448 tok)  fractions decode/prefill/whole  llama.cpp
+    0fca591  165.7         0.9081      19.4 s 49.56 GFLOP/s  48.8 s 64.32 GFLOP/s      0.299 / 0.388 / 0.363           0.044 (2 threads)
+    5b4bc90  166.6         1.0523      17.2 s 56.12 GFLOP/s  41.3 s 75.94 GFLOP/s      0.337 / 0.456 / 0.421           0.041 (2 threads)
+    d1a0fc1  166.7         1.1249      17.1 s 56.52 GFLOP/s  37.6 s 83.51 GFLOP/s      0.339 / 0.501 / 0.450           0.037 (1 thread)
 
-The same command and machine after the output layer got contiguous rows and the stacked LoRA accumulated its
-``B`` product in place (commit 5b4bc90; see the README's performance notes):
-
-    peak_fp32_matmul=166.6 GFLOP/s (best of before and after)
-    hf after  1.0523 episodes/s  60.8 s  generated_tokens=3409  decode_phase=17.2 s 56.12 GFLOP/s
-        prefill_phase=41.3 s 14448 tokens 75.94 GFLOP/s  whole_rollout=67.46 GFLOP/s
-    fractions of peak: decode_phase=0.337 prefill_phase=0.456 whole_rollout=0.421 (model time only)
-    llamacpp ratio=0.041 (0.5270 episodes/s, 6.77 GFLOP/s, 364 tokens, 15.2 s, threads 2)
-    ratio=0.337
-
-After commit d1a0fc1 (HF policies make glibc keep freed memory), same machine and command; the llama.cpp
-line now runs on the HF line's threads (it took the free cores before):
-
-    peak_fp32_matmul=166.7 GFLOP/s (best of before and after)
-    hf after  1.1249 episodes/s  56.9 s  generated_tokens=3409  decode_phase=17.1 s 56.52 GFLOP/s
-        prefill_phase=37.6 s 14448 tokens 83.51 GFLOP/s  whole_rollout=72.12 GFLOP/s
-    fractions of peak: decode_phase=0.339 prefill_phase=0.501 whole_rollout=0.450 (model time only)
-    llamacpp ratio=0.037 (0.4767 episodes/s, 6.13 GFLOP/s, 364 tokens, 16.8 s, threads 1)
-    ratio=0.339
+(``generated_tokens=3409`` in each; the last line was ``ratio=`` the decode fraction.) What is left in the
+decode phase here: fitting its time to steps and rows gives ~90 ms per step at any small batch (the
+540 MB of fp32 weights streamed once per step, at ~6 GB/s on one thread of this VM) plus ~3 ms per row
+and step; with answers of ~13 tokens on average and up to 40, most of the ~80 steps run few rows. At
+128 rows and a 155-token context a step takes ~480 ms (``torch.profiler``): the layers' weight products
+47% (at ~115 GFLOP/s), the LM head 13%, attention over the fp32 KV cache 30% (~900 MB read per step,
+bandwidth-bound; transformers already packs GQA heads for one-token queries), small ops the rest.
 
 So the goal holds on the EPYC, not on this Xeon: its peak is 40% higher, while the model's small products
 (576- and 1536-wide, 128 rows at most) run no faster than there.
