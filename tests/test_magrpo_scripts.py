@@ -92,6 +92,11 @@ def test_peer_runs_in_the_users_environment_not_our_wait_policy():
     assert ours == {"OMP_WAIT_POLICY": "PASSIVE", "PATH": "/bin"}                  # ours untouched
 
 
+def test_benchmark_refuses_zero_repeats():
+    with pytest.raises(SystemExit):
+        bench.main(["--repeats", "0", "--skip-comlrl", "--skip-memory"])
+
+
 @pytest.mark.parametrize("turns", ["0", "1,x", ""])
 def test_benchmark_refuses_bad_turns(turns):
     with pytest.raises(SystemExit):

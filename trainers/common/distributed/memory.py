@@ -21,6 +21,3 @@ def release_free_memory() -> None:
             _MALLOC_TRIM = False
     if _MALLOC_TRIM:
         _MALLOC_TRIM(0)
-
-
-_MALLOC_TRIM = None
