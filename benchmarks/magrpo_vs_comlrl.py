@@ -88,15 +88,15 @@ whole process 2.63M → 1.63M), so the earlier finding above that the tunables c
 does not hold for this setting. What is left of the faults is first-touched memory (the AdamW states,
 the first gradients, the heap's growth); comlrl runs with glibc's defaults in its own process.
 
-**The peer's OpenMP wait policy (fixed in this commit).** The script sets ``OMP_WAIT_POLICY=PASSIVE``
+**The peer's OpenMP wait policy (fixed in commit 6e204de).** The script sets ``OMP_WAIT_POLICY=PASSIVE``
 for ours before torch loads (as the ``llm-marl`` CLI does), and until now the comlrl subprocess
 inherited it. comlrl's users do not set it, and on an idle machine it costs comlrl 20-35%: passive,
 24.25-26.11 s/prompt in five 1-turn runs; at the OpenMP default, 16.60, 18.60, 20.54 and 23.29 in four
 (the same Xeon, idle at start). So every 2-thread ratio above was measured against a handicapped peer.
 The 1-thread figures of commit 3e16b9d (``OMP_NUM_THREADS=1``) were not affected: one thread never waits.
 The peer now gets the environment the user started the script in: the wait policy is passed on only if
-the user set it (``peer_environment``). The first fair run, the same command and machine (commit after
-d1a0fc1; ours passive, comlrl unset, load 0.1 at start):
+the user set it (``peer_environment``). The first fair run, the same command and machine (commit
+6e204de; ours passive, comlrl unset, load 0.1 at start):
 
     turns=1  ours 12.41 s/prompt (rollout 22.1 s, update 27.6 s)  comlrl 23.29  ratio_turns1=1.88
     turns=2  ours 29.86 s/prompt (rollout 58.2 s, update 61.2 s)  comlrl 72.31  ratio_turns2=2.42
@@ -355,27 +355,27 @@ def memory_worker(kind: str, agents: int, new_tokens: int, generations: int) -> 
             "after_generate_mib": after_generate, "peak_mib": peak_mib()}
 
 
-def measure_memory(kind: str, agents: int, new_tokens: int, generations: int) -> dict[str, float]:
-    """Run :func:`memory_worker` in a fresh subprocess (so peaks do not mix) and return its report."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--memory-worker", kind, "--agents", str(agents),
-               "--new-tokens", str(new_tokens), "--generations", str(generations)]
+def run_worker(what: str, *args: str) -> dict[str, float]:
+    """Run this script with the hidden worker ``args`` in a fresh subprocess; its last stdout line, parsed as JSON."""
+    command = [sys.executable, str(Path(__file__).resolve()), *args]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     if done.returncode != 0:
-        raise SystemExit(f"memory worker {kind!r} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        raise SystemExit(f"{what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure_memory(kind: str, agents: int, new_tokens: int, generations: int) -> dict[str, float]:
+    """Run :func:`memory_worker` in a fresh subprocess (so peaks do not mix) and return its report."""
+    return run_worker(f"memory worker {kind!r}", "--memory-worker", kind, "--agents", str(agents),
+                      "--new-tokens", str(new_tokens), "--generations", str(generations))
 
 
 def time_ours_fresh(prompts: int, new_tokens: int, generations: int, turns: int) -> dict[str, float]:
     """:func:`time_ours` in a fresh subprocess, as the peer runs: a process that trained before has its heap
     grown already (measured: the update 23.8 s in a fresh process, 13.7 s in the next run of the same one)."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--ours-worker", "--prompts", str(prompts),
-               "--new-tokens", str(new_tokens), "--generations", str(generations), "--turns", str(turns)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
-    if done.returncode != 0:
-        raise SystemExit(f"our training worker failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_worker("our training worker", "--ours-worker", "--prompts", str(prompts), "--new-tokens",
+                      str(new_tokens), "--generations", str(generations), "--turns", str(turns))
 
 
 # ----------------------------------------------------------------------------------- main
@@ -393,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "under $LLM_MARL_CACHE or ~/.cache/llm_marl_envs)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="timings of each trainer per turn count, alternating ours and comlrl; the ratio is of "
-                             "the medians (the spread between runs on a shared VM is 10-20%%)")
+                             "the medians (timings on a shared VM vary from run to run)")
     parser.add_argument("--skip-comlrl", action="store_true", help="time only ours (no ratio)")
     parser.add_argument("--skip-memory", action="store_true", help="skip the memory comparison")
     parser.add_argument("--memory-agents", type=int, default=4, help="agents of the LoRA team in the memory test")
