@@ -14,6 +14,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from ..hardware import CoreMeter, keep_freed_memory
 from ..policy import Conversation, Generation, SamplingParams
 from ..sharding import full_tensor, shard_like
+from .head_logprobs import head_logprobs
 from .lora_rows import BASE_ADAPTER, AdapterRows
 from .prefix_cache import (MIN_SHARED_PREFIX, AnswerSplicer, CacheStats, PrefixCache, conversation_key, remember,
                            shared_prefixes)
@@ -283,6 +284,20 @@ class HFPolicy:
             ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
             mask[row, width - len(seq):] = 1
         return ids, mask
+
+    def _scoring_rows(self, prompt_ids: Sequence[list[int]],
+                      completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """``(ids, mask, width)`` of ``[left pad][prompt][completion][right pad]`` rows, completions in the last ``width``."""
+        if len(prompt_ids) != len(completion_ids) or not prompt_ids:
+            raise ValueError(f"need one completion per prompt (got {len(prompt_ids)} prompts, {len(completion_ids)} "
+                             f"completions), at least one")
+        width = max(1, max(len(c) for c in completion_ids))
+        rows = [list(p) + list(c) + [self.pad_id] * (width - len(c)) for p, c in zip(prompt_ids, completion_ids)]
+        ids, mask = self._left_pad(rows)
+        for row, c in enumerate(completion_ids):
+            if width - len(c):
+                mask[row, -(width - len(c)):] = 0      # right padding after a short completion
+        return ids, mask, width
 
     # ------------------------------------------------------------------ sampling
     @torch.no_grad()
@@ -568,6 +583,15 @@ class HFPolicy:
         during sampling (0 means unscaled).
         """
         context = torch.no_grad() if reference else contextlib.nullcontext()
+        head = self.plain_output_layer()
+        if head is not None:
+            with context, self.using(None if reference else adapter):
+                hidden, width, completion_mask = self.completion_hidden(prompt_ids, completion_ids)
+                targets = completion_targets(completion_ids, width, self.pad_id).to(hidden.device)
+                chosen = completion_mask.bool()
+                values = head_logprobs(hidden[chosen], head.weight, head.bias, targets[chosen], temperature)
+            logprobs = torch.zeros(completion_mask.shape, dtype=values.dtype, device=values.device)
+            return logprobs.masked_scatter(chosen, values), chosen
         with context, self.using(None if reference else adapter):
             logits, width, completion_mask = self.completion_logits(prompt_ids, completion_ids)
         logits = logits.float()
@@ -577,6 +601,70 @@ class HFPolicy:
         # log pi(y_t) = z_t[y_t] - logsumexp(z_t): avoids materialising a second [B, L, V] tensor
         logprobs = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
         return logprobs * completion_mask, completion_mask.bool()
+
+    def plain_output_layer(self) -> torch.nn.Linear | None:
+        """The output layer when logits are exactly ``head(final hidden state)`` and scoring may apply it itself.
+
+        ``None`` (score through the model's own forward) for sharded weights (FSDP gathers them in the
+        forward), a head that is not a plain ``nn.Linear`` (e.g. LoRA on the head) or a model that
+        transforms its logits (soft-capping, logit scales).
+        """
+        if self.lockstep or not hasattr(self.model, "get_output_embeddings"):
+            return None
+        base = self.model.get_base_model() if self.is_peft else self.model
+        head = base.get_output_embeddings()
+        config = base.config
+        transformed = any(getattr(config, name, None) not in (None, 1, 1.0) for name in LOGIT_TRANSFORMS)
+        if (type(head) is not torch.nn.Linear or isinstance(head.weight, DTensor) or transformed
+                or not hasattr(base, "get_decoder")):
+            return None
+        return head
+
+    def completion_hidden(self, prompt_ids: Sequence[list[int]],
+                          completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, int, torch.Tensor]:
+        """``(hidden [B, width, d], width, completion mask)``: the final hidden state each completion token was
+        chosen from (what the output layer turns into its logits).
+
+        The same forwards as :meth:`completion_logits` (a group's shared prompt once) through the decoder alone,
+        with one embedding lookup for all their tokens: a trained embedding gets one gradient, not one per forward.
+        """
+        base = self.model.get_base_model() if self.is_peft else self.model
+        decoder, embed = base.get_decoder(), base.get_input_embeddings()
+        cache_name = _cache_parameter(type(decoder))
+        source, firsts = shared_rows([tuple(p) for p in prompt_ids])
+        checkpointing = self.gradient_checkpointing and torch.is_grad_enabled()
+        device = self.device
+        if len(firsts) == len(prompt_ids) or len(completion_ids) != len(prompt_ids) or checkpointing:
+            ids, mask, width = self._scoring_rows(prompt_ids, completion_ids)
+            ids, mask = ids.to(device), mask.to(device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            with self._checkpointing():
+                out = decoder(inputs_embeds=embed(ids), attention_mask=mask, position_ids=positions, use_cache=False)
+            return out.last_hidden_state[:, -width - 1:-1], width, mask[:, -width:]
+        width = max(1, max(len(c) for c in completion_ids))
+        ids, prompt_mask = self._left_pad([prompt_ids[r] for r in firsts])
+        ids, prompt_mask = ids.to(device), prompt_mask.to(device)
+        inputs = completion_targets(completion_ids, width, self.pad_id)[:, :-1].to(device)
+        embedded = embed(torch.cat([ids.flatten(), inputs.flatten()]))
+        prompt_embeds = embedded[:ids.numel()].view(*ids.shape, -1)
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        prompt_out = decoder(inputs_embeds=prompt_embeds, attention_mask=prompt_mask, position_ids=positions,
+                             use_cache=True, **{cache_name: cache})
+        expand = torch.tensor(source, dtype=torch.long, device=device)
+        hidden = prompt_out.last_hidden_state[:, -1:][expand]         # chose completion token 0
+        completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completion_ids],
+                                       dtype=torch.long, device=device)
+        if width > 1:
+            cache.batch_select_indices(expand)                         # differentiable copy to each row
+            mask = torch.cat([prompt_mask[expand], completion_mask[:, :-1]], dim=1)
+            steps = positions[expand][:, -1:] + 1 + torch.arange(width - 1, device=device)
+            out = decoder(inputs_embeds=embedded[ids.numel():].view(*inputs.shape, -1), attention_mask=mask,
+                          position_ids=steps, use_cache=True, **{cache_name: cache})
+            hidden = torch.cat([hidden, out.last_hidden_state], dim=1)
+        return hidden, width, completion_mask
 
     def completion_logits(self, prompt_ids: Sequence[list[int]],
                           completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, int, torch.Tensor]:
@@ -630,15 +718,7 @@ class HFPolicy:
         (``output.logits`` keeps those ``width + 1`` positions; with ``output_hidden_states`` only the last
         position's logits are kept and ``output.hidden_states`` carries every position).
         """
-        if len(prompt_ids) != len(completion_ids) or not prompt_ids:
-            raise ValueError(f"need one completion per prompt (got {len(prompt_ids)} prompts, {len(completion_ids)} "
-                             f"completions), at least one")
-        width = max(1, max(len(c) for c in completion_ids))
-        rows = [list(p) + list(c) + [self.pad_id] * (width - len(c)) for p, c in zip(prompt_ids, completion_ids)]
-        ids, mask = self._left_pad(rows)
-        for row, c in enumerate(completion_ids):
-            if width - len(c):
-                mask[row, -(width - len(c)):] = 0      # right padding after a short completion
+        ids, mask, width = self._scoring_rows(prompt_ids, completion_ids)
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with self._checkpointing():
@@ -646,6 +726,9 @@ class HFPolicy:
                                 logits_to_keep=1 if output_hidden_states else width + 1,
                                 output_hidden_states=output_hidden_states)
         return output, width, mask[:, -width:]
+
+
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")   # config fields that change logits
 
 
 def chosen_logprobs_(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
