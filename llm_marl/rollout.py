@@ -2,7 +2,8 @@
 
 Every turn, the prompts of all agents of all parallel episodes are grouped by policy and
 sampled in ONE batched ``generate`` call per policy (agents sharing a base go in one
-mixed-adapter batch), then every env is stepped.
+mixed-adapter batch; separate models on the CPU sample concurrently, a share of the cores
+each, see :func:`llm_marl.backends.hf.generate_all`), then every env is stepped.
 
 - :meth:`RolloutEngine.collect` runs plain episodes (MAPPO, the benchmark, evaluation).
 - :meth:`RolloutEngine.expand` is the tree primitive of MAGRPO: from env nodes (mid-episode),
@@ -21,6 +22,7 @@ from tqdm.auto import tqdm
 
 from llm_marl_envs.core import TextEnv
 
+from .backends.hf import generate_all
 from .episode import AgentTurn, Episode, jsonable_info
 from .policy import Conversation, Generation, SamplingParams
 from .team import Team
@@ -55,8 +57,9 @@ class RolloutEngine:
     """Runs episodes of any :class:`TextEnv` with a :class:`Team`, batching generation per policy."""
 
     def __init__(self, env: TextEnv, team: Team, params: SamplingParams | None = None, *, progress: bool = True,
-                 env_name: str | None = None) -> None:
+                 env_name: str | None = None, concurrent_policies: bool = True) -> None:
         team.check_covers(env.possible_agents)
+        self.concurrent_policies = concurrent_policies   # separate CPU models sample at once (hf.generate_all)
         self.env = env
         self.team = team
         self.params = params or SamplingParams()
@@ -71,10 +74,11 @@ class RolloutEngine:
         for i, (agent, _) in enumerate(requests):
             by_policy.setdefault(id(self.team.policy(agent)), []).append(i)
         results: list[list[Generation] | None] = [None] * len(requests)
-        for rows in by_policy.values():
-            policy = self.team.policy(requests[rows[0]][0])
-            out = policy.generate([requests[i][1] for i in rows], params or self.params,
-                                  adapters=[self.team.adapter(requests[i][0]) for i in rows], num_samples=num_samples)
+        calls = [(self.team.policy(requests[rows[0]][0]), [requests[i][1] for i in rows],
+                  {"adapters": [self.team.adapter(requests[i][0]) for i in rows], "num_samples": num_samples})
+                 for rows in by_policy.values()]
+        outs = generate_all(calls, params or self.params, concurrent=self.concurrent_policies)
+        for rows, out in zip(by_policy.values(), outs):
             for i, generations in zip(rows, out):
                 results[i] = generations
         return results  # type: ignore[return-value]
