@@ -118,6 +118,21 @@ divides the medians.
 ``--turns 1 --skip-memory --prompts 4 --repeats 3`` on the same Xeon (load 1.5-1.7, ours passive, comlrl
 unset): ours 10.31, 9.98, 10.19; comlrl 18.64, 19.38, 18.32; medians 10.19 and 18.64, ``ratio=1.83``.
 
+**Scoring through one head node, separate models sampling at once (commits ceaf8ca, then f91aee9).** The
+loss forward takes log-probs through ``llm_marl.backends.head_logprobs`` (one ``[tokens, vocab]`` buffer,
+the head on completion tokens only, one embedding lookup), and the two agents' models sample concurrently
+on a core each (``llm_marl.backends.hf.generate_all``). ``--turns 1,2 --skip-memory --prompts 4 --repeats 2``,
+the same Xeon, load 0.9-2.1, ours passive, comlrl unset:
+
+    ceaf8ca  turns=1  ours 10.96-12.14 s/prompt  comlrl 18.80-19.27  ratio_turns1=1.65
+             turns=2  ours 25.53-26.01 (rollout 45.6-46.0 s, update 56.6-58.0 s)  comlrl 71.74-74.99  ratio_turns2=2.85
+    f91aee9  turns=1  ours 9.94-11.03 (rollout 16.8-17.7 s, update 23.0-26.4 s)  comlrl 18.81-19.08  ratio_turns1=1.81
+             turns=2  ours 24.24-25.06 (rollout 39.9-40.6 s, update 57.0-59.6 s)  comlrl 70.38-71.11  ratio_turns2=2.87
+
+So 2 turns went 2.42 (one run, commit 6e204de) → 2.87, and 1 turn stays ~1.8: the first step of a run
+pays ~12 s of first-touched memory (AdamW states and gradients of two 540 MB models, ~20 µs per page
+fault on this VM, whose freed memory goes back to the host), against ~4-5 s of update in the second step.
+
 So the speed goal is NOT met: ~2.5x, not 3x. Where the time goes: ~58% is sampling, which here
 goes to matrix products over the weights — two separate fp32 models (540 MB each), ~0.1 s per
 decode step at batch 8 (profiled: 86% in aten::mm), so a step costs about the same at any small

@@ -91,7 +91,8 @@ class HFPolicy:
     * ``threads``: torch threads for each generate call. ``None`` (the default) takes, at every call,
       the cores other processes leave free (:class:`~llm_marl.hardware.CoreMeter`), at most the
       process's ``torch.get_num_threads()``; the process setting is restored after the call.
-      :attr:`last_threads` records the choice.
+      :attr:`last_threads` records the choice. ``generate(threads=...)`` overrides it for one call
+      (separate models sampling at once split the cores this way, see :func:`generate_all`).
     * ``grouped_lora``: a mixed-adapter batch runs through :class:`~llm_marl.backends.lora_rows.AdapterRows`
       (every adapter of a layer stacked into two matrix products for the whole batch) instead of PEFT's
       per-forward ``adapter_names`` hooks, gathers and scatters; the same sums in another order, so the
