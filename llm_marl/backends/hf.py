@@ -144,7 +144,6 @@ class HFPolicy:
         self.drop_finished_rows = drop_finished_rows
         self.core_meter = CoreMeter()
         self.last_threads: int | None = None
-        self._step_threads: Callable[[], int] | None = None   # a generate call's per-step thread count, if any
         contiguous_head_input(model)
         model.eval()
 
@@ -333,9 +332,9 @@ class HFPolicy:
         self._check_weights()
         prompts = [self.encode(c) for c in conversations for _ in range(num_samples)]
         row_adapters = [a for a in adapters for _ in range(num_samples)]
-        self._step_threads = threads if callable(threads) else None
         with self._call_threads(threads() if callable(threads) else threads):
-            completions, logprobs, finished = self._decode(prompts, row_adapters, params)
+            completions, logprobs, finished = self._decode(prompts, row_adapters, params,
+                                                           threads if callable(threads) else None)
         self.generate_calls += 1
         out: list[list[Generation]] = []
         for i in range(len(conversations)):
@@ -404,8 +403,11 @@ class HFPolicy:
                 return {}
             yield select
 
-    def _decode(self, prompts: list[list[int]], adapters: list[str | None], params: SamplingParams):
+    def _decode(self, prompts: list[list[int]], adapters: list[str | None], params: SamplingParams,
+                step_threads: Callable[[], int] | None = None):
         """The decode loop: prefill, then one cached forward per token; returns ids, log-probs, EOS flags.
+
+        ``step_threads``, if given, is asked for the torch threads of every decode step.
 
         Rows with the same prompt and adapter (the G samples of one agent) are prefilled once and
         their KV cache is copied to every row that shares it: the prompt costs one row, not G. With
@@ -452,8 +454,8 @@ class HFPolicy:
                 mask, positions = mask[expand], positions[expand]
                 kwargs = select(adapters)
                 for step in range(params.max_new_tokens):
-                    if self._step_threads is not None and self._step_threads() != torch.get_num_threads():
-                        torch.set_num_threads(self._step_threads())
+                    if step_threads is not None and step_threads() != torch.get_num_threads():
+                        torch.set_num_threads(step_threads())
                     if not greedy:
                         logits = logits.div_(params.temperature)     # this step's own logits: scaled in place
                     next_ids = logits.argmax(-1) if greedy else nucleus_sample(logits, params.top_p, generator)
@@ -659,28 +661,19 @@ class HFPolicy:
                 out = decoder(inputs_embeds=embed(ids), attention_mask=mask, position_ids=positions, use_cache=False)
             return out.last_hidden_state[:, -width - 1:-1], width, mask[:, -width:]
         width = max(1, max(len(c) for c in completion_ids))
-        ids, prompt_mask = self._left_pad([prompt_ids[r] for r in firsts])
-        ids, prompt_mask = ids.to(device), prompt_mask.to(device)
-        inputs = completion_targets(completion_ids, width, self.pad_id)[:, :-1].to(device)
-        embedded = embed(torch.cat([ids.flatten(), inputs.flatten()]))
-        prompt_embeds = embedded[:ids.numel()].view(*ids.shape, -1)
-        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-        from transformers import DynamicCache
 
-        cache = DynamicCache()
-        prompt_out = decoder(inputs_embeds=prompt_embeds, attention_mask=prompt_mask, position_ids=positions,
-                             use_cache=True, **{cache_name: cache})
-        expand = torch.tensor(source, dtype=torch.long, device=device)
-        hidden = prompt_out.last_hidden_state[:, -1:][expand]         # chose completion token 0
-        completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completion_ids],
-                                       dtype=torch.long, device=device)
-        if width > 1:
-            cache.batch_select_indices(expand)                         # differentiable copy to each row
-            mask = torch.cat([prompt_mask[expand], completion_mask[:, :-1]], dim=1)
-            steps = positions[expand][:, -1:] + 1 + torch.arange(width - 1, device=device)
-            out = decoder(inputs_embeds=embedded[ids.numel():].view(*inputs.shape, -1), attention_mask=mask,
-                          position_ids=steps, use_cache=True, **{cache_name: cache})
-            hidden = torch.cat([hidden, out.last_hidden_state], dim=1)
+        def prepare(ids: torch.Tensor, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            embedded = embed(torch.cat([ids.flatten(), inputs.flatten()]))      # one lookup for both forwards
+            return (embedded[:ids.numel()].view(*ids.shape, -1),
+                    embedded[ids.numel():].view(*inputs.shape, embedded.shape[-1]))
+
+        def forward(embeds, mask, positions, cache, last_only: bool) -> torch.Tensor:
+            hidden = decoder(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, use_cache=True,
+                             **{cache_name: cache}).last_hidden_state
+            return hidden[:, -1:] if last_only else hidden
+
+        hidden, completion_mask = self._prompt_then_completions(prompt_ids, completion_ids, source, firsts, width,
+                                                                prepare, forward)
         return hidden, width, completion_mask
 
     def completion_logits(self, prompt_ids: Sequence[list[int]],
@@ -700,31 +693,50 @@ class HFPolicy:
         if distinct or len(completion_ids) != len(prompt_ids) or checkpointing:
             output, width, completion_mask = self.completion_forward(prompt_ids, completion_ids)
             return output.logits[:, :-1, :], width, completion_mask
-        from transformers import DynamicCache
-
         width = max(1, max(len(c) for c in completion_ids))
         if self.lockstep:
             width = max(width, 2)     # always both forwards: every process makes the same calls
+
+        def forward(ids, mask, positions, cache, last_only: bool) -> torch.Tensor:
+            return self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                              **cache_keyword(self.model, cache), use_cache=True,
+                              logits_to_keep=1 if last_only else 0).logits
+
+        logits, completion_mask = self._prompt_then_completions(prompt_ids, completion_ids, source, firsts, width,
+                                                                lambda ids, inputs: (ids, inputs), forward)
+        return logits, width, completion_mask
+
+    def _prompt_then_completions(self, prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]],
+                                 source: list[int], firsts: list[int], width: int,
+                                 prepare: Callable[[torch.Tensor, torch.Tensor], tuple[Any, Any]],
+                                 forward: Callable[..., torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two scoring forwards of rows that share prompts (:func:`shared_rows`' ``source`` and ``firsts``):
+        the distinct prompts once into a KV cache, a differentiable copy of it to each row, then the completions.
+
+        ``prepare(prompt ids [U, P], completion inputs [B, width - 1])`` gives what ``forward(inputs, mask,
+        positions, cache, last_only)`` takes; ``forward`` returns ``[rows, T, ...]`` (only the last position when
+        ``last_only``). Returns ``(outputs [B, width, ...], completion mask [B, width])``: row ``b``'s output at
+        ``k`` is the one completion token ``k`` was chosen from.
+        """
+        from transformers import DynamicCache
+
         device = self.device
         ids, prompt_mask = self._left_pad([prompt_ids[r] for r in firsts])
         ids, prompt_mask = ids.to(device), prompt_mask.to(device)
+        prompt_inputs, completion_inputs = prepare(
+            ids, completion_targets(completion_ids, width, self.pad_id)[:, :-1].to(device))
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        prompt_out = self.model(input_ids=ids, attention_mask=prompt_mask, position_ids=positions,
-                                **cache_keyword(self.model, cache), use_cache=True, logits_to_keep=1)
         expand = torch.tensor(source, dtype=torch.long, device=device)
-        logits = prompt_out.logits[:, -1:, :][expand]                  # chose completion token 0
-        completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completion_ids], dtype=torch.long,
-                                       device=device)
+        outputs = forward(prompt_inputs, prompt_mask, positions, cache, True)[expand]   # chose completion token 0
+        completion_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completion_ids],
+                                       dtype=torch.long, device=device)
         if width > 1:
             cache.batch_select_indices(expand)                         # differentiable copy to each row
-            inputs = completion_targets(completion_ids, width, self.pad_id)[:, :-1].to(device)
             mask = torch.cat([prompt_mask[expand], completion_mask[:, :-1]], dim=1)
             steps = positions[expand][:, -1:] + 1 + torch.arange(width - 1, device=device)
-            out = self.model(input_ids=inputs, attention_mask=mask, position_ids=steps,
-                             **cache_keyword(self.model, cache), use_cache=True, logits_to_keep=0)
-            logits = torch.cat([logits, out.logits], dim=1)
-        return logits, width, completion_mask
+            outputs = torch.cat([outputs, forward(completion_inputs, mask, steps, cache, False)], dim=1)
+        return outputs, completion_mask
 
     def completion_forward(self, prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]], *,
                            output_hidden_states: bool = False) -> tuple[Any, int, torch.Tensor]:
