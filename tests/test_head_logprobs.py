@@ -91,7 +91,8 @@ def test_scoring_matches_the_models_logits_with_gradients(policy, shared):
     torch.testing.assert_close(fused, plain, rtol=0, atol=1e-5)
     assert fused_grads.keys() == plain_grads.keys()
     for name in plain_grads:
-        torch.testing.assert_close(fused_grads[name], plain_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+        # gradients reach ~4 here: float32 rounding of the two summation orders leaves ~1e-6 on single elements
+        torch.testing.assert_close(fused_grads[name], plain_grads[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
 def test_the_shared_prompt_path_looks_up_embeddings_once(policy):

@@ -16,7 +16,7 @@ from accelerate.utils import DistributedType, broadcast, gather_object, reduce
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
-from llm_marl.backends.hf import HFPolicy
+from llm_marl.backends.hf import HFPolicy, set_weight_layout
 from llm_marl.sharding import full_state, full_tensor
 from llm_marl.team import Team
 
@@ -170,6 +170,7 @@ class DataParallel:
             if not layers:
                 raise ValueError(f"cannot shard {type(model).__name__}: it names no decoder-layer class "
                                  f"(_no_split_modules); train it with fsdp=False")
+            set_weight_layout(model, input_major=False)   # FSDP2 shards each weight along its dim 0
             for layer in layers:
                 fully_shard(layer)
             fully_shard(model)
