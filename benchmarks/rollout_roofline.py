@@ -50,6 +50,14 @@ and step; with answers of ~13 tokens on average and up to 40, most of the ~80 st
 47% (at ~115 GFLOP/s), the LM head 13%, attention over the fp32 KV cache 30% (~900 MB read per step,
 bandwidth-bound; transformers already packs GQA heads for one-token queries), small ops the rest.
 
+After commit 9ce9c49 (HF policies store float32 linear weights input-major, see
+``llm_marl.backends.hf.set_weight_layout``), same machine, ``--llamacpp-episodes 8`` (the library chose 1
+thread): peak 170.7 GFLOP/s, 1.0872 episodes/s, decode phase 15.2 s (63.25 GFLOP/s), prefill phase 41.4 s
+(75.85 GFLOP/s), fractions 0.371 / 0.444 / 0.424, llama.cpp 0.037, ``ratio=0.371``. An A/B of that change
+alone (``--threads 1 --llamacpp-episodes 0``, back to back): decode phase 16.8 → 15.1 s (0.325 → 0.368),
+prefill phase 40.0 → 41.5 s (the tied embedding's row lookups become strided gathers), 1.085 and 1.089
+episodes/s.
+
 So the goal holds on the EPYC, not on this Xeon: its peak is 40% higher, while the model's small products
 (576- and 1536-wide, 128 rows at most) run no faster than there.
 
