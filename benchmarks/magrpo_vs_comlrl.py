@@ -133,7 +133,20 @@ So 2 turns went 2.42 (one run, commit 6e204de) → 2.87, and 1 turn stays ~1.8: 
 pays ~12 s of first-touched memory (AdamW states and gradients of two 540 MB models, ~20 µs per page
 fault on this VM, whose freed memory goes back to the host), against ~4-5 s of update in the second step.
 
-So the speed goal is NOT met: ~2.5x, not 3x. Where the time goes: ~58% is sampling, which here
+**Input-major weights (commit 9ce9c49).** HF policies store float32 CPU linear weights transposed in memory
+(``llm_marl.backends.hf.set_weight_layout``), so every ``linear`` is a row-major product, which MKL runs
+faster at few rows (a decode step of 8 rows: 125 → 100 ms on one thread, 74 → 66 ms on two). The same
+command, machine and settings (load 1.7-2.0):
+
+    9ce9c49  turns=1  ours 8.15-8.48 (rollout 13.4-13.7 s, update 19.2-20.2 s)  comlrl 17.98-18.79  ratio_turns1=2.21
+             turns=2  ours 21.31-22.16 (rollout 33.0-35.8 s, update 52.3-52.9 s)  comlrl 67.42-67.81  ratio_turns2=3.11
+
+The 2-turn goal is met in this run; the 1-turn goal is not (the first step's page faults remain). With the
+tied output layer kept row-major (commit 65ddb21, reverted): 1 turn ours 8.82-8.89 (rollout 14.9-15.3 s),
+comlrl 17.93-18.47, 2.06: each model decodes 8 rows on one thread, where the head's transposed product is
+slowest. The paragraph below is the state before these changes.
+
+(Earlier state.) So the speed goal is NOT met: ~2.5x, not 3x. Where the time goes: ~58% is sampling, which here
 goes to matrix products over the weights — two separate fp32 models (540 MB each), ~0.1 s per
 decode step at batch 8 (profiled: 86% in aten::mm), so a step costs about the same at any small
 batch; ours is ahead there only because it samples 2 prompts per call
