@@ -339,9 +339,9 @@ class HFPolicy:
         self._check_weights()
         prompts = [self.encode(c) for c in conversations for _ in range(num_samples)]
         row_adapters = [a for a in adapters for _ in range(num_samples)]
-        with self._call_threads(threads() if callable(threads) else threads):
-            completions, logprobs, finished = self._decode(prompts, row_adapters, params,
-                                                           threads if callable(threads) else None)
+        step_threads = threads if callable(threads) else None
+        with self._call_threads(step_threads() if step_threads else threads):
+            completions, logprobs, finished = self._decode(prompts, row_adapters, params, step_threads)
         self.generate_calls += 1
         out: list[list[Generation]] = []
         for i in range(len(conversations)):
@@ -461,8 +461,9 @@ class HFPolicy:
                 mask, positions = mask[expand], positions[expand]
                 kwargs = select(adapters)
                 for step in range(params.max_new_tokens):
-                    if step_threads is not None and step_threads() != torch.get_num_threads():
-                        torch.set_num_threads(step_threads())
+                    wanted = step_threads() if step_threads is not None else None
+                    if wanted is not None and wanted != torch.get_num_threads():
+                        torch.set_num_threads(wanted)    # asked once: the share can change between two asks
                     if not greedy:
                         logits = logits.div_(params.temperature)     # this step's own logits: scaled in place
                     next_ids = logits.argmax(-1) if greedy else nucleus_sample(logits, params.top_p, generator)
