@@ -181,3 +181,24 @@ def test_generated_splits_follow_the_hash_of_the_question(env_id):
     for split in ("train", "test"):
         tasks = llm_marl_envs.make(env_id, split=split, num_tasks=50).tasks
         assert {hash_split(t["question"]) for t in tasks} == {split}
+
+
+def test_clones_of_an_unloaded_env_share_one_task_list(monkeypatch):
+    """The rollout engine clones one template per episode: the problems are generated once, not per clone."""
+    env = llm_marl_envs.make("arithmetic_debate-v0", num_tasks=20)
+    calls = []
+    original = type(env).load_tasks
+
+    def counting(self):
+        calls.append(self)
+        return original(self)
+
+    monkeypatch.setattr(type(env), "load_tasks", counting)
+    twins = [env.clone() for _ in range(5)]
+    for seed, twin in enumerate(twins):
+        twin.reset(seed=seed, options={"task_index": seed})
+    assert len(calls) == 1
+    assert all(twin.tasks is env.tasks for twin in twins)
+    assert [twin.task["task_id"] for twin in twins] == [env.tasks[i]["task_id"] for i in range(5)]
+    twins[0].step({agent: "\\boxed{1}" for agent in twins[0].agents})
+    assert twins[1].turn == 0 and env.task is None      # clones still evolve independently
