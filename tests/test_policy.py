@@ -140,6 +140,34 @@ def test_reserved_cache_returns_what_a_dynamic_cache_returns():
     assert reserved.get_seq_length() == dynamic.get_seq_length() == 8
 
 
+def test_reserved_cache_gathers_rows_into_buffers_with_room():
+    """Dropping finished rows mid-decode: same values as a DynamicCache, and the next writes go into the
+    gathered buffer's room (no second copy into a fresh buffer)."""
+    from transformers import DynamicCache
+
+    from llm_marl.backends.hf import reserved_cache
+
+    torch.manual_seed(0)
+    reserved, dynamic = reserved_cache(room=6), DynamicCache()
+    prompt = torch.randn(4, 3, 5, 2)
+    for cache in (reserved, dynamic):
+        cache.update(prompt, prompt * 2, 0)
+    for rows in (4, 4, 2, 2, 1):
+        if rows < reserved.layers[0].keys.shape[0]:
+            keep = torch.tensor([2, 0]) if rows == 2 else torch.tensor([1])
+            reserved.batch_select_indices(keep)
+            dynamic.batch_select_indices(keep)
+            layer = reserved.layers[0]
+            assert layer.keys.data_ptr() == layer.buffers[0].data_ptr()
+            held = layer.buffers[0].data_ptr()
+        token = torch.randn(rows, 3, 1, 2)
+        got, want = reserved.update(token, -token, 0), dynamic.update(token, -token, 0)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+        if rows < 4:
+            assert reserved.layers[0].buffers[0].data_ptr() == held        # written in place, no new buffer
+    assert reserved.get_seq_length() == dynamic.get_seq_length() == 10
+
+
 def test_chosen_logprobs_equal_log_softmax_and_take_the_logits_buffer():
     from llm_marl.backends.hf import chosen_logprobs_
 
