@@ -54,7 +54,9 @@ import os
 import tempfile
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # both backends: no spinning OpenMP workers on a shared CPU
+from llm_marl.hardware import short_openmp_spin  # noqa: E402
+
+short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch or llama.cpp start their runtime
 
 import torch  # noqa: E402
 
@@ -94,7 +96,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"env={args.env} model={args.model} episodes={args.episodes} agents={args.num_agents} "
           f"turns={args.num_turns} max_new_tokens={args.max_new_tokens} seed={args.seed} cores={os.cpu_count()} "
-          f"free_cores={free_cores()} load={os.getloadavg()[0]:.1f} OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']} "
+          f"free_cores={free_cores()} load={os.getloadavg()[0]:.1f} OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')} GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')} "
           f"threads={args.threads} episodes_per_batch={args.episodes_per_batch} llamacpp_max_batch={max_batch}")
     results = {}
     for backend in ("llamacpp", "hf"):

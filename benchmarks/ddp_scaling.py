@@ -60,7 +60,9 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # spinning OpenMP workers collapse on a shared CPU
+from llm_marl.hardware import short_openmp_spin  # noqa: E402
+
+short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch or llama.cpp start their runtime
 
 from trainers.common.distributed import local_launch_command  # noqa: E402
 
@@ -152,7 +154,7 @@ def main() -> None:
         resolve(args.model)                           # convert/cache the embedded model once, before the launches
     print(f"model={args.model} {'full fine-tune' if args.full_finetune else 'LoRA'} env={args.env} agents=2 turns={args.num_turns} prompts_per_step={args.prompts_per_step} "
           f"G={args.num_generations} max_new_tokens={args.max_new_tokens} steps={args.steps}+{args.warmup} warm-up "
-          f"cores={cores} load={os.getloadavg()[0]:.1f} OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}", flush=True)
+          f"cores={cores} load={os.getloadavg()[0]:.1f} OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')} GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}", flush=True)
     results = {}
     for num_processes in (1, 2):
         threads = max(1, cores // num_processes)

@@ -17,7 +17,9 @@ import os
 import statistics
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from llm_marl.hardware import short_openmp_spin  # noqa: E402
+
+short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch or llama.cpp start their runtime
 
 from llm_marl.hardware import cpu_info, free_cores, llamacpp_extra_buffers  # noqa: E402
 from llm_marl.models import gguf_path  # noqa: E402

@@ -169,12 +169,15 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-# Ours runs as the `llm-marl` CLI runs it: passive OpenMP waiting (set before torch loads). The peer runs
-# in the environment the user started this script in: passive waiting costs comlrl ~20-35% on an idle
-# machine (see the docstring), and its users do not set it.
-OMP_WAIT_ENV = "OMP_WAIT_POLICY"
-PEER_OMP_WAIT = os.environ.get(OMP_WAIT_ENV)
-os.environ.setdefault(OMP_WAIT_ENV, "PASSIVE")
+# Ours runs as the `llm-marl` CLI runs it: the library's OpenMP wait (a short spin, set before torch loads).
+# The peer runs in the environment the user started this script in: a wait policy costs comlrl ~20-35% on
+# an idle machine (see the docstring), and its users do not set one.
+OPENMP_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+PEER_OPENMP = {name: os.environ[name] for name in OPENMP_ENV if name in os.environ}
+
+from llm_marl.hardware import short_openmp_spin  # noqa: E402
+
+OURS_OPENMP = short_openmp_spin()
 
 from llm_marl.models import cache_root  # noqa: E402
 from llm_marl_envs.core import TextEnv  # noqa: E402
@@ -309,12 +312,10 @@ def parse_peer_line(output: str) -> dict[str, float]:
     raise ValueError(f"the peer script printed no 'comlrl_magrpo ...' line; its output ended with:\n{output[-2000:]}")
 
 
-def peer_environment(environ: dict[str, str], user_wait_policy: str | None) -> dict[str, str]:
-    """The peer's environment: ours without the wait policy this script set, the user's own if they set one."""
-    env = {key: value for key, value in environ.items() if key != OMP_WAIT_ENV}
-    if user_wait_policy:
-        env[OMP_WAIT_ENV] = user_wait_policy
-    return {**env, "WANDB_MODE": "disabled"}
+def peer_environment(environ: dict[str, str], user_openmp: dict[str, str]) -> dict[str, str]:
+    """The peer's environment: ours without the OpenMP wait this script set, with the user's own where they set one."""
+    env = {key: value for key, value in environ.items() if key not in OPENMP_ENV}
+    return {**env, **user_openmp, "WANDB_MODE": "disabled"}
 
 
 def time_comlrl(python: str, prompts: int, new_tokens: int, generations: int, turns: int = 1) -> dict[str, float]:
@@ -329,7 +330,7 @@ def time_comlrl(python: str, prompts: int, new_tokens: int, generations: int, tu
                "--new-tokens", str(new_tokens), "--generations", str(generations)]
     if turns > 1:
         command += ["--turns", str(turns)]
-    done = subprocess.run(command, capture_output=True, text=True, env=peer_environment(os.environ, PEER_OMP_WAIT))
+    done = subprocess.run(command, capture_output=True, text=True, env=peer_environment(os.environ, PEER_OPENMP))
     if done.returncode != 0:
         raise SystemExit(f"the comlrl peer failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return parse_peer_line(done.stdout)
@@ -453,7 +454,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     for turns in turn_counts:
         print(f"prompts={args.prompts} agents=2 G={args.generations} new_tokens={args.new_tokens} turns={turns} "
               f"full fine-tune fp32 torch_threads={torch.get_num_threads()} load={os.getloadavg()[0]:.1f} "
-              f"{OMP_WAIT_ENV}: ours {os.environ[OMP_WAIT_ENV]}, comlrl {PEER_OMP_WAIT or 'unset'}", flush=True)
+              f"OpenMP wait: ours {OURS_OPENMP}, comlrl {' '.join(f'{k}={v}' for k, v in PEER_OPENMP.items()) or 'unset'}",
+              flush=True)
         ours_runs, peer_runs = [], []
         for _ in range(args.repeats):
             ours = time_ours_fresh(args.prompts, args.new_tokens, args.generations, turns)

@@ -95,7 +95,9 @@ import os
 import time
 from dataclasses import replace
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning OpenMP workers on a shared CPU
+from llm_marl.hardware import short_openmp_spin  # noqa: E402
+
+short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch or llama.cpp start their runtime
 
 import torch  # noqa: E402
 

@@ -11,7 +11,7 @@ harness (:func:`llm_marl.benchmark.run_benchmark`, the shared rollout engine), i
 opposite orders (A B C, then C B A) so a drift of the machine's speed is shared; a type's figure
 is its better round. Accuracy and the share of answers identical to Q4_1's are printed beside it.
 
-    OMP_WAIT_POLICY=PASSIVE PYTHONPATH=. python benchmarks/weight_types.py
+    PYTHONPATH=. python benchmarks/weight_types.py
 
 The last line is ``ratio=<fastest other type's episodes/s / Q4_1's>``.
 """
@@ -24,7 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from llm_marl.hardware import short_openmp_spin  # noqa: E402
+
+short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch or llama.cpp start their runtime
 
 from llm_marl.backends import load_policy  # noqa: E402
 from llm_marl.benchmark import EPISODES_FILE, BenchConfig, run_benchmark  # noqa: E402

@@ -20,7 +20,9 @@ import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # set before torch starts its OpenMP runtime
+from llm_marl.hardware import short_openmp_spin  # noqa: E402
+
+short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch or llama.cpp start their runtime
 
 import torch  # noqa: E402
 from trl import GRPOConfig  # noqa: E402

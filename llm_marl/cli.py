@@ -24,9 +24,12 @@ import yaml
 
 from llm_marl_envs.data import DataNotFoundError
 
-# OpenMP workers (torch, llama.cpp) spin-wait by default, which collapses throughput on a shared CPU;
-# the runtime reads this once at start, so it is set before torch or llama.cpp load.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from .hardware import short_openmp_spin
+
+# OpenMP workers (torch, llama.cpp) spin 300,000 iterations at every barrier by default, which starves a
+# shared CPU, and sleep at once when passive, which costs 2 threads ~25-55%: a short spin. The runtime
+# reads it once at start, so it is set before torch or llama.cpp load.
+short_openmp_spin()
 
 DEFAULT_MODEL = "smollm2-135m"
 TRAINERS = {"magrpo": ("trainers.magrpo", "MAGRPOConfig", "MAGRPOTrainer"),

@@ -89,7 +89,8 @@ def environment_report() -> list[tuple[str, str]]:
              ("cpu features", " ".join(cpu.relevant_flags) or "none of " + ", ".join(("avx2", "avx512f", "amx_tile"))),
              ("cores", f"{os.cpu_count()} online, {free} free now (load {os.getloadavg()[0]:.1f})"),
              ("threads", f"torch {torch.get_num_threads()}, llama.cpp {free} (the free cores), "
-                         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"),
+                         f"OpenMP wait: OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+                         f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}"),
              ("heap", f"HF policies: {heap_plan().reason}"),
              ("cuda", f"{torch.cuda.device_count()} device(s)" if torch.cuda.is_available() else "none"),
              ("llama.cpp build", _llamacpp_build()),

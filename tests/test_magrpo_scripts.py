@@ -84,12 +84,14 @@ def test_peer_line_parsing_and_missing_interpreter_error(tmp_path, monkeypatch):
 
 
 def test_peer_runs_in_the_users_environment_not_our_wait_policy():
-    """Our passive OpenMP waiting costs comlrl ~20-35% on an idle machine: the peer must not inherit it."""
-    ours = {"OMP_WAIT_POLICY": "PASSIVE", "PATH": "/bin"}
-    env = bench.peer_environment(ours, None)
-    assert "OMP_WAIT_POLICY" not in env and env["PATH"] == "/bin" and env["WANDB_MODE"] == "disabled"
-    assert bench.peer_environment(ours, "ACTIVE")["OMP_WAIT_POLICY"] == "ACTIVE"   # what the user set, for both
-    assert ours == {"OMP_WAIT_POLICY": "PASSIVE", "PATH": "/bin"}                  # ours untouched
+    """An OpenMP wait policy costs comlrl ~20-35% on an idle machine: the peer must not inherit ours."""
+    ours = {"GOMP_SPINCOUNT": "3000", "PATH": "/bin"}
+    env = bench.peer_environment(ours, {})
+    assert "GOMP_SPINCOUNT" not in env and env["PATH"] == "/bin" and env["WANDB_MODE"] == "disabled"
+    users = {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert bench.peer_environment({**ours, **users}, users)["OMP_WAIT_POLICY"] == "ACTIVE"   # the user's, for both
+    assert "GOMP_SPINCOUNT" not in bench.peer_environment({**ours, **users}, users)
+    assert ours == {"GOMP_SPINCOUNT": "3000", "PATH": "/bin"}                                  # ours untouched
 
 
 def test_benchmark_refuses_zero_repeats():

@@ -103,3 +103,23 @@ def test_hf_policy_takes_the_free_cores_at_each_call_and_an_explicit_count_wins(
         torch.set_num_threads(previous)
     with pytest.raises(ValueError, match="threads must be >= 1"):
         HFPolicy(model, tokenizer, threads=0)
+
+
+def test_short_openmp_spin_is_set_unless_the_user_chose_a_wait():
+    from llm_marl.hardware import OPENMP_SPIN_COUNT, short_openmp_spin
+
+    env = {}
+    assert short_openmp_spin(env) == f"GOMP_SPINCOUNT={OPENMP_SPIN_COUNT}" and env == {"GOMP_SPINCOUNT": "3000"}
+    for users in ({"OMP_WAIT_POLICY": "PASSIVE"}, {"GOMP_SPINCOUNT": "0"}):
+        env = dict(users)
+        assert "set by the user" in short_openmp_spin(env) and env == users
+
+
+def test_the_cli_sets_the_short_spin_before_torch_loads():
+    import subprocess
+    import sys
+
+    code = ("import os, sys; os.environ.pop('OMP_WAIT_POLICY', None); os.environ.pop('GOMP_SPINCOUNT', None); "
+            "import llm_marl.cli; print(os.environ['GOMP_SPINCOUNT'], 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["3000", "False"]

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..hardware import CoreMeter, buffer_choice
+from ..hardware import CoreMeter, buffer_choice, short_openmp_spin
 from ..policy import Conversation, Generation, SamplingParams
 from .base import InferenceBackend, SeedSource
 from .prefix_cache import MIN_SHARED_PREFIX, AnswerSplicer, CacheStats, PrefixCache, shared_prefixes
@@ -133,9 +133,10 @@ class LlamaCppPolicy(InferenceBackend):
         ``use_extra_bufts`` (llama.cpp's repacked/AMX weight buffers) defaults to
         :func:`~llm_marl.hardware.llamacpp_extra_buffers` of this CPU: off where it has AMX.
         """
-        # ggml's OpenMP workers spin-wait by default: on a busy CPU that costs 10x (see free_cores).
-        # Effective only if no OpenMP runtime started yet in this process (the CLI sets it first).
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # ggml's OpenMP workers wait at a barrier after every operation: a short spin, not libgomp's long
+        # one (starves a busy CPU) nor a passive sleep (2 threads ~35-120% slower). Effective only if no
+        # OpenMP runtime started yet in this process (the CLI sets it first).
+        short_openmp_spin()
         try:
             import llama_cpp
             from llama_cpp import _internals
