@@ -71,6 +71,22 @@ not: its decode steps (~200 ms for 32 sequences on F16 weights, one thread; BF16
 no faster, 219 and 199 ms) and the rest of the rollout take ~16 s, which reuse cannot shorten, and ratio 2
 needs them under ~9.5 s.
 
+After commit 39f1328 (OpenMP workers spin briefly instead of sleeping at every barrier, see
+``llm_marl.hardware.short_openmp_spin``; with commits 7f7eeb6 and 4cdffaf: env clones share one task list,
+the reserved KV cache gathers rows in one copy), same machine, the default threads (2; the other core idle,
+load 1.6-1.8), ``PYTHONPATH=. python benchmarks/rollout_reuse.py``:
+
+    hf        reuse off  0.5529      28.9 s  15904                   0/0/96/0                    1390
+    hf        reuse on   0.9902      16.2 s   6420 (9566)            64/0/0/32                   1390
+    llamacpp  reuse off  0.4188      38.2 s  15944                   0/0/96/0                    1388
+    llamacpp  reuse on   0.7853      20.4 s   6448 (9578)            64/0/0/32                   1388
+    hf identical 96/96 agent turns, ratio=1.79; llamacpp identical 96/96, ratio=1.88; ratio=1.79
+
+Both backends run 1.6-1.8x the episodes/s of the one-thread run above (llama.cpp on two threads with
+passive waiting, measured the same morning: 0.2079 and 0.3993 episodes/s, 1.92, slower than one thread).
+The ratios stay under the goal: two threads shorten the prefill more than the decode steps, which reuse
+cannot save.
+
 Earlier: both HF modes got faster, the one without reuse more (it prefills 2.5x the tokens), so HF's ratio fell.
 The goal is not met on this machine either. Fitting time = prefill tokens x p + the rest to the two HF runs
 gives p ~3.1 ms and ~11.7 s for everything else (decode steps, ~60 ms each at any small batch for the fp32

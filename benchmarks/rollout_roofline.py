@@ -58,6 +58,20 @@ alone (``--threads 1 --llamacpp-episodes 0``, back to back): decode phase 16.8 â
 prefill phase 40.0 â†’ 41.5 s (the tied embedding's row lookups become strided gathers), 1.085 and 1.089
 episodes/s.
 
+After commits 7f7eeb6 (env clones share one task list: each episode's clone regenerated the 500
+problems, ~30 ms) and 4cdffaf (the reserved KV cache gathers kept rows into buffers with room in one copy),
+same machine and command (the library chose 1 thread, load 1.7): peak 168.5 GFLOP/s, 1.1651 episodes/s
+(was 1.0872), decode phase 14.0 s (68.83 GFLOP/s), prefill phase 40.7 s (77.11 GFLOP/s), fractions
+0.409 / 0.458 / 0.445, llama.cpp 0.037, ``ratio=0.409``. Where the decode phase goes (2-turn rollout, 64
+episodes, one thread, instrumented in ``/work/scratch/s31``): forwards 12.4-13.1 s, storing dropped rows'
+KV for the next turn ~0.8 s, row gathers 0.24-0.52 s. In the forwards: weight products ~59% (at ~120
+GFLOP/s for 128 rows), attention ~23% (reading the fp32 KV cache at ~7-8 GB/s, ~half of what one thread
+streams; float instead of boolean masks and packed GQA heads, faster in isolation, measured no faster in
+the model), copies of new keys and values into the reserved room ~7%. Of 49 decode steps 21 run 128
+rows and 28 run 36 or fewer, at ~90-180 ms each. The first full rollout of a process also pays ~7.7 s
+of first-touched memory (437k page faults, against 10k in a second rollout: 57 vs 48 s), nearly all of
+it in the prefill; this benchmark times that first rollout.
+
 So the goal holds on the EPYC, not on this Xeon: its peak is 40% higher, while the model's small products
 (576- and 1536-wide, 128 rows at most) run no faster than there.
 
