@@ -157,9 +157,10 @@ step's activations dominate the team's peak); 4 agents cost 1.41x one LoRA agent
 
 **A short OpenMP spin (commit 39f1328).** The library (and this script, for ours) now sets
 ``GOMP_SPINCOUNT=3000`` instead of ``OMP_WAIT_POLICY=PASSIVE`` (``llm_marl.hardware.short_openmp_spin``);
-the peer still gets the user's environment. An A/B of ours alone (``time_ours``, fresh processes,
-alternated, ``/work/scratch/s31/mag_phases.py``): 7.13 and 6.48 s/prompt spinning (rollout 10.9 and 11.1 s)
-against 7.76 and 8.05 passive (rollout 13.5 and 13.6 s). The benchmark right after
+the peer still gets the user's environment. An A/B of ours alone, taken before the spin count was chosen
+(``time_ours``, fresh processes, alternated, ``/work/scratch/s31/mag_phases.py``): 7.13 and 6.48 s/prompt
+at libgomp's default spin (``GOMP_SPINCOUNT=300000``; rollout 10.9 and 11.1 s) against 7.76 and 8.05 with
+no spin (passive; rollout 13.5 and 13.6 s). The benchmark right after the change, with the 3,000 spin
 (``--turns 1 --skip-memory --prompts 4 --repeats 2``, load 0.8-1.7): ours 7.65 and 8.87 (rollout 12.2 and
 13.9 s, update 18.4 and 21.6 s), comlrl 17.04 and 18.04, ``ratio=2.12``: the spread of one trainer's
 runs here is as large as the change. What is left is the first optimiser step's fresh memory (AdamW
