@@ -165,7 +165,11 @@ no spin (passive; rollout 13.5 and 13.6 s). The benchmark right after the change
 13.9 s, update 18.4 and 21.6 s), comlrl 17.04 and 18.04, ``ratio=2.12``: the spread of one trainer's
 runs here is as large as the change. What is left is the first optimiser step's fresh memory (AdamW
 states of two 540 MB models: the first ``step`` 1.9-2.2 s against 0.4 s later, ~220k page faults each)
-and the first loss forwards (1.4 and 2.7 s against 0.5 and 1.5 s in the second step).
+and the first loss forwards (1.4 and 2.7 s against 0.5 and 1.5 s in the second step). The same A/B with the
+3,000 spin, later (alternated): 8.25 and 7.46 s/prompt (rollout 13.4 and 12.9 s) against 9.22 and 9.02 with
+none (rollout 16.3 and 14.9 s). ``--turns 2 --skip-memory --prompts 4 --repeats 2`` (load 0.1 at start):
+ours 20.07 and 21.13 s/prompt (rollout 32.3 and 36.3 s, update 48.0 and 48.3 s), comlrl 69.76 and 69.79,
+``ratio_turns2=3.39`` (3.11 at commit 9ce9c49).
 """
 from __future__ import annotations
 
