@@ -188,11 +188,9 @@ from typing import Any, Sequence
 # Ours runs as the `llm-marl` CLI runs it: the library's OpenMP wait (a short spin, set before torch loads).
 # The peer runs in the environment the user started this script in: a wait policy costs comlrl ~20-35% on
 # an idle machine (see the docstring), and its users do not set one.
-OPENMP_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-PEER_OPENMP = {name: os.environ[name] for name in OPENMP_ENV if name in os.environ}
+from llm_marl.hardware import OPENMP_WAIT_ENV, short_openmp_spin  # noqa: E402
 
-from llm_marl.hardware import short_openmp_spin  # noqa: E402
-
+PEER_OPENMP = {name: os.environ[name] for name in OPENMP_WAIT_ENV if name in os.environ}
 OURS_OPENMP = short_openmp_spin()
 
 from llm_marl.models import cache_root  # noqa: E402
@@ -330,7 +328,7 @@ def parse_peer_line(output: str) -> dict[str, float]:
 
 def peer_environment(environ: dict[str, str], user_openmp: dict[str, str]) -> dict[str, str]:
     """The peer's environment: ours without the OpenMP wait this script set, with the user's own where they set one."""
-    env = {key: value for key, value in environ.items() if key not in OPENMP_ENV}
+    env = {key: value for key, value in environ.items() if key not in OPENMP_WAIT_ENV}
     return {**env, **user_openmp, "WANDB_MODE": "disabled"}
 
 

@@ -40,6 +40,7 @@ _TRIM_NEVER = 2**31 - 1
 # libgomp's spin-wait iterations before an idle worker sleeps: its default is 300,000 (0 with
 # OMP_WAIT_POLICY=PASSIVE); see short_openmp_spin for why this library picks 3,000
 OPENMP_SPIN_COUNT = 3000
+OPENMP_WAIT_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")   # the user's choice of wait, left alone where set
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,7 @@ def short_openmp_spin(env: MutableMapping[str, str] | None = None) -> str:
     call), so it happens only when a job starts during a call. On one thread the wait does not matter.
     """
     env = os.environ if env is None else env
-    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+    for name in OPENMP_WAIT_ENV:
         if name in env:
             return f"{name}={env[name]} (set by the user)"
     env["GOMP_SPINCOUNT"] = str(OPENMP_SPIN_COUNT)
