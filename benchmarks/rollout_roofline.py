@@ -72,6 +72,14 @@ rows and 28 run 36 or fewer, at ~90-180 ms each. The first full rollout of a pro
 of first-touched memory (437k page faults, against 10k in a second rollout: 57 vs 48 s), nearly all of
 it in the prefill; this benchmark times that first rollout.
 
+With prompt-lookup drafts in the HF decode (2026-11-25, ``llm_marl.backends.prompt_lookup``; same machine and
+command, the library chose 1 thread, load 1.1-1.4): peak 175.3 GFLOP/s, 1.1646 episodes/s, decode phase 14.2 s
+(67.79 GFLOP/s), prefill phase 40.5 s, fractions 0.387 / 0.442 / 0.428, llama.cpp 0.036, ``ratio=0.387``.
+Drafts do not move this figure: the first answers of 128 rows have little to copy (drafts after a 3-token
+match are kept ~70% of the time, but few rows have one), and a wider step at 128 rows is compute-bound
+(one thread: 395 ms at width 1, 931 ms at width 2), so the step-width choice keeps these steps one wide.
+In-process A/Bs of the rollout: decode phase 13.5-13.8 s without drafts, 13.7-14.3 s with them.
+
 So the goal holds on the EPYC, not on this Xeon: its peak is 40% higher, while the model's small products
 (576- and 1536-wide, 128 rows at most) run no faster than there.
 

@@ -21,6 +21,7 @@ from .head_logprobs import head_logprobs
 from .lora_rows import BASE_ADAPTER, AdapterRows
 from .prefix_cache import (MIN_SHARED_PREFIX, AnswerSplicer, CacheStats, PrefixCache, conversation_key, remember,
                            shared_prefixes)
+from .prompt_lookup import DRAFT_TOKENS, DraftRecord, PromptLookup, accepted_drafts, step_width
 
 
 class _OptimizerSteps:
@@ -99,6 +100,11 @@ class HFPolicy:
       outputs agree within float rounding. Off, or for adapters it does not cover (DoRA, merged, active
       dropout), PEFT's path runs.
     * ``drop_finished_rows``: rows that sampled EOS leave the decode batch (see :meth:`_decode`).
+    * ``draft_tokens``: with greedy decoding, each decode step also feeds up to this many tokens per row
+      that followed the latest earlier occurrence of the row's last tokens in its own prompt and answer
+      (:mod:`~llm_marl.backends.prompt_lookup`), and keeps those the model agrees with: the same tokens
+      in fewer, wider steps (a debate's answers mostly repeat text already in the prompt). ``0``: off.
+      :attr:`decode_steps`, :attr:`draft_tokens_fed` and :attr:`draft_tokens_accepted` count the effect.
     * ``input_major_weights``: a float32 model on the CPU gets its linear layers' weights stored
       transposed (same shapes and values; see :func:`set_weight_layout`), so that every ``linear`` is a
       plain row-major product. Off, the model's layout is left as given.
@@ -111,7 +117,7 @@ class HFPolicy:
     def __init__(self, model, tokenizer, name: str | None = None, template_cache_size: int = 4096, *,
                  reuse_cache: bool = True, cache_bytes: int = 2**30, splice_answers: bool = True,
                  threads: int | None = None, grouped_lora: bool = True, drop_finished_rows: bool = True,
-                 input_major_weights: bool = True) -> None:
+                 input_major_weights: bool = True, draft_tokens: int = DRAFT_TOKENS) -> None:
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1 (or None: the free cores at each call), got {threads}")
         self.heap = keep_freed_memory()  # activations reuse freed heap memory instead of faulting in new pages
@@ -148,6 +154,13 @@ class HFPolicy:
         self.threads = threads
         self.grouped_lora = grouped_lora
         self.drop_finished_rows = drop_finished_rows
+        if draft_tokens < 0:
+            raise ValueError(f"draft_tokens must be >= 0 (0: no prompt-lookup drafts), got {draft_tokens}")
+        self.draft_tokens = draft_tokens
+        self.draft_free_positions = DRAFT_FREE_POSITIONS
+        self.decode_steps = 0            # decode forwards run
+        self.draft_tokens_fed = 0        # prompt-lookup draft tokens fed to decode steps ...
+        self.draft_tokens_accepted = 0   # ... and kept (each one a decode step saved)
         self.core_meter = CoreMeter()
         self.last_threads: int | None = None
         contiguous_head_input(model)
@@ -412,7 +425,7 @@ class HFPolicy:
 
     def _decode(self, prompts: list[list[int]], adapters: list[str | None], params: SamplingParams,
                 step_threads: Callable[[], int] | None = None):
-        """The decode loop: prefill, then one cached forward per token; returns ids, log-probs, EOS flags.
+        """The decode loop: prefill, then cached forwards of each row's next token; returns ids, log-probs, EOS flags.
 
         ``step_threads``, if given, is asked for the torch threads of every decode step.
 
@@ -421,7 +434,10 @@ class HFPolicy:
         ``reuse_cache`` the prefill runs only what each prompt adds to its longest stored prefix
         (:meth:`_prefill_inputs`), and every row's cache is stored for the next call. Once a quarter
         of the rows running have finished (EOS), they leave the batch (:func:`rows_to_keep`; their
-        caches are stored first): later steps run only the rows still generating.
+        caches are stored first): later steps run only the rows still generating. With greedy decoding
+        and ``draft_tokens``, a step feeds each row's next token and its prompt-lookup drafts, and keeps
+        the drafts up to the first one the model's choice differs from (:func:`forget_rejected_drafts`
+        removes the others' states), so one step can add several tokens to a row.
         """
         source, firsts = shared_rows([(tuple(p), a) for p, a in zip(prompts, adapters)])
         limit = getattr(self.model.config, "max_position_embeddings", None)
@@ -430,17 +446,21 @@ class HFPolicy:
             raise ValueError(f"prompt of {longest} tokens + max_new_tokens={params.max_new_tokens} exceeds the "
                              f"model's {limit} positions; shorten the prompt or lower max_new_tokens")
         greedy = params.temperature == 0
+        lookahead = self.draft_tokens if greedy else 0
         device = self.device
         generator = None
         if params.seed is not None:
             generator = torch.Generator(device=device).manual_seed(params.seed)
         batch = len(prompts)
         expand = torch.tensor(source, dtype=torch.long, device=device)
-        stop = torch.tensor(self.stop_ids, dtype=torch.long, device=device)
-        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        stop_ids = set(self.stop_ids)
+        completions: list[list[int]] = [[] for _ in range(batch)]     # per batch row, its stop token included
+        logprobs: list[list[float]] = [[] for _ in range(batch)]
+        finished = [False] * batch
+        lookups = [PromptLookup(p) for p in prompts] if lookahead else []
+        records = [DraftRecord() for _ in range(batch)] if lookahead else []   # per batch row: how its drafts held
         live = torch.arange(batch, device=device)            # the batch row held in each cache row
-        token_out = torch.full((batch, params.max_new_tokens), -1, dtype=torch.long, device=device)  # -1: after EOS
-        logprob_out = torch.zeros((batch, params.max_new_tokens), device=device)
+        drafts: list[list[int]] = [[] for _ in range(batch)]  # per cache row: the draft tokens fed in the last forward
         was_training = self.model.training
         self.model.eval()
         try:
@@ -455,51 +475,87 @@ class HFPolicy:
                                  **select([adapters[r] for r in firsts]))
                 if len(firsts) < batch:                                     # copy each prompt's cache to its G rows
                     cache.batch_select_indices(expand)
-                logits = out.logits[:, -1, :].float()[expand]
+                logits = out.logits[:, -1:, :].float()[expand]              # [rows, positions fed, vocab]
                 prefilled = time.perf_counter()
                 self.prefill_seconds += prefilled - began
-                mask, positions = mask[expand], positions[expand]
+                mask, position = mask[expand], positions[expand][:, -1]     # position: each row's newest fed token
                 kwargs = select(adapters)
-                for step in range(params.max_new_tokens):
+                while True:
                     wanted = step_threads() if step_threads is not None else None
                     if wanted is not None and wanted != torch.get_num_threads():
                         torch.set_num_threads(wanted)    # asked once: the share can change between two asks
-                    if not greedy:
-                        logits = logits.div_(params.temperature)     # this step's own logits: scaled in place
-                    next_ids = logits.argmax(-1) if greedy else nucleus_sample(logits, params.top_p, generator)
-                    next_ids = torch.where(done, torch.full_like(next_ids, self.pad_id), next_ids)
-                    logprob_out[live, step] = chosen_logprobs_(logits, next_ids)   # overwrites logits
-                    token_out[live, step] = torch.where(done, torch.full_like(next_ids, -1), next_ids)
-                    done = done | torch.isin(next_ids, stop)
-                    if bool(done.all()) or step == params.max_new_tokens - 1:
+                    if greedy:
+                        chosen = logits.argmax(-1)                          # after every position fed
+                    else:
+                        logits = logits.div_(params.temperature)            # this step's own logits: scaled in place
+                        chosen = nucleus_sample(logits[:, 0], params.top_p, generator)[:, None]
+                    chosen_logprobs = chosen_logprobs_(logits.view(-1, logits.shape[-1]), chosen.reshape(-1))
+                    # keep each row's drafts up to the first the model disagrees with, then its own next token
+                    feed, kept = [], []
+                    for row, (batch_row, tokens, values) in enumerate(zip(live.tolist(), chosen.tolist(),
+                                                                          chosen_logprobs.view(chosen.shape).tolist())):
+                        accepted = accepted_drafts(drafts[row], tokens)
+                        kept.append(accepted)
+                        if drafts[row]:
+                            records[batch_row].update(len(drafts[row]), accepted)
+                        if finished[batch_row]:
+                            feed.append(self.pad_id)
+                            continue
+                        taken = 0
+                        for token, value in zip(tokens[:accepted + 1], values[:accepted + 1]):
+                            completions[batch_row].append(token)
+                            logprobs[batch_row].append(value)
+                            taken += 1
+                            if token in stop_ids or len(completions[batch_row]) == params.max_new_tokens:
+                                finished[batch_row] = True
+                                break
+                        # the chosen token goes in next (a stop token too, as its states are stored); a stop
+                        # among the drafts was fed already
+                        feed.append(tokens[accepted] if taken == accepted + 1 else self.pad_id)
+                        if lookups:
+                            lookups[batch_row].extend(tokens[:taken])
+                    if any(drafts):
+                        self.draft_tokens_accepted += sum(kept)
+                        mask = forget_rejected_drafts(cache, mask, max(map(len, drafts)), kept)
+                        position = position + torch.tensor(kept, dtype=position.dtype, device=device)
+                    if all(finished):
                         break
+                    done = torch.tensor([finished[r] for r in live.tolist()], device=device)
                     keep = rows_to_keep(done, MIN_DECODE_ROWS) if self.drop_finished_rows else None
+                    next_ids = torch.tensor(feed, dtype=torch.long, device=device)
                     if keep is not None:                       # drop finished rows (storing their caches first)
                         dropped = done.nonzero().squeeze(-1)
                         dropped = dropped[~torch.isin(dropped, keep)]
                         if self.reuse_cache:
                             rows = live[dropped].tolist()
                             self._store(cache, mask, dropped.tolist(), [prompts[r] for r in rows],
-                                        [adapters[r] for r in rows],
-                                        [completion_of(token_out[r].tolist()) for r in rows])
+                                        [adapters[r] for r in rows], [completions[r] for r in rows])
                         cache.batch_select_indices(keep)
-                        live, done, next_ids, mask, positions = (t[keep] for t in (live, done, next_ids, mask,
-                                                                                   positions))
+                        live, next_ids, mask, position = (t[keep] for t in (live, next_ids, mask, position))
                         kwargs = select([adapters[r] for r in live.tolist()])
-                    step_ids = next_ids[:, None]
-                    mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
-                    positions = positions[:, -1:] + 1
-                    out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
-                                     **cache_keyword(self.model, cache), use_cache=True, logits_to_keep=1, **kwargs)
-                    logits = out.logits[:, -1, :].float()
+                    rows = live.tolist()
+                    drafts = [lookups[r].draft(min(lookahead, params.max_new_tokens - len(completions[r]) - 1))
+                              if lookups and not finished[r] else [] for r in rows]
+                    width = (step_width(drafts, [records[r].rate for r in rows], self.draft_free_positions)
+                             if lookups else 1)
+                    drafts = [draft[:width - 1] for draft in drafts]
+                    step_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+                    step_ids[:, 0] = next_ids
+                    for row, tokens in enumerate(drafts):
+                        step_ids[row, 1:1 + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+                    self.draft_tokens_fed += sum(map(len, drafts))
+                    mask = torch.cat([mask, mask.new_ones((len(rows), width))], dim=1)
+                    positions = position[:, None] + torch.arange(1, width + 1, device=device)
+                    out = self.model(input_ids=step_ids.to(device), attention_mask=mask, position_ids=positions,
+                                     **cache_keyword(self.model, cache), use_cache=True, logits_to_keep=width,
+                                     **kwargs)
+                    logits = out.logits[:, -width:, :].float()
+                    position = position + 1                    # the chosen token; drafts count once kept
+                    self.decode_steps += 1
                 self.decode_seconds += time.perf_counter() - prefilled
         finally:
             self.model.train(was_training)
-        token_matrix = token_out[:, :step + 1].tolist()
-        logprob_matrix = logprob_out[:, :step + 1].tolist()
-        completions = [completion_of(tokens) for tokens in token_matrix]
-        logprobs = [values[:len(c)] for values, c in zip(logprob_matrix, completions)]
-        finished = [bool(c) and c[-1] in self.stop_ids for c in completions]
+        finished = [bool(c) and c[-1] in stop_ids for c in completions]
         for key in extended:                                   # superseded by the sequences that extend them
             self.kv_cache.drop(key)
         if self.reuse_cache:
@@ -941,6 +997,7 @@ def nucleus_sample(logits: torch.Tensor, top_p: float, generator: torch.Generato
     return index.gather(-1, choice).squeeze(-1)
 
 
+DRAFT_FREE_POSITIONS = 30.0   # a decode step's fixed cost (weights streamed, per-layer overhead) in positions' compute
 MIN_DECODE_ROWS = 4   # fewer rows take torch's matrix-vector kernels, whose sums round differently
 
 
@@ -959,9 +1016,23 @@ def rows_to_keep(done: torch.Tensor, min_rows: int = MIN_DECODE_ROWS) -> torch.T
     return running
 
 
-def completion_of(tokens: list[int]) -> list[int]:
-    """A row's sampled tokens up to the first ``-1`` (the steps after its EOS)."""
-    return tokens[:tokens.index(-1)] if -1 in tokens else tokens
+def forget_rejected_drafts(cache, mask: torch.Tensor, fed: int, kept: Sequence[int]) -> torch.Tensor:
+    """After a decode step that fed ``fed`` draft columns per row, drop the drafts each row did not keep.
+
+    Columns no row kept are cropped from the cache and the mask; the others are masked out in the rows
+    that rejected them (holes the next steps skip, as they skip left padding). Returns the new mask.
+    """
+    rejected = [fed - k for k in kept]
+    common = min(rejected)
+    if common:
+        for layer in cache.layers:
+            layer.crop(-common)
+        mask = mask[:, :-common]
+    width = mask.shape[1]
+    for row, count in enumerate(rejected):
+        if count > common:
+            mask[row, width - (count - common):] = 0
+    return mask
 
 
 def shared_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:
