@@ -171,11 +171,17 @@ def llamacpp_team(model_name: str, num_agents: int, lora: bool, threads: int) ->
 BACKENDS = {"hf": hf_team, "llamacpp": llamacpp_team}
 
 
+DRAFT_COUNTERS = ("decode_steps", "draft_tokens_fed", "draft_tokens_accepted")   # HFPolicy's
+
+
 def set_reuse(team: Team, on: bool) -> None:
     """Switch KV reuse on or off for every policy of the team, and zero its counters."""
     for policy in team.policies():
         policy.reuse_cache = on
         policy.cache_stats = CacheStats()
+        for name in DRAFT_COUNTERS:
+            if hasattr(policy, name):
+                setattr(policy, name, 0)
 
 
 def stats(team: Team) -> CacheStats:
@@ -188,7 +194,7 @@ def stats(team: Team) -> CacheStats:
 
 
 def measure(backend: str, args: argparse.Namespace) -> float:
-    """Time the episodes with reuse off, then on, on ``backend``; print both and return the ratio."""
+    """Time the episodes with reuse off and on, alternating, on ``backend``; print each run and return the ratio."""
     team = BACKENDS[backend](args.model, args.num_agents, not args.no_lora, args.threads)
     env = llm_marl_envs.make(args.env, num_agents=args.num_agents, num_turns=args.num_turns, split="test")
     params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0)
@@ -203,8 +209,6 @@ def measure(backend: str, args: argparse.Namespace) -> float:
     for repeat in range(args.repeats):       # alternating order; each mode's fastest run counts (the first
         for reuse in ((False, True) if repeat % 2 == 0 else (True, False)):   # rollout of a process is slower)
             set_reuse(team, reuse)
-            steps = {id(p): (getattr(p, "decode_steps", 0), getattr(p, "draft_tokens_fed", 0),
-                             getattr(p, "draft_tokens_accepted", 0)) for p in team.policies()}
             began = time.perf_counter()
             episodes = engine.collect(task_indices=list(range(args.episodes)), parallel=args.parallel)
             elapsed = time.perf_counter() - began
@@ -213,10 +217,8 @@ def measure(backend: str, args: argparse.Namespace) -> float:
                                    for t in turn.values()]
             counts = stats(team)
             generated = sum(e.num_tokens for e in episodes)
-            decode = [sum(getattr(p, name, 0) - steps[id(p)][i] for p in team.policies())
-                      for i, name in enumerate(("decode_steps", "draft_tokens_fed", "draft_tokens_accepted"))]
-            drafted = (f"decode_steps={decode[0]} drafts_fed={decode[1]} drafts_kept={decode[2]} "
-                       if backend == "hf" else "")
+            steps, fed, kept = (sum(getattr(p, name, 0) for p in team.policies()) for name in DRAFT_COUNTERS)
+            drafted = f"decode_steps={steps} drafts_fed={fed} drafts_kept={kept} " if backend == "hf" else ""
             print(f"{backend} reuse={'on ' if reuse else 'off'} {args.episodes / elapsed:.4f} episodes/s  "
                   f"{elapsed:.1f} s  prefill_tokens={counts.prefill_tokens} saved={counts.prefill_tokens_saved} "
                   f"hits={counts.hits} partial={counts.partial} misses={counts.misses} shared={counts.shared} "

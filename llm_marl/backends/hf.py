@@ -21,7 +21,8 @@ from .head_logprobs import head_logprobs
 from .lora_rows import BASE_ADAPTER, AdapterRows
 from .prefix_cache import (MIN_SHARED_PREFIX, AnswerSplicer, CacheStats, PrefixCache, conversation_key, remember,
                            shared_prefixes)
-from .prompt_lookup import DRAFT_TOKENS, DraftRecord, PromptLookup, accepted_drafts, step_width
+from .prompt_lookup import (DRAFT_FREE_POSITIONS, DRAFT_TOKENS, DraftRecord, PromptLookup, accepted_drafts,
+                            step_width)
 
 
 class _OptimizerSteps:
@@ -160,7 +161,7 @@ class HFPolicy:
         self.draft_free_positions = DRAFT_FREE_POSITIONS
         self.decode_steps = 0            # decode forwards run
         self.draft_tokens_fed = 0        # prompt-lookup draft tokens fed to decode steps ...
-        self.draft_tokens_accepted = 0   # ... and kept (each one a decode step saved)
+        self.draft_tokens_accepted = 0   # ... and kept
         self.core_meter = CoreMeter()
         self.last_threads: int | None = None
         contiguous_head_input(model)
@@ -491,8 +492,8 @@ class HFPolicy:
                         chosen = nucleus_sample(logits[:, 0], params.top_p, generator)[:, None]
                     chosen_logprobs = chosen_logprobs_(logits.view(-1, logits.shape[-1]), chosen.reshape(-1))
                     # keep each row's drafts up to the first the model disagrees with, then its own next token
-                    feed, kept = [], []
-                    for row, (batch_row, tokens, values) in enumerate(zip(live.tolist(), chosen.tolist(),
+                    feed, kept, rows = [], [], live.tolist()
+                    for row, (batch_row, tokens, values) in enumerate(zip(rows, chosen.tolist(),
                                                                           chosen_logprobs.view(chosen.shape).tolist())):
                         accepted = accepted_drafts(drafts[row], tokens)
                         kept.append(accepted)
@@ -520,7 +521,7 @@ class HFPolicy:
                         position = position + torch.tensor(kept, dtype=position.dtype, device=device)
                     if all(finished):
                         break
-                    done = torch.tensor([finished[r] for r in live.tolist()], device=device)
+                    done = torch.tensor([finished[r] for r in rows], device=device)
                     keep = rows_to_keep(done, MIN_DECODE_ROWS) if self.drop_finished_rows else None
                     next_ids = torch.tensor(feed, dtype=torch.long, device=device)
                     if keep is not None:                       # drop finished rows (storing their caches first)
@@ -997,7 +998,6 @@ def nucleus_sample(logits: torch.Tensor, top_p: float, generator: torch.Generato
     return index.gather(-1, choice).squeeze(-1)
 
 
-DRAFT_FREE_POSITIONS = 30.0   # a decode step's fixed cost (weights streamed, per-layer overhead) in positions' compute
 MIN_DECODE_ROWS = 4   # fewer rows take torch's matrix-vector kernels, whose sums round differently
 
 

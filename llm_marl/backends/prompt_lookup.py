@@ -13,17 +13,18 @@ continue a 3-token match were kept 69-71% of the time, those after a 2- or 1-tok
 so only 3-token matches draft. A step's cost grows with rows x width: with 2 threads, 4 rows took
 69 ms at width 1 and 100 ms at width 7, 32 rows 109 and 374 ms; with 1 thread 128 rows 395 ms at
 width 1 and 931 ms at width 2. :func:`step_width` weighs that against the tokens the drafts are
-expected to add. (llama.cpp was tried too and left out: its steps cost ~3 ms per token at any width, so a 3-turn
-debate rollout went from 103 to 58 steps and took as long, 20.8 against 21.0-22.1 s.)
+expected to add. (llama.cpp was tried too and left out: its steps cost ~3 ms per token at any
+width, so a 3-turn debate rollout went from 103 to 58 steps and took as long, 20.8 against 21.0-22.1 s.)
 """
 from __future__ import annotations
 
 from array import array
 from typing import Sequence
 
-MAX_NGRAM = 3           # the longest run of last tokens matched ...
-MIN_NGRAM = 3           # ... and the shortest that drafts (shorter matches were kept about a third of the time)
+NGRAM = 3               # the row's last tokens matched (after shorter matches drafts were kept ~1/3 of the time)
 DRAFT_TOKENS = 6        # at most this many draft tokens per row and step
+DRAFT_FREE_POSITIONS = 30.0   # a decode step's fixed cost (weights streamed, per-layer overhead) in positions' compute
+
 
 class PromptLookup:
     """One row's tokens (prompt, then what it generated), searchable for the continuation of its last n-gram.
@@ -32,37 +33,34 @@ class PromptLookup:
     earlier occurrence; a match is used only at a token boundary.
     """
 
-    __slots__ = ("_bytes", "length")
+    __slots__ = ("_bytes",)
+    SIZE = 4                                  # bytes per token
 
     def __init__(self, tokens: Sequence[int]) -> None:
         self._bytes = bytearray(array("i", tokens).tobytes())
-        self.length = len(tokens)
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Append generated tokens."""
         self._bytes += array("i", tokens).tobytes()
-        self.length += len(tokens)
 
-    def draft(self, max_tokens: int, max_ngram: int = MAX_NGRAM) -> list[int]:
-        """Up to ``max_tokens`` tokens that followed the latest earlier occurrence of the last n-gram.
+    def draft(self, max_tokens: int) -> list[int]:
+        """Up to ``max_tokens`` tokens that followed the latest earlier occurrence of the last :data:`NGRAM` tokens.
 
-        The longest n-gram (``max_ngram`` tokens down to :data:`MIN_NGRAM`) that occurs earlier wins;
-        ``[]`` if none does.
+        ``[]`` if they occur nowhere earlier.
         """
-        if max_tokens < 1:
+        data, size = self._bytes, self.SIZE
+        if max_tokens < 1 or len(data) <= NGRAM * size:
             return []
-        data, size = self._bytes, 4
-        for n in range(min(max_ngram, self.length - 1), MIN_NGRAM - 1, -1):
-            suffix = bytes(data[-n * size:])
-            end = len(data) - size            # an occurrence that ends at least one token before the last
-            while end >= n * size:
-                start = data.rfind(suffix, 0, end)
-                if start < 0:
-                    break
-                if start % size == 0:
-                    follow = start + n * size
-                    return list(array("i", bytes(data[follow:follow + max_tokens * size])))
-                end = start + n * size - 1    # misaligned: look further back
+        suffix = bytes(data[-NGRAM * size:])
+        end = len(data) - size                # an occurrence that ends at least one token before the last
+        while end >= NGRAM * size:
+            start = data.rfind(suffix, 0, end)
+            if start < 0:
+                break
+            if start % size == 0:
+                follow = start + NGRAM * size
+                return list(array("i", bytes(data[follow:follow + max_tokens * size])))
+            end = start + NGRAM * size - 1    # misaligned: look further back
         return []
 
 
