@@ -1,6 +1,6 @@
 """Where one MAPPO step of ``examples/mappo_debate.py`` spends its time, phase by phase.
 
-    PYTHONPATH=. OMP_WAIT_POLICY=PASSIVE python benchmarks/mappo_step_profile.py --threads 1
+    PYTHONPATH=. python benchmarks/mappo_step_profile.py --threads 1
     PYTHONPATH=. python benchmarks/mappo_step_profile.py --tiny --steps 2        # the code path, in seconds
 
 Builds the example's team and config (SmolLM2-135M-Instruct fp32, one LoRA adapter per agent, the
@@ -21,7 +21,9 @@ On a shared machine wall time depends on the load (printed beside it); with ``--
 seconds do much less, so compare those between runs.
 
 Measured (``--threads 1``, 6 debates = 24 responses, step 1; both runs side by side on 2 cores under
-other users' jobs, load 5.8-7): CPU seconds per phase.
+other users' jobs, load 5.8-7, ``OMP_WAIT_POLICY=PASSIVE``, the library's wait at the time): CPU seconds per phase.
+The script now runs with the library's OpenMP wait, a short spin (:func:`llm_marl.hardware.short_openmp_spin`),
+as the ``llm-marl`` CLI does; set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` to choose another.
 
 ==================  ========  =======  ========  ======  ========  ========  ========  ========
 commit              collect   advant.  update    step    backward  actor lp  critic V  ref lp
@@ -44,7 +46,11 @@ import contextlib
 import os
 import time
 
-import torch
+from llm_marl.hardware import short_openmp_spin
+
+short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch starts its runtime
+
+import torch  # noqa: E402
 
 
 class PhaseClock:
