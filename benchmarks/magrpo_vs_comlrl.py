@@ -170,6 +170,26 @@ and the first loss forwards (1.4 and 2.7 s against 0.5 and 1.5 s in the second s
 none (rollout 16.3 and 14.9 s). ``--turns 2 --skip-memory --prompts 4 --repeats 2`` (load 0.1 at start):
 ours 20.07 and 21.13 s/prompt (rollout 32.3 and 36.3 s, update 48.0 and 48.3 s), comlrl 69.76 and 69.79,
 ``ratio_turns2=3.39`` (3.11 at commit 9ce9c49).
+
+**Where the 1-turn figure stops (2026-11-25, commit 43b3937, the same Xeon).** ``--turns 1,2 --skip-memory
+--prompts 4 --repeats 2`` (load 0.7-1.9): 1 turn ours 9.76 and 8.06 s/prompt (rollout 16.5 and 13.1 s,
+update 22.5 and 19.1 s; the first of them overlapped a 15-second test run of mine, so take 8.06), comlrl
+18.85 and 18.10, ``ratio_turns1=2.07`` (2.25 from the clean run alone); 2 turns ours 20.78 and 20.36 (rollout
+34.4 and 33.7 s, update 48.7 and 47.8 s), comlrl 68.55 and 69.36, ``ratio_turns2=3.35``. Ratio 3 at 1 turn
+needs ours under ~6 s/prompt (24 s for the 4 prompts), and the work of ours has floors near its time:
+
+- rollout ~6.5 s a step: agent 1 writes the whole 64 tokens, so its model runs 64 decode steps of 8 rows,
+  each streaming the 540 MB of fp32 weights on its core (~0.1 s); both models already decode at once.
+  Prompt-lookup drafts would not shorten it: in 32 sampled answers (temperature 0.7, top-p 0.9) the
+  detailed summaries copied little of the text, and a lookup draft existed at 83 of 1205 positions, its
+  first token kept at 62 (``/work/scratch/s33/sim_sampled.py``); agent 1's answers took 60-64 steps of 64.
+- update ~5.8 s a step once memory is warm: forward and backward of two full models over 8 rows of
+  ~130 tokens each, compute-bound at about the products' speed;
+- the first step's fresh memory, ~8 s: AdamW states and gradients of two 540 MB models, first touched at
+  ~10-20 µs a page on this VM (comlrl pays the same).
+
+Together ~2 x 6.5 + 2 x 5.8 + 8 ≈ 33 s, i.e. ~8 s/prompt against comlrl's ~18: ~2.2. Reaching 3 needs less
+work per step (bf16 weights, fewer tokens), not a faster loop around the same work.
 """
 from __future__ import annotations
 

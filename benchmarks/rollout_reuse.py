@@ -111,6 +111,17 @@ So the goal is met on neither backend: with the fair order HF is at 1.71. What r
 mostly the prefill of each turn's new user message (~85 tokens per row, after a different prefix in
 every row, at ~1.2 ms per token on 2 threads) and the decode steps at 32 rows, which are compute-bound.
 
+Where the HF ratio stops (2026-11-25, same Xeon, 2 threads; ``/work/scratch/s33/store_prof.py``, the
+rollout timed in one process, the modes alternated): reuse off 32.1 s (the process's first rollout) and
+26.0 s, on 14.9 and 15.5 s, so 1.75; storing rows' keys and values for the next turn took 0.17-0.19 s of it.
+Each turn's new message is 81-94 tokens in every row (the debate's instructions and the other agent's
+answer: ~70 of them the same text in every row, after a different history, so no row can share another's
+states), and every row and mode decodes the same 1390 tokens in the same 49 steps (~7 s). With prefill
+time in proportion to its tokens (15904 against 6424), ratio 2 needs the decode phase under ~4 s: the
+width-1 steps at 4-32 rows cost 68-120 ms (mostly streaming the fp32 weights once), the drafted steps
+at 32 rows x 3-5 positions 0.24-0.53 s (compute). A faster prefill lowers the ratio (it helps the mode
+without reuse more); only a faster decode raises it, and the decode is at those two limits.
+
 Earlier: both HF modes got faster, the one without reuse more (it prefills 2.5x the tokens), so HF's ratio fell.
 The goal is not met on this machine either. Fitting time = prefill tokens x p + the rest to the two HF runs
 gives p ~3.1 ms and ~11.7 s for everything else (decode steps, ~60 ms each at any small batch for the fp32

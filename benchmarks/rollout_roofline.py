@@ -83,6 +83,20 @@ In-process A/Bs of the rollout: decode phase 13.5-13.8 s without drafts, 13.7-14
 So the goal holds on the EPYC, not on this Xeon: its peak is 40% higher, while the model's small products
 (576- and 1536-wide, 128 rows at most) run no faster than there.
 
+Why no scheduling of rows reaches 0.5 on this Xeon (2026-11-25, one thread, scripts in ``/work/scratch/s33``):
+the rollout's best step is already at about half of peak. A 128-row decode step of the LoRA team (150 tokens
+of context, ``torch.profiler``) took 417-447 ms: ``aten::mm`` 244 ms (the 421 products at ~140 GFLOP/s; the
+same shapes alone run at 160-175), the CPU flash-attention kernel 130 ms (31%: 0.9 GB of fp32 keys and
+values per step, read from memory at ~7 GB/s; the same kernel on cache-resident keys and values takes 2.3-2.5
+ms per layer, not 4.3), small ops the rest. Its FLOPs (128 x 0.277 GFLOP) come to 0.49-0.51 of a 162 GFLOP/s
+peak; a 256-row step (782 ms) to 0.56. In the default rollout the decode phase (15.2 s) was 21 such 128-row
+steps (9.4 s), 27 steps of 4-94 rows (4.1 s: the answers of 40 tokens outlive the average of 13) and 1.7 s
+outside the forwards (storing finished rows' keys and values for the next turn 0.7 s, the step loop), so even
+continuous batching that kept every step full would land at ~0.5. Twice the rows (``--episodes 128``, 256
+per call): 1.1468 episodes/s, decode phase 28.4 s, ``ratio=0.414`` (peak 165.7). Keys and values in half
+precision would shorten the attention, not change the picture: the same kernel over 30 layers of 128 rows,
+caches cold, took 122.6 ms in fp32, 105.0 in fp16, 89.0 in bf16 (and would change the results).
+
 The last line's denominator changed with that run: decode FLOPs over the decode phase's time (the
 issue's 0.11/0.22 baselines were generate-only), where the earlier figure below divided them by the
 whole rollout's time.
