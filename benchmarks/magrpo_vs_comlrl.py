@@ -174,7 +174,7 @@ ours 20.07 and 21.13 s/prompt (rollout 32.3 and 36.3 s, update 48.0 and 48.3 s),
 **Where the 1-turn figure stops (2026-11-25, commit 43b3937, the same Xeon).** ``--turns 1,2 --skip-memory
 --prompts 4 --repeats 2`` (load 0.7-1.9): 1 turn ours 9.76 and 8.06 s/prompt (rollout 16.5 and 13.1 s,
 update 22.5 and 19.1 s; the first of them overlapped a 15-second test run of mine, so take 8.06), comlrl
-18.85 and 18.10, ``ratio_turns1=2.07`` (2.25 from the clean run alone); 2 turns ours 20.78 and 20.36 (rollout
+18.85 and 18.10, ``ratio_turns1=2.07`` (18.10 / 8.06 = 2.25 for the clean pair); 2 turns ours 20.78 and 20.36 (rollout
 34.4 and 33.7 s, update 48.7 and 47.8 s), comlrl 68.55 and 69.36, ``ratio_turns2=3.35``. Ratio 3 at 1 turn
 needs ours under ~6 s/prompt (24 s for the 4 prompts), and the work of ours has floors near its time:
 

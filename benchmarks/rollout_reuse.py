@@ -117,7 +117,7 @@ rollout timed in one process, the modes alternated): reuse off 32.1 s (the proce
 Each turn's new message is 81-94 tokens in every row (the debate's instructions and the other agent's
 answer: ~70 of them the same text in every row, after a different history, so no row can share another's
 states), and every row and mode decodes the same 1390 tokens in the same 49 steps (~7 s). With prefill
-time in proportion to its tokens (15904 against 6424), ratio 2 needs the decode phase under ~4 s: the
+time in proportion to its tokens (15904 against 6424), ratio 2 needs the decode phase under ~3.5 s: the
 width-1 steps at 4-32 rows cost 68-120 ms (mostly streaming the fp32 weights once), the drafted steps
 at 32 rows x 3-5 positions 0.24-0.53 s (compute). A faster prefill lowers the ratio (it helps the mode
 without reuse more); only a faster decode raises it, and the decode is at those two limits.

@@ -20,6 +20,9 @@ backend on the embedded model (its F16 weights, the library's default; the FLOP 
 model's, not fp32 work) and prints its figure as an extra line.
 
 Goal: ratio >= 0.5. The last line is ``ratio=<decode FLOP/s of the HF rollout / peak fp32 matmul FLOP/s>``.
+The line before it times each decode step (module hooks, :class:`DecodeSteps`): ``best_step_fraction`` is the
+FLOP/s of the one-position steps at the most rows over peak, every row counted. Steps at fewer rows only
+lower the decode phase's figure, so that is the most a rollout made of such steps can reach on the machine.
 
 Measured on an AMD EPYC with AVX-512, 2 cores, load ~1 (the library chose 1 thread; defaults):
 
@@ -95,7 +98,14 @@ outside the forwards (storing finished rows' keys and values for the next turn 0
 continuous batching that kept every step full would land at ~0.5. Twice the rows (``--episodes 128``, 256
 per call): 1.1468 episodes/s, decode phase 28.4 s, ``ratio=0.414`` (peak 165.7). Keys and values in half
 precision would shorten the attention, not change the picture: the same kernel over 30 layers of 128 rows,
-caches cold, took 122.6 ms in fp32, 105.0 in fp16, 89.0 in bf16 (and would change the results).
+caches cold, took 122.6 ms in fp32, 105.0 in fp16, 89.0 in bf16 (and would change the results). And bf16
+products run at about half the fp32 speed on this CPU (``[128, 576] x [576, 1536]``: 83 against 171 GFLOP/s).
+
+The script prints that ceiling now (``best_step_fraction``). The default command, the library choosing 2
+threads (load 0.4): peak 332.5 GFLOP/s, 2.0327 episodes/s, decode phase 10.6 s (0.275), 21 steps at 128 rows
+of 279 ms, ``best_step_fraction=0.390``, 27 steps at fewer rows 3.1 s, llama.cpp 0.035, ``ratio=0.275``.
+``--threads 1 --llamacpp-episodes 0`` right after: peak 170.2, 1.0977 episodes/s, decode phase 15.0 s
+(0.377), 128-row steps of 440 ms, ``best_step_fraction=0.483``, fewer rows 4.2 s, ``ratio=0.377``.
 
 The last line's denominator changed with that run: decode FLOPs over the decode phase's time (the
 issue's 0.11/0.22 baselines were generate-only), where the earlier figure below divided them by the
@@ -204,6 +214,52 @@ def decode_flops(episodes, per_token: float, config) -> tuple[float, float, int]
     return decode, prefill, tokens
 
 
+class DecodeSteps:
+    """Times each decode step of a policy's model through module hooks: ``(rows, positions per row, mean context,
+    seconds)``. A decode step is a forward that asks for logits at every position it is fed (``logits_to_keep``
+    equal to its width); a prefill asks for the last position's only."""
+
+    def __init__(self, model) -> None:
+        self.steps: list[tuple[int, int, float, float]] = []
+        self._current: tuple[int, int, float, float] | None = None
+        self._handles = [model.register_forward_pre_hook(self._before, with_kwargs=True),
+                         model.register_forward_hook(self._after, with_kwargs=True)]
+
+    def _before(self, module, args, kwargs) -> None:
+        ids = kwargs.get("input_ids")
+        self._current = None
+        if ids is not None and kwargs.get("logits_to_keep") == ids.shape[1]:
+            context = float(kwargs["attention_mask"].sum(-1).float().mean())   # real tokens, padding left out
+            self._current = (ids.shape[0], ids.shape[1], context, time.perf_counter())
+
+    def _after(self, module, args, kwargs, output) -> None:
+        if self._current is not None:
+            rows, width, context, began = self._current
+            self.steps.append((rows, width, context, time.perf_counter() - began))
+            self._current = None
+
+    def close(self) -> None:
+        """Remove the hooks."""
+        for handle in self._handles:
+            handle.remove()
+
+    def best_step_summary(self, per_token: float, config, peak: float) -> str:
+        """The one-position steps at the most rows: their FLOP/s over ``peak`` (every row counted, finished ones
+        too), the most a decode phase made of such steps could reach; and the time of the steps at fewer rows."""
+        single = [step for step in self.steps if step[1] == 1]
+        if not single:
+            return "decode steps: none one position wide"
+        rows = max(step[0] for step in single)
+        full = [step for step in single if step[0] == rows]
+        flops = sum(r * (per_token + attention_flops(config, round(context))) for r, _, context, _ in full)
+        seconds = sum(step[3] for step in full)
+        fewer = [step for step in self.steps if step[0] < rows]
+        return (f"decode steps: {len(self.steps)}; {len(full)} at {rows} rows x 1 position, "
+                f"{1000 * seconds / len(full):.0f} ms each, {flops / seconds / 1e9:.2f} GFLOP/s = "
+                f"best_step_fraction={flops / seconds / peak:.3f} (the most a decode phase of such steps reaches); "
+                f"{len(fewer)} steps at fewer rows took {sum(step[3] for step in fewer):.1f} s of the phase")
+
+
 def trajectory(episodes) -> list:
     """Every agent turn's prompt and completion ids (greedy runs must agree token for token)."""
     return [(t.prompt_ids, t.completion_ids) for e in episodes for turn in e.turns for t in turn.values()]
@@ -248,12 +304,15 @@ def main() -> None:
     engine.collect(task_indices=[0], params=replace(params, max_new_tokens=2))   # warm-up, untimed
     per_token, config = weight_flops_per_token(policy), policy.model.config
 
-    runs = {}
+    runs, clocks = {}, {}
     for grouped in ([False, True] if args.compare_before else [True]):
         policy.grouped_lora = policy.drop_finished_rows = grouped
         policy.prefill_seconds = policy.decode_seconds = 0.0
         policy.cache_stats = CacheStats()
+        clock = DecodeSteps(policy.model)
         episodes, seconds = timed_collect(engine, tasks)
+        clock.close()
+        clocks[grouped] = clock
         decode, _, tokens = decode_flops(episodes, per_token, config)
         prefill = policy.cache_stats.prefill_tokens * prefill_flops_per_token(policy)
         runs[grouped] = episodes, decode / policy.decode_seconds
@@ -275,6 +334,7 @@ def main() -> None:
           f"prefill_phase={prefill / policy.prefill_seconds / peak:.3f} "
           f"whole_rollout={(decode + prefill) / (policy.prefill_seconds + policy.decode_seconds) / peak:.3f} "
           f"(model time only)")
+    print(clocks[True].best_step_summary(per_token, config, peak))
 
     if args.llamacpp_episodes:
         from llm_marl.backends import load_policy

@@ -1,27 +1,12 @@
 """The MAGRPO benchmark's env, reward and helpers, and the TL;DR example's statistics (no real model)."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from llm_marl.models import tiny_model
 from llm_marl_envs.testing import text_env_api_test
 from llm_marl.team import Team
+from tests.scripts import load_script
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(relative: str):
-    """Import a script of benchmarks/ or examples/ as a module (they are not packages)."""
-    path = ROOT / relative
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 bench = load_script("benchmarks/magrpo_vs_comlrl.py")

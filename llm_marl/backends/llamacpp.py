@@ -29,8 +29,8 @@ per-sequence KV cache operations, sampler chains):
   several, and the rounding differences grow through the layers (last-token logits of a debate
   prompt: up to 0.64 apart, top logit ~29), enough to flip a near-tie (measured: 3 of 16 greedy
   debate answers of 64 tokens differ between ``max_batch`` 16 and 1).
-* Multi-turn prompts extend earlier ones (``reuse_cache``, on by default): when a stream finishes,
-  its sequence state (the KV cells of prompt + fed completion, ``llama_state_seq_get_data``) is kept
+* Multi-turn prompts extend earlier ones (``reuse_cache``, off by default here, see the class): when a
+  stream finishes, its sequence state (the KV cells of prompt + fed completion, ``llama_state_seq_get_data``) is kept
   in a :class:`~llm_marl.backends.prefix_cache.PrefixCache` in host memory, keyed by its token ids and
   bounded by ``cache_bytes``. A new stream looks up the stored sequence sharing its prompt's longest
   prefix, restores it into its own sequence (``llama_state_seq_set_data``), removes the cells past
