@@ -122,6 +122,16 @@ width-1 steps at 4-32 rows cost 68-120 ms (mostly streaming the fp32 weights onc
 at 32 rows x 3-5 positions 0.24-0.53 s (compute). A faster prefill lowers the ratio (it helps the mode
 without reuse more); only a faster decode raises it, and the decode is at those two limits.
 
+HF lines now print each run's prefill and decode phases, and a line before the HF ratio says what the
+decode phase would have to take for ratio 2 with the rest of each run as it was (:func:`decode_needed_line`).
+``PYTHONPATH=. python benchmarks/rollout_reuse.py --backend hf`` right after (2 threads, load 1.2-1.5):
+
+    hf        reuse off  0.5607 / 0.6143  28.5 / 26.0 s   prefill phase 21.7 / 18.8 s  decode phase 6.7 / 7.1 s
+    hf        reuse on   1.1013 / 1.0892  14.5 / 14.7 s   prefill phase  7.7 /  7.6 s  decode phase 6.7 / 6.9 s
+    hf decode phase 7.1 s without reuse, 6.7 s with it (the same tokens); the rest 19.0 and 7.8 s; ratio 2 needs
+    it under 3.3 s
+    hf identical 96/96 agent turns, ratio=1.79
+
 Earlier: both HF modes got faster, the one without reuse more (it prefills 2.5x the tokens), so HF's ratio fell.
 The goal is not met on this machine either. Fitting time = prefill tokens x p + the rest to the two HF runs
 gives p ~3.1 ms and ~11.7 s for everything else (decode steps, ~60 ms each at any small batch for the fp32
@@ -183,6 +193,7 @@ BACKENDS = {"hf": hf_team, "llamacpp": llamacpp_team}
 
 
 DRAFT_COUNTERS = ("decode_steps", "draft_tokens_fed", "draft_tokens_accepted")   # HFPolicy's
+PHASE_SECONDS = ("prefill_seconds", "decode_seconds")                              # HFPolicy's too
 
 
 def set_reuse(team: Team, on: bool) -> None:
@@ -190,7 +201,7 @@ def set_reuse(team: Team, on: bool) -> None:
     for policy in team.policies():
         policy.reuse_cache = on
         policy.cache_stats = CacheStats()
-        for name in DRAFT_COUNTERS:
+        for name in DRAFT_COUNTERS + PHASE_SECONDS:
             if hasattr(policy, name):
                 setattr(policy, name, 0)
 
@@ -216,20 +227,27 @@ def measure(backend: str, args: argparse.Namespace) -> float:
           f"turns={args.num_turns} max_new_tokens={args.max_new_tokens} threads={args.threads} "
           f"cores={os.cpu_count()} load={os.getloadavg()[0]:.1f}")
     engine.collect(task_indices=[0], params=replace(params, max_new_tokens=2))   # warm-up, untimed
-    results, trajectories = {}, {}
+    results, trajectories, phases = {}, {}, {}
     for repeat in range(args.repeats):       # alternating order; each mode's fastest run counts (the first
         for reuse in ((False, True) if repeat % 2 == 0 else (True, False)):   # rollout of a process is slower)
             set_reuse(team, reuse)
             began = time.perf_counter()
             episodes = engine.collect(task_indices=list(range(args.episodes)), parallel=args.parallel)
             elapsed = time.perf_counter() - began
-            results[reuse] = max(results.get(reuse, 0.0), args.episodes / elapsed)
+            if args.episodes / elapsed > results.get(reuse, 0.0):
+                results[reuse] = args.episodes / elapsed
+                phases[reuse] = (elapsed, *(sum(getattr(p, name, 0.0) for p in team.policies())
+                                            for name in PHASE_SECONDS))
             trajectories[reuse] = [(t.prompt_ids, t.completion_ids) for e in episodes for turn in e.turns
                                    for t in turn.values()]
             counts = stats(team)
             generated = sum(e.num_tokens for e in episodes)
             steps, fed, kept = (sum(getattr(p, name, 0) for p in team.policies()) for name in DRAFT_COUNTERS)
-            drafted = f"decode_steps={steps} drafts_fed={fed} drafts_kept={kept} " if backend == "hf" else ""
+            drafted = ""
+            if backend == "hf":
+                prefill, decode = (sum(getattr(p, name) for p in team.policies()) for name in PHASE_SECONDS)
+                drafted = (f"decode_steps={steps} drafts_fed={fed} drafts_kept={kept} "
+                           f"prefill_phase={prefill:.1f} s decode_phase={decode:.1f} s ")
             print(f"{backend} reuse={'on ' if reuse else 'off'} {args.episodes / elapsed:.4f} episodes/s  "
                   f"{elapsed:.1f} s  prefill_tokens={counts.prefill_tokens} saved={counts.prefill_tokens_saved} "
                   f"hits={counts.hits} partial={counts.partial} misses={counts.misses} shared={counts.shared} "
@@ -240,10 +258,27 @@ def measure(backend: str, args: argparse.Namespace) -> float:
           f"identical_agent_turns={same}/{len(trajectories[False])}")
     ratio = results[True] / results[False]
     print(f"{backend} best of {args.repeats}: reuse off {results[False]:.4f}, on {results[True]:.4f} episodes/s")
+    if backend == "hf":
+        print(decode_needed_line(phases[False], phases[True]))
     print(f"{backend} ratio={ratio:.2f}")
     for policy in team.policies():
         getattr(policy, "close", lambda: None)()
     return ratio
+
+
+def decode_needed_line(off: tuple[float, float, float], on: tuple[float, float, float], goal: float = 2.0) -> str:
+    """What the decode phase, which reuse cannot shorten, would have to take for ``goal``.
+
+    ``off``/``on``: ``(seconds, prefill seconds, decode seconds)`` of each mode's fastest run. With the rest of
+    each run fixed, ``(rest_off + d) / (rest_on + d) = goal`` gives ``d = (rest_off - goal x rest_on) / (goal - 1)``.
+    """
+    (whole_off, _, decode_off), (whole_on, _, decode_on) = off, on
+    rest_off, rest_on = whole_off - decode_off, whole_on - decode_on
+    needed = (rest_off - goal * rest_on) / (goal - 1)
+    verdict = (f"ratio {goal:g} needs it under {needed:.1f} s" if needed > 0
+               else f"ratio {goal:g} is out of reach even with no decode time")
+    return (f"hf decode phase {decode_off:.1f} s without reuse, {decode_on:.1f} s with it (the same tokens); the rest "
+            f"{rest_off:.1f} and {rest_on:.1f} s; {verdict}")
 
 
 def main() -> None:

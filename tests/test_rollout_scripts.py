@@ -1,4 +1,4 @@
-"""``benchmarks/rollout_roofline.py``'s decode-step clock, on the tiny model: every decode step and no prefill."""
+"""Helpers of the rollout benchmarks: the roofline's decode-step clock (tiny model), the reuse script's decode bound."""
 import pytest
 
 from llm_marl.backends.hf import HFPolicy
@@ -7,6 +7,7 @@ from llm_marl.policy import SamplingParams
 from tests.scripts import load_script
 
 roofline = load_script("benchmarks/rollout_roofline.py")
+reuse = load_script("benchmarks/rollout_reuse.py")
 
 CONVERSATIONS = [[{"role": "user", "content": f"count: {n} 1 2 3 1 2 3 1 2"}] for n in range(3)]
 
@@ -31,3 +32,11 @@ def test_decode_step_clock_times_every_decode_step_and_no_prefill(one_torch_thre
 
     policy.generate(CONVERSATIONS, SamplingParams(max_new_tokens=4, temperature=0))
     assert len(clock.steps) == len(rows)                        # closed: nothing recorded after
+
+
+def test_decode_needed_for_ratio_two_solves_for_the_shared_decode_time():
+    # 19 s of the run without reuse and 8 s of the one with it are not decode: (19 + d) / (8 + d) = 2 at d = 3
+    line = reuse.decode_needed_line((26.0, 18.0, 7.0), (15.0, 7.5, 7.0))
+    assert "decode phase 7.0 s without reuse, 7.0 s with it" in line and "needs it under 3.0 s" in line
+    # when the rest of the run without reuse is not twice the rest with it, no decode time is short enough
+    assert "out of reach" in reuse.decode_needed_line((20.0, 13.0, 7.0), (15.0, 7.5, 7.0))
