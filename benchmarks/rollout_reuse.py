@@ -234,10 +234,10 @@ def measure(backend: str, args: argparse.Namespace) -> float:
             began = time.perf_counter()
             episodes = engine.collect(task_indices=list(range(args.episodes)), parallel=args.parallel)
             elapsed = time.perf_counter() - began
+            prefill, decode = (sum(getattr(p, name, 0.0) for p in team.policies()) for name in PHASE_SECONDS)
             if args.episodes / elapsed > results.get(reuse, 0.0):
                 results[reuse] = args.episodes / elapsed
-                phases[reuse] = (elapsed, *(sum(getattr(p, name, 0.0) for p in team.policies())
-                                            for name in PHASE_SECONDS))
+                phases[reuse] = (elapsed, prefill, decode)
             trajectories[reuse] = [(t.prompt_ids, t.completion_ids) for e in episodes for turn in e.turns
                                    for t in turn.values()]
             counts = stats(team)
@@ -245,7 +245,6 @@ def measure(backend: str, args: argparse.Namespace) -> float:
             steps, fed, kept = (sum(getattr(p, name, 0) for p in team.policies()) for name in DRAFT_COUNTERS)
             drafted = ""
             if backend == "hf":
-                prefill, decode = (sum(getattr(p, name) for p in team.policies()) for name in PHASE_SECONDS)
                 drafted = (f"decode_steps={steps} drafts_fed={fed} drafts_kept={kept} "
                            f"prefill_phase={prefill:.1f} s decode_phase={decode:.1f} s ")
             print(f"{backend} reuse={'on ' if reuse else 'off'} {args.episodes / elapsed:.4f} episodes/s  "
