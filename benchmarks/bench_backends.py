@@ -1,51 +1,25 @@
 """Episodes per second of the llama.cpp backend vs the HF backend, same env, model, episodes and seed.
 
-Both runs go through the benchmark harness (:func:`llm_marl.benchmark.run_benchmark`, i.e.
-the shared rollout engine), into fresh temporary run directories. Model loading is excluded
-from the timing (both policies are loaded first); everything else an episode costs — prompt
-formatting, generation, verification, record writing — is included.
+    PYTHONPATH=. python benchmarks/bench_backends.py
 
-    flock /work/cpu.lock env PYTHONPATH=. python benchmarks/bench_backends.py
+Both runs go through the benchmark harness (:func:`llm_marl.benchmark.run_benchmark`, i.e. the shared
+rollout engine), into fresh temporary run directories. Model loading is excluded from the timing
+(both policies are loaded first); everything else an episode costs (prompt formatting, generation,
+verification, record writing) is included.
 
-Defaults: 8 episodes of 2 agents x 2 turns, 128 new tokens, 4 episodes per generate call (8
-prompts) for BOTH backends — HF decodes them as one padded batch, llama.cpp as 8 sequences of one
-context (``max_batch`` = prompts per call) — and 2 CPU threads for each (``--threads``).
+Defaults: 8 episodes of 2 agents x 2 turns, 128 new tokens, 4 episodes per generate call (8 prompts)
+for both backends (HF decodes them as one padded batch, llama.cpp as 8 sequences of one context,
+``max_batch`` = prompts per call) and 2 CPU threads for each (``--threads``). Printed per backend:
+episodes/s and generated tokens/s, and the 1-minute load at the start and end of the run.
 
 Goal: ratio >= 5. The last line is ``ratio=<llamacpp episodes/s / hf episodes/s>``.
 
-Measured (2 cores, ``OMP_WAIT_POLICY=PASSIVE``, under the CPU lock; 1-minute load at start -> end,
-this run's own 2 threads included; tokens/s = generated tokens per second):
-
-    setting                               load       llama.cpp eps (tok/s)  HF eps (tok/s)  ratio
-    defaults                              1.3 -> 1.7  0.133 (52)             0.091 (41)      1.46
-    defaults, again                       1.7 -> 1.8  0.126 (50)             0.072 (32)      1.76
-    --num-turns 3                         1.7 -> 2.0  0.063 (37)             0.042 (27)      1.50
-    --episodes-per-batch 8 (16 prompts)   1.8 -> 1.9  0.126 (57)             0.102 (44)      1.23
-    defaults, a foreign job started       0.8 -> 2.6  0.068 (27)             0.080 (36)      0.85
-
-The former single-stream llama.cpp backend (a loop over prompts), same harness and defaults, load
-1.1 -> 1.9: 0.091 episodes/s (37 tok/s) — about HF's speed; batching made llama.cpp ~1.4x faster.
-
-The goal is NOT met, and cannot be on this CPU with this model:
-
-* The embedded GGUF is Q4_1, which ggml multiplies with per-row dot products on AVX2 (no Q4_1
-  matrix kernel), so the CPU time per token hardly falls with the batch. One thread, 300 tokens of
-  context (CPU time; this VM's per-core speed varies by ~40% between runs): decode 10-15 ms/token
-  for 1 sequence, 8.3-11.5 for 8 to 32 sequences; prompt prefill ~7 ms/token. Batching saves
-  per-step overhead, not arithmetic: at most ~240 tok/s of pure decoding on 2 cores.
-* Every debate turn re-sends the whole history: 4 episodes of 2 x 2 turns prefill 4481 prompt
-  tokens for 1643 generated ones, and prefill is 55% of llama.cpp's generate time (39% at turn 0,
-  64% at turn 1). That caps this workload near 75 generated tok/s, a ratio of about 2 against HF's
-  32-44 tok/s (HF prefills in large bf16 matmuls, cheaply; its cost is per decode step).
-* llama.cpp's threads meet at a barrier after every op: a foreign process on one core halves its
-  speed (last row), which is why the backend uses :func:`free_cores` threads by default.
-
-What would move it: keep each agent's KV cache between turns (only the new suffix of a prompt
-prefilled: ~40% fewer prompt tokens at 2 turns, more at 3); a weight format ggml has AVX2 matrix
-kernels for (requantized to Q4_0, which it repacks: 7.2 ms/token at batch 16, one thread, in one
-measurement — a modest gain, and no longer the weights HF runs); or hardware whose batched kernels
-pay (AVX512-VNNI/AMX, ARM i8mm, a GPU).
-Against batched HF on these 2 cores, even all of them together would not reach 5x.
+What bounds it on a CPU: on AVX2, ggml has no batched matrix kernel for some weight types, so
+batching saves per-step overhead rather than arithmetic; every debate turn re-sends the whole history
+unless the KV cache is kept (``reuse_cache``); HF prefills in large matmuls, cheaply; and llama.cpp's
+threads meet at a barrier after every op, so a foreign process on one core slows it down (the backend
+takes the free cores by default). The current figures, with their command, date, commit and machine,
+are on the documentation's Performance page (``docs/performance.md``).
 """
 from __future__ import annotations
 

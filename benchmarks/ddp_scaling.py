@@ -1,53 +1,27 @@
 """MAGRPO training steps per second with 1 vs 2 processes (``accelerate launch``), same settings, on this machine.
 
-Both runs train the same team (2 agents sharing one base, one LoRA adapter each) on the same env
-with the same GLOBAL batch (``prompts_per_step`` tasks per step, split between the processes), so
-a step does the same work either way; the 2-process run splits it and all-reduces each agent's
-gradients (:mod:`trainers.common.distributed`). The cores are shared out: 1 process x C threads vs
-2 processes x C/2 threads. Model loading and ``--warmup`` steps are not timed; everything else a
-step costs (rollouts, losses, gradient all-reduce, logging) is.
-
-    flock /work/cpu.lock python benchmarks/ddp_scaling.py                      # SmolLM2-135M
+    python benchmarks/ddp_scaling.py                                           # SmolLM2-135M
     python benchmarks/ddp_scaling.py --model tiny --steps 4                    # a 2-layer random model, quick
     python benchmarks/ddp_scaling.py --fsdp                                    # 2 processes sharding the team (FSDP2)
     python benchmarks/ddp_scaling.py --fsdp --full-finetune                    # ... each agent a whole model, all trained
 
-The last line is ``ratio=<2-process steps/s / 1-process steps/s>``.
+Both runs train the same team (2 agents sharing one base, one LoRA adapter each) on the same env with
+the same GLOBAL batch (``prompts_per_step`` tasks per step, split between the processes), so a step
+does the same work either way; the 2-process run splits it and all-reduces each agent's gradients
+(:mod:`trainers.common.distributed`). The cores are shared out: 1 process x C threads vs 2 processes x
+C/2 threads. Model loading and ``--warmup`` steps are not timed; everything else a step costs
+(rollouts, losses, gradient all-reduce, logging) is. Defaults: SmolLM2-135M, 2 agents x 1 turn of
+arithmetic debate, 4 tasks per step, G=4, 32 new tokens, 3 timed steps after 1 warm-up step.
 
-Measured on this machine (2 cores shared with other engineers' jobs, ``OMP_WAIT_POLICY=PASSIVE``,
-under ``flock /work/cpu.lock``; defaults: SmolLM2-135M, 2 agents x 1 turn of arithmetic debate,
-4 tasks per step, G=4, 32 new tokens, 3 timed steps after 1 warm-up step):
+Printed per run: steps/s, seconds for the timed steps, rollout seconds per step and tokens/s, and
+with ``--fsdp`` the peak RSS of each process (the main one also writes the final checkpoint of whole
+tensors).
 
-    quiet machine (load 0.8 at the start):
-    1 process  x 2 threads: 0.0475 steps/s (63.1 s for 3 steps; rollout 17.2 s/step, 26 tok/s)
-    2 processes x 1 thread: 0.0503 steps/s (59.6 s for 3 steps; rollout 13.7 s/step, 37 tok/s)
-    ratio=1.059
-
-    two unlocked jobs of other users running (load 3.0):
-    1 process  x 2 threads: 0.0417 steps/s (72.0 s for 3 steps; rollout 19.7 s/step, 23 tok/s)
-    2 processes x 1 thread: 0.0361 steps/s (83.1 s for 3 steps; rollout 19.8 s/step, 26 tok/s)
-    ratio=0.867
-
-    --model tiny --steps 4 (load 1.8): 0.2437 vs 0.2915 steps/s, ratio=1.196
-
-Sharded (``--fsdp``: FSDP2, each process holds half of the weights, gradients and AdamW states),
-same defaults, quiet machine; peak RSS of the main / other process (the main one writes the final
-checkpoint of whole tensors):
-
-    LoRA team:        1 process 0.0549 steps/s, 2348 MiB; 2 sharded 0.0415 steps/s, 2499 MiB (max); ratio=0.755
-                      (2 replicas, the run above with per-process RSS: 0.0643 steps/s, 2270 MiB)
-    --full-finetune:  1 process 0.0499 steps/s, 6137 MiB; 2 sharded 0.0321 steps/s, 5897 / 4446 MiB; ratio=0.642
-                      2 replicas: 0.0410 steps/s, 5910 / 5438 MiB; ratio=0.923
-
-Interpretation: two processes on two cores cannot add compute that one process with two threads
-does not already have; there is little to gain, and the figures say so (+6% on a quiet machine,
--13% on a busy one, where the run depended on what the other jobs were doing). The small gain
-comes from the rollouts (13.7 vs 17.2 s/step, slowest process): the decode loop is bound by
-per-token Python and dispatch overhead, which one process runs serially and two processes run side
-by side. The rest of the step got slower (19.9 - 13.7 = 6.2 s vs 21.0 - 17.2 = 3.8 s): losses and
-backward passes on one thread each, the all-reduces, and waiting for the slower process at every
-collective. The tiny model, almost pure overhead, gains more (ratio 1.2). The speed-up this code path is for comes
-from more devices — one process per GPU — not from splitting two cores.
+Two processes on two cores cannot add compute that one process with two threads does not already
+have: the run-to-run difference is small and depends on other jobs on the machine. The speed-up this
+code path is for comes from more devices (one process per GPU). The last line is
+``ratio=<2-process steps/s / 1-process steps/s>``; the current figures, with their command, date,
+commit and machine, are on the documentation's Performance page (``docs/performance.md``).
 """
 from __future__ import annotations
 

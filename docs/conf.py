@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))          # document this checkout, not another ins
 sys.path.insert(0, str(DOCS / "_scripts"))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import docstring_rst  # noqa: E402
 import gen_env_pages  # noqa: E402
 
 project = "llm-marl-envs"
@@ -36,7 +37,9 @@ exclude_patterns = ["_build", "_scripts", "results/*/**"]
 myst_enable_extensions = ["colon_fence", "dollarmath", "deflist"]
 myst_heading_anchors = 3
 
-autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
+# ignore-module-all: a package documents what it defines; what it re-exports is documented where it is defined
+autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True, "ignore-module-all": True}
+napoleon_use_ivar = True          # "Attributes:" sections become fields of the class, not second attribute entries
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_mock_imports: list[str] = []
@@ -46,12 +49,14 @@ html_title = "llm-marl-envs"
 html_static_path: list[str] = []
 
 
-def drop_markdown_module_docstrings(app, what, name, obj, options, lines):
-    """Env modules' docstrings are Markdown, rendered on the environment pages; autodoc shows their classes only."""
+def adapt_docstring(app, what, name, obj, options, lines):
+    """Env modules' docstrings are Markdown pages of their own (the environment pages); the rest is adapted to reST."""
     if what == "module" and gen_env_pages.is_markdown_docstring(name):
-        lines.clear()
+        lines[:] = [f"Documented on the environment pages (generated from this module's docstring)."]
+        return
+    lines[:] = docstring_rst.to_rst(lines)
 
 
 def setup(app):
     gen_env_pages.write_pages(DOCS / "environments" / "list")
-    app.connect("autodoc-process-docstring", drop_markdown_module_docstrings)
+    app.connect("autodoc-process-docstring", adapt_docstring)

@@ -26,7 +26,7 @@ Incentives (each weight defaults to 0; the bonus is added to ``R_i^t`` after nor
 ``K^t = Σ_{j≠i} c_j^t`` the number of correct others:
 
 =====  ==========================  ====================================================
-weight name                        fires for agent ``i`` at turn ``t`` when
+coef   name                        fires for agent ``i`` at turn ``t`` when
 =====  ==========================  ====================================================
 α0     critical reasoning          ``t ≥ 1``, ``c_i^t = 1`` and ``M^{t-1}`` = wrong
 α1     persuadability              ``t ≥ 1``, ``c_i^{t-1} = 0``, ``M^{t-1}`` = right, ``c_i^t = 1``
