@@ -1,7 +1,7 @@
 """Parameter sharing (TRL's GRPOTrainer, one policy in every seat) against MAGRPO (one LoRA adapter per agent).
 
     PYTHONPATH=. python examples/grpo_vs_magrpo.py --env arithmetic_debate-v0 --steps 30 --out outputs/grpo_vs_magrpo
-    PYTHONPATH=. python examples/grpo_vs_magrpo.py --tiny --steps 1 --eval-tasks 4 --out /tmp/smoke   # smoke test
+    PYTHONPATH=. python examples/grpo_vs_magrpo.py --tiny --steps 1 --eval-tasks 4 --out outputs/smoke   # smoke test
 
 Both start from the same base model with LoRA rank 8, train for the same number of steps on the
 env's train split at the same learning rate and sampling settings, with the same number of

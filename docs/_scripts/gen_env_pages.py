@@ -43,9 +43,29 @@ def is_markdown_docstring(module: str) -> bool:
         return False
 
 
-def as_page(docstring: str, source: str, note: str) -> str:
-    """The docstring as a page: section headings one level below the title, and where it comes from."""
+DOTTED_NAME = re.compile(r"`((?:llm_marl_envs|llm_marl|verifiers|trainers)(?:\.\w+)+)`")
+
+
+def cross_references(line: str, relative_root: str) -> str:
+    """Backquoted names of this library's objects become links: protocol modules to their pages, the rest to the API."""
+    def link(match: re.Match) -> str:
+        name = match.group(1)
+        protocol = name.removeprefix(ENV_PACKAGE + ".")
+        if protocol in PROTOCOL_MODULES:
+            return f"[`{name}`]({relative_root}/protocols/{protocol}.md)"
+        return f"{{py:obj}}`{name}`"
+    return DOTTED_NAME.sub(link, line)
+
+
+def as_page(docstring: str, source: str, note: str, relative_root: str = "..") -> str:
+    """The docstring as a page: section headings one level below the title, names linked, and where it comes from."""
     lines = docstring.splitlines()
+    in_code = False
+    for index, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not in_code:
+            lines[index] = cross_references(line, relative_root)
     if not lines or not lines[0].startswith("# "):
         raise ValueError(f"{source}: the docstring must open with a '# ' title line, got {lines[:1]!r}")
     if not any(line.startswith("## ") for line in lines):        # "# title" then "### section" -> "## section"
