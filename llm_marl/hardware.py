@@ -126,9 +126,9 @@ def usable_cores() -> int:
 def free_cores() -> int:
     """CPU cores not busy with other processes (usable cores minus the 1-minute load average), at least 1.
 
-    llama.cpp's worker threads spin at barriers: with more threads than free cores, generation
-    slows down by an order of magnitude (measured on 2 cores at load ~6: 7.6 tok/s with 1
-    thread vs 1.5 tok/s with 2), so backends take the free cores, not all of them.
+    llama.cpp's worker threads spin at barriers: with more threads than free cores, a thread that
+    another process preempts holds all the others at every barrier and generation slows down by
+    an order of magnitude, so backends take the free cores, not all of them.
     """
     cores = usable_cores()
     try:
@@ -220,8 +220,8 @@ def keep_freed_memory(env: Mapping[str, str] | None = None) -> HeapChoice:
     glibc serves every block of 32 MB or more (and smaller ones until its adaptive threshold
     rises) with a fresh ``mmap`` and unmaps it on ``free``. A batched prefill's activations are such
     blocks (64 rows x 97 tokens x 1536 floats = 38 MB per MLP product), so every forward pass
-    faults its pages in again: ~10,000 page faults per tensor, each 5-27 us on the virtual
-    machines measured (an elementwise ``silu`` over 38 MB took 27 ms, 6 ms without the faults).
+    faults its pages in again: ~10,000 page faults per tensor, which on a virtual machine can cost
+    more than the arithmetic on the tensor (figures on the documentation's Performance page).
     Here ``mallopt`` turns ``mmap`` for blocks off (``M_MMAP_MAX=0``) and the heap's automatic
     trimming too (``M_TRIM_THRESHOLD``), so freed memory serves the next tensor. Peak resident memory
     is unchanged; what was freed stays resident until the process ends or calls ``malloc_trim``
@@ -255,23 +255,15 @@ def short_openmp_spin(env: MutableMapping[str, str] | None = None) -> str:
     The OpenMP runtime reads these once, when it starts (the first import of torch or of llama.cpp's
     CPU backend; both share one libgomp per process), so call this before that.
 
-    torch and ggml meet at a barrier after every operation. Passive waiting (``OMP_WAIT_POLICY=PASSIVE``,
-    this library's earlier default) puts every worker to sleep at each barrier and wakes it with a
-    system call; libgomp's own default spins 300,000 iterations first, which starves a CPU shared
-    with other work. Measured on a 2-core Xeon (family 6 model 207) with 2 threads, a
-    SmolLM2-135M decode step through HF with LoRA at 8 and 128 rows, and llama.cpp on F16 weights (a
-    decode step of 32 sequences; prefill per token):
-
-    - passive: HF 102-108 / 336-352 ms; llama.cpp 154-159 ms, 4.2-4.4 ms per token;
-    - spin 3,000 (this default): HF 78-92 / 256-276 ms; llama.cpp 115 ms, 1.9 ms;
-    - spin 10,000: HF 72-85 / 242-249 ms; llama.cpp 115 ms, 2.0 ms;
-    - libgomp's default: HF 67-81 / 237-245 ms; llama.cpp 111-114 ms, 1.9-2.0 ms.
-
-    The worst case is two threads on a core that another process keeps busy. There, passive took
-    117 ms (HF, 8 rows) and 206 ms, 3.8 ms per token (llama.cpp); spin 3,000 160 ms and 247 ms, 5.6 ms;
-    spin 10,000 211 ms and 375 ms, 9.6 ms; libgomp's default 404 ms, 5.3 ms (llama.cpp). The backends
-    avoid that case by taking only the cores others leave free (:class:`CoreMeter`, read before every
-    call), so it happens only when a job starts during a call. On one thread the wait does not matter.
+    torch and ggml meet at a barrier after every operation. Passive waiting (``OMP_WAIT_POLICY=PASSIVE``)
+    puts every worker to sleep at each barrier and wakes it with a system call, which makes two threads
+    markedly slower on an idle machine; libgomp's own default spins 300,000 iterations first, which
+    starves a CPU shared with other work. A spin of 3,000 iterations keeps nearly all of the spinning
+    speed on an idle machine and loses much less than the long spin when another process takes a core
+    during a call (the documentation's Performance page has the measured decode steps of each policy).
+    The backends avoid that case by taking only the cores others leave free (:class:`CoreMeter`, read
+    before every call), so it happens only when a job starts during a call. On one thread the wait does
+    not matter.
     """
     env = os.environ if env is None else env
     for name in OPENMP_WAIT_ENV:

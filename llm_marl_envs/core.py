@@ -263,9 +263,8 @@ class TextEnv(ParallelEnv):
         """An independent copy of the env mid-episode (shares the read-only task list).
 
         A clone of an env that has not loaded its tasks yet loads them through that env when it needs
-        them, so the list is still loaded (or generated) once: the rollout engine clones one template per
-        episode, and each clone used to load its own copy (a 64-episode ``arithmetic_debate-v0`` rollout
-        generated its 500 problems 64 times, ~2 s).
+        them, so the list is loaded (or generated) once however many episodes the rollout engine clones
+        from one template.
         """
         tasks, source = self._tasks, self._task_source
         self._tasks = self._task_source = None

@@ -39,15 +39,15 @@ class DatasetSpec:
     Attributes:
         name: short name used in messages (``"gsm8k"``).
         local_dir: folder under the data directory (``"gsm8k"``).
-        local_files: our split name -> JSONL file in ``local_dir``.
+        local_files: the env's split name -> JSONL file in ``local_dir``.
         hub_id: ``datasets.load_dataset`` path (``"openai/gsm8k"``), or ``None``.
         hub_config: the hub dataset's config name, if any.
-        hub_splits: our split name -> the hub's split name.
-        normalize: maps a raw row (local or hub shape) and its index to our record, which must
+        hub_splits: the env's split name -> the hub's split name.
+        normalize: maps a raw row (local or hub shape) and its index to the env's record, which must
             carry a ``task_id``.
         local_filter: optional predicate on normalised local rows (e.g. MBPP's standard split
             by task id, since the local file holds all rows).
-        fallback_files: our split name -> a JSONL file in ``local_dir`` that stands in for the
+        fallback_files: the env's split name -> a JSONL file in ``local_dir`` that stands in for the
             split when neither its local file nor the hub provides it (e.g. ANLI's dev file for
             its train split, which has no offline copy); using one warns.
     """

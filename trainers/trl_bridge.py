@@ -1,8 +1,8 @@
-"""TRL bridge: train ONE shared policy on any of our envs with TRL's ``GRPOTrainer`` (the parameter-sharing baseline).
+"""TRL bridge: train ONE shared policy on any env of this library with TRL's ``GRPOTrainer`` (parameter sharing).
 
-The standard single-policy GRPO recipe on our envs and verifiers: every agent of the env is the
+The standard single-policy GRPO recipe on this library's envs and verifiers: every agent of the env is the
 same model, TRL owns the optimisation (loss, clipping, KL, scheduler, logging, checkpoints) and
-our :class:`~llm_marl.rollout.RolloutEngine` plays the episodes through TRL's ``rollout_func``
+the library's :class:`~llm_marl.rollout.RolloutEngine` plays the episodes through TRL's ``rollout_func``
 hook (TRL >= 0.22; used here as TRL 1.16 ships it).
 
 How one TRL generation batch maps onto episodes:

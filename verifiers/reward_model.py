@@ -16,11 +16,11 @@ backbone's last non-pad token feeds a linear head), so a saved reward model load
 Training: a plain pointwise classifier loop (binary cross-entropy on the logit). TRL's
 ``RewardTrainer`` trains a Bradley–Terry ranking loss on chosen/rejected pairs, whose scores
 are only comparable within one question; a verifier must judge a single answer on an absolute
-scale, so we fit the probability of correctness directly.
+scale, so the model fits the probability of correctness directly.
 
 Class balancing (:func:`balance_examples`): a model that sees only right answers to easy
 questions and wrong answers to hard ones learns question difficulty, not answer correctness.
-So per question we keep equally many right and wrong answers (``min(#right, #wrong)`` of each,
+So each question keeps equally many right and wrong answers (``min(#right, #wrong)`` of each,
 sampled); answers of questions with one class only are then added while keeping the overall
 numbers of right and wrong equal (the surplus class is subsampled).
 """

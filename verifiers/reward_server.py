@@ -66,7 +66,7 @@ class _BadRequest(Exception):
 
 
 class _HTTPServer(ThreadingHTTPServer):
-    """The stdlib threading server with a listen backlog of our choosing and quiet connection errors."""
+    """The stdlib threading server with a listen backlog set by the server and quiet connection errors."""
 
     daemon_threads = True
 

@@ -53,7 +53,7 @@ def _joined(text: str | list[str]) -> str:
 
 
 def normalize_arxiv_row(row: Record, index: int) -> Record:
-    """Map a hub (``abstract_text``), arXiv-AI (``abstract``) or SciTLDR (``source``) row to our record."""
+    """Map a hub (``abstract_text``), arXiv-AI (``abstract``) or SciTLDR (``source``) row to the env's record."""
     if "abstract_text" in row:  # OpenMLRL/arXiv_abstract: sentence list (or text)
         return {"task_id": str(row.get("article_id") or f"arxiv-{index}"), "source": _joined(row["abstract_text"]), "title": ""}
     if "abstract" in row:  # arxiv_abstracts_ai134

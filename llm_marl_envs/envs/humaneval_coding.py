@@ -54,7 +54,7 @@ HUMANEVAL_SPLITS = {"train": range(33, 163), "test": range(0, 32)}
 
 
 def humaneval_record(row: Record, index: int) -> Record:
-    """A HumanEval-shaped row (``task_id``, ``prompt``, ``test``, ``entry_point``) -> our record."""
+    """A HumanEval-shaped row (``task_id``, ``prompt``, ``test``, ``entry_point``) -> the env's record."""
     entry = row["entry_point"]
     return {
         "task_id": row.get("task_id", f"humaneval/{index}"),

@@ -63,7 +63,7 @@ def mbpp_entry_point(code: str, tests: list[str]) -> str:
 
 
 def mbpp_record(row: Record, index: int) -> Record:
-    """A full-set (``text``) or sanitized (``prompt``) MBPP row -> our record."""
+    """A full-set (``text``) or sanitized (``prompt``) MBPP row -> the env's record."""
     code = row["code"].replace("\r\n", "\n")
     tests = list(row["test_list"])
     setup = "\n".join(row.get("test_imports") or []) or (row.get("test_setup_code") or "")

@@ -61,7 +61,7 @@ def tldr_post_text(subreddit: str | None, title: str | None, post: str) -> str:
 
 
 def normalize_tldr_row(row: Record, index: int) -> Record:
-    """Map a hub (``prompt``), DOVE (``instruction``) or TIFU (``input``) row to our record."""
+    """Map a hub (``prompt``), DOVE (``instruction``) or TIFU (``input``) row to the env's record."""
     if "prompt" in row:  # trl-lib/tldr: the prompt already has the layout, ending in "TL;DR:"
         source = row["prompt"].strip()
         if source.endswith(TLDR_SUFFIX):
