@@ -46,7 +46,8 @@ autodoc_mock_imports: list[str] = []
 
 html_theme = "furo"
 html_title = "llm-marl-envs"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 
 
 def adapt_docstring(app, what, name, obj, options, lines):

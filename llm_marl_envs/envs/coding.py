@@ -1,5 +1,8 @@
 """# Coding collaboration: the MAGRPO coding protocol shared by every `*_coding` env
 
+The coding collaboration of CoMLRL ([LLM Collaboration With Multi-Agent Reinforcement
+Learning](https://arxiv.org/abs/2508.04652), Liu et al., 2025).
+
 N agents write one Python program for a task: agents `0 .. N-2` each write one helper
 function (`aux`, `aux_1`, ...) and the last agent writes the task's entry point, which should
 call the helpers. Every agent gets the same reward: the verdict of

@@ -1,5 +1,7 @@
 """# Debate: the MAPoRL protocol shared by every `*_debate` env
 
+The multi-turn debate of [MAPoRL](https://arxiv.org/abs/2502.18439) (Park et al., ACL 2025).
+
 N agents answer the same question over T turns. At turn 0 each agent sees the question and an
 answer-format instruction. At turn t >= 1 each agent sees its own history (its earlier answers
 are already there as assistant messages) plus the other agents' answers from turn t-1, labelled

@@ -1,5 +1,8 @@
 """# Writing collaboration: the MAGRPO writing protocol shared by every `*_writing` env
 
+The writing collaboration of CoMLRL ([LLM Collaboration With Multi-Agent Reinforcement
+Learning](https://arxiv.org/abs/2508.04652), Liu et al., 2025).
+
 Two agents each write one part of a joint text about the same source (a Reddit post, an
 abstract). Both receive **one joint reward**, `verifiers.writing.score_writing` of
 (agent 0's part, agent 1's part); its components (structure, style consistency, coherence,

@@ -1,5 +1,8 @@
 """MAPPO (MAPoRL): multi-agent PPO with a centralized critic, influence-aware rewards and incentives.
 
+MAPoRL: Park et al., *Multi-Agent Post-Co-Training for Collaborative Large Language Models with
+Reinforcement Learning*, ACL 2025, https://arxiv.org/abs/2502.18439.
+
     >>> from trainers.mappo import MAPPOConfig, MAPPOTrainer
     >>> trainer = MAPPOTrainer(env, team, MAPPOConfig(max_steps=10))
     >>> trainer.train(); trainer.evaluate()
