@@ -83,18 +83,19 @@ def worker(args: argparse.Namespace) -> None:
     if args.warmup:
         trainer.train()                               # warm-up: first-call overheads, caches
     trainer.config.max_steps = args.warmup + args.steps
-    trainer.dp.barrier()
+    trainer.distributed.barrier()
     started = time.perf_counter()
     history = trainer.train()
-    trainer.dp.barrier()
+    trainer.distributed.barrier()
     elapsed = time.perf_counter() - started
-    peaks_mib = trainer.dp.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)   # Linux: KiB
-    if trainer.dp.is_main:
-        report = {"num_processes": trainer.dp.num_processes, "threads": torch.get_num_threads(), "steps": args.steps,
+    peaks_mib = trainer.distributed.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)   # Linux: KiB
+    if trainer.distributed.is_main:
+        report = {"num_processes": trainer.distributed.num_processes, "threads": torch.get_num_threads(),
+                  "steps": args.steps,
                   "seconds": elapsed, "steps_per_s": args.steps / elapsed,
                   "rollout_s": sum(h["rollout_s"] for h in history) / len(history),
                   "tokens_per_s": sum(h["tokens_per_s"] for h in history) / len(history), "peak_rss_mib": peaks_mib,
-                  "sharded": trainer.dp.sharded}
+                  "sharded": trainer.distributed.sharded}
         (out / "report.json").write_text(json.dumps(report))
 
 

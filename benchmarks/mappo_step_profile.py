@@ -115,7 +115,7 @@ def main() -> None:
             policy._profiled = True
     clock.wrap(trainer.critic, "values", lambda *a, **k: "critic values")
     clock.wrap(trainer.accelerator, "backward", lambda *a, **k: "backward")
-    clock.wrap(trainer.dp, "optimizer_step", lambda *a, **k: "optimizer")
+    clock.wrap(trainer.distributed, "optimizer_step", lambda *a, **k: "optimizer")
     captured: list = []
     compute_rewards = trainer.compute_rewards
 

@@ -116,8 +116,8 @@ def verdict(difference: dict[str, Any], before: dict[str, Any], after: dict[str,
 def play(engine: RolloutEngine, trainer: MAGRPOTrainer, tasks: list[int], desc: str) -> EvalResult:
     """Greedy episodes of ``tasks`` through ``engine`` (the trainer's shared evaluation path)."""
     params = SamplingParams(max_new_tokens=trainer.config.max_new_tokens, temperature=0.0)
-    return evaluate_episodes(engine, trainer.dp, trainer.accelerator, tasks, [trainer.config.seed] * len(tasks),
-                             params, desc=desc)
+    return evaluate_episodes(engine, trainer.distributed, trainer.accelerator, tasks,
+                             [trainer.config.seed] * len(tasks), params, desc=desc)
 
 
 def plot_monitor(history: list[dict], monitor: list[dict], agents: list[str], before: dict, after: dict,

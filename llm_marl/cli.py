@@ -210,7 +210,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         team = Team.shared_lora(model, tokenizer, agents, name=args.model)
     trainer = trainer_cls(env, team, config, eval_env=eval_env)
     trainer.train()
-    if trainer.dp.is_main:          # under `accelerate launch` every process runs this command
+    if trainer.distributed.is_main:          # under `accelerate launch` every process runs this command
         print(f"trained {args.algorithm} on {args.env} ({len(agents)} agents, {env.num_turns} turns); "
               f"outputs in {getattr(config, 'output_dir', '?')}")
     return 0

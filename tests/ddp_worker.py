@@ -129,30 +129,31 @@ def mappo_trainable(trainer: MAPPOTrainer) -> dict[str, torch.Tensor]:
 def run_mappo_update(out: Path, batch_file: Path, fsdp: bool = False) -> dict:
     """Advantages and one PPO update (all epochs and minibatches) on this process's shard of the responses."""
     trainer = build_mappo(out / ("mappo-fsdp-update-run" if fsdp else "mappo-update-run"), max_steps=1, fsdp=fsdp)
-    responses = trainer.dp.shard(pickle.loads(batch_file.read_bytes()))
-    with trainer.dp.full_weights():
+    responses = trainer.distributed.shard(pickle.loads(batch_file.read_bytes()))
+    with trainer.distributed.full_weights():
         stats = trainer.compute_advantages(responses)
     trainer.update(responses, step=1)
     weights = mappo_trainable(trainer)
     named = adapter_parameters(trainer.critic.policy.model, [*trainer.agents, trainer.critic.adapter])
     named.update({f"head/{n}": p for n, p in trainer.critic.head.named_parameters()})
     grads = {name: full_tensor(g) for name, g in gradients(named).items()}
-    return {"gradients": grads, "weights": weights, "fingerprint": trainer.dp.fingerprint(weights.values()),
+    return {"gradients": grads, "weights": weights, "fingerprint": trainer.distributed.fingerprint(weights.values()),
             "sharded": sorted(name for name, p in named.items() if isinstance(p, DTensor)),
             "responses": len(responses),
-            "advantages": [r.advantages for r in responses], "num_processes": trainer.dp.num_processes, "stats": stats}
+            "advantages": [r.advantages for r in responses], "num_processes": trainer.distributed.num_processes,
+            "stats": stats}
 
 
 def run_update(out: Path, batch_file: Path, fsdp: bool = False) -> dict:
     """One update on this process's shard of the pre-collected roots; returns what it left (whole tensors)."""
     trainer = build_trainer(out / ("fsdp-update-run" if fsdp else "update-run"), max_steps=1, fsdp=fsdp)
     roots = pickle.loads(batch_file.read_bytes())
-    trainer.update(trainer.dp.shard(roots))
+    trainer.update(trainer.distributed.shard(roots))
     weights = trainable(trainer)
     named = adapter_parameters(trainer.team.policy("agent_0").model, trainer.agents)
     grads = {name: full_tensor(g) for name, g in gradients(named).items()}
-    return {"gradients": grads, "weights": weights, "fingerprint": trainer.dp.fingerprint(weights.values()),
-            "num_processes": trainer.dp.num_processes, "roots": len(trainer.dp.shard(roots)),
+    return {"gradients": grads, "weights": weights, "fingerprint": trainer.distributed.fingerprint(weights.values()),
+            "num_processes": trainer.distributed.num_processes, "roots": len(trainer.distributed.shard(roots)),
             "sharded": sorted(name for name, p in named.items() if isinstance(p, DTensor)),
             "local_numel": sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in named.values()),
             "numel": sum(p.numel() for p in named.values())}
@@ -164,11 +165,12 @@ def run_training(out: Path, name: str, steps: int, resume: bool, fsdp: bool = Fa
     trainer.train()
     weights = trainable(trainer)
     evaluation = trainer.evaluate()                  # the 2 held-out tasks, one per process
-    report = {"rank": trainer.dp.rank, "num_processes": trainer.dp.num_processes, "step": trainer.step,
-              "fingerprint": trainer.dp.fingerprint(weights.values()), "tasks": getattr(trainer, "collected", []),
+    report = {"rank": trainer.distributed.rank, "num_processes": trainer.distributed.num_processes,
+              "step": trainer.step, "fingerprint": trainer.distributed.fingerprint(weights.values()),
+              "tasks": getattr(trainer, "collected", []),
               "eval_rewards": evaluation.rewards}
-    (out / name / f"rank{trainer.dp.rank}.json").write_text(json.dumps(report))
-    if trainer.dp.is_main:
+    (out / name / f"rank{trainer.distributed.rank}.json").write_text(json.dumps(report))
+    if trainer.distributed.is_main:
         torch.save(weights, out / name / "weights.pt")
 
 
@@ -178,11 +180,12 @@ def run_mappo_training(out: Path, name: str, steps: int, fsdp: bool = False, res
     history = trainer.train()
     weights = mappo_trainable(trainer)
     evaluation = trainer.evaluate()
-    report = {"rank": trainer.dp.rank, "num_processes": trainer.dp.num_processes, "step": trainer.step,
-              "fingerprint": trainer.dp.fingerprint(weights.values()), "history": history,
+    report = {"rank": trainer.distributed.rank, "num_processes": trainer.distributed.num_processes,
+              "step": trainer.step, "fingerprint": trainer.distributed.fingerprint(weights.values()),
+              "history": history,
               "eval_tasks": [e["task_id"] for e in evaluation.episodes]}
-    (out / name / f"rank{trainer.dp.rank}.json").write_text(json.dumps(report))
-    if trainer.dp.is_main:
+    (out / name / f"rank{trainer.distributed.rank}.json").write_text(json.dumps(report))
+    if trainer.distributed.is_main:
         torch.save(weights, out / name / "weights.pt")
 
 

@@ -180,7 +180,7 @@ def test_train_trains_on_the_train_split_and_evaluates_on_test(tiny_model_dir, t
     class RecordingTrainer:          # stands in for MAPPOTrainer: records the envs the command builds
         def __init__(self, env, team, config, eval_env=None):
             built.append((env.split, eval_env.split if eval_env is not None else None))
-            self.dp = types.SimpleNamespace(is_main=False)
+            self.distributed = types.SimpleNamespace(is_main=False)
 
         def train(self):
             return []

@@ -19,8 +19,8 @@ from tests.ddp_worker import build_mappo, build_trainer, mappo_trainable, run_ma
 from tests.toy_env import SayNumberEnv
 from llm_marl.team import Team
 from trainers.common.checkpoint import load_checkpoint, rng_state, save_checkpoint
-from trainers.common.distributed import (DataParallel, build_accelerator, clip_gradients, local_launch_command, merge_reports,
-                                        place_team, shard)
+from trainers.common.distributed import (DistributedTraining, build_accelerator, clip_gradients, local_launch_command,
+                                         merge_reports, place_team, shard)
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig
 
@@ -71,12 +71,12 @@ def test_launches_the_trainers_cannot_honour_are_refused_with_the_supported_ones
     launched = SimpleNamespace(distributed_type=engine, state=SimpleNamespace(fsdp_plugin=SimpleNamespace(fsdp_version=fsdp_version)),
                                num_processes=1, gradient_accumulation_steps=1)
     with pytest.raises(ValueError, match=match):
-        DataParallel(launched)
+        DistributedTraining(launched)
 
 
 def test_fsdp_in_one_process_trains_unsharded(tmp_path, one_torch_thread):
     trainer = build_trainer(tmp_path / "magrpo", max_steps=1, fsdp=True)
-    assert trainer.config.fsdp and not trainer.dp.sharded          # nothing to shard over one process
+    assert trainer.config.fsdp and not trainer.distributed.sharded          # nothing to shard over one process
     before = {n: t.clone() for n, t in trainable(trainer).items()}
     trainer.train()
     after = trainable(trainer)

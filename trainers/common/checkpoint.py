@@ -84,8 +84,8 @@ def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimi
     """Write checkpoint ``step`` atomically (temp dir + rename) and return its path.
 
     ``process_rng``: the RNG states of every process of a multi-process run, in process order
-    (``DataParallel.rng_states()``); by default, this process's. ``tensors``: ``(weights per agent,
-    optimizer state per agent)`` already gathered (``DataParallel.checkpoint_tensors``, needed when the
+    (``DistributedTraining.rng_states()``); by default, this process's. ``tensors``: ``(weights per agent,
+    optimizer state per agent)`` already gathered (``DistributedTraining.checkpoint_tensors``, needed when the
     weights are sharded); by default they are read from ``team`` and ``optimizers``. ``env``: the env
     trained on, whose id and shape ``team.json`` records.
     """

@@ -111,7 +111,7 @@ def eval_report_path(output_dir: str | os.PathLike, step: int) -> Path:
 EVAL_PARALLEL = 128   # episodes an evaluation advances together (bounds the KV caches held at once)
 
 
-def evaluate_episodes(engine: RolloutEngine, dp: Any | None, accelerator: Any | None, tasks: Sequence[int],
+def evaluate_episodes(engine: RolloutEngine, distributed: Any | None, accelerator: Any | None, tasks: Sequence[int],
                       seeds: Sequence[int], params: SamplingParams, *, desc: str = "evaluate",
                       report_path: str | os.PathLike | None = None,
                       parallel: int | None = EVAL_PARALLEL) -> EvalResult:
@@ -120,22 +120,24 @@ def evaluate_episodes(engine: RolloutEngine, dp: Any | None, accelerator: Any | 
     At most ``parallel`` episodes run together (``None``: all): their KV caches share memory, ~46 KB per
     token per row for SmolLM2-135M in fp32, so 800 sampled debates at once would need ~15 GB.
 
-    ``dp`` is the trainer's ``DataParallel``: every process must call this (gathering sharded
-    weights is a collective) and every process gets the whole result; ``dp=None`` and
+    ``distributed`` is the trainer's ``DistributedTraining``: every process must call this (gathering sharded
+    weights is a collective) and every process gets the whole result; ``distributed=None`` and
     ``accelerator=None`` play everything in this process. The global RNG states are left as they
     were, so evaluating does not change the training that follows. With ``report_path``, the main
     process writes the episodes' ``report.html`` there.
     """
-    local_tasks, local_seeds = (dp.shard(list(tasks)), dp.shard(list(seeds))) if dp else (list(tasks), list(seeds))
+    local_tasks, local_seeds = ((distributed.shard(list(tasks)), distributed.shard(list(seeds))) if distributed
+                                else (list(tasks), list(seeds)))
     local: list[Episode] = []
-    with dp.full_weights() if dp else contextlib.nullcontext():
+    with distributed.full_weights() if distributed else contextlib.nullcontext():
         if local_tasks:
             with torch.random.fork_rng(), accelerator.autocast() if accelerator else contextlib.nullcontext():
                 local = engine.collect(task_indices=local_tasks, seeds=local_seeds, params=params, desc=desc,
                                        parallel=parallel)
     models = [engine.team.policy(agent).name for agent in engine.env.possible_agents]
-    result = EvalResult.from_episodes(dp.unshard(local) if dp else local, engine.env.num_turns, models)
-    if report_path is not None and (dp is None or dp.is_main):
+    played = distributed.unshard(local) if distributed else local
+    result = EvalResult.from_episodes(played, engine.env.num_turns, models)
+    if report_path is not None and (distributed is None or distributed.is_main):
         result.write_report(report_path, title=f"{desc}: {engine.env_name}")
     return result
 

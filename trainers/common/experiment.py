@@ -127,7 +127,7 @@ def held_out_scores(trainer: Any, tasks: Sequence[int], *, samples: int = 1, tem
     params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature, top_p=cfg.top_p, seed=seed)
     played = [task for task in tasks for _ in range(samples)]
     seeds = [seed + 1_000 * i + s for i in range(len(tasks)) for s in range(samples)]
-    result = evaluate_episodes(trainer.eval_engine, trainer.dp, trainer.accelerator, played, seeds, params,
+    result = evaluate_episodes(trainer.eval_engine, trainer.distributed, trainer.accelerator, played, seeds, params,
                                desc=desc, report_path=report_path, parallel=parallel)
     return scores_from(result, tasks, samples, temperature)
 

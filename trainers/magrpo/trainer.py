@@ -123,13 +123,14 @@ class MAGRPOTrainer:
             if config.kl_coef > 0 and not policy.is_peft:
                 raise ValueError(f"kl_coef={config.kl_coef} needs a LoRA policy (the reference is the base with the "
                                  f"adapter disabled); {agent} is fully fine-tuned: set kl_coef=0 or use LoRA")
-        self.dp = prepare_training(config, team, self.agents, config.prompts_per_step, "prompts_per_step", accelerator)
-        self.accelerator = self.dp.accelerator
+        self.distributed = prepare_training(config, team, self.agents, config.prompts_per_step, "prompts_per_step",
+                                            accelerator)
+        self.accelerator = self.distributed.accelerator
         set_seed(config.seed, device_specific=True)     # sampling noise differs per process
         self.sampling = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                                        top_p=config.top_p)
         self.engine = RolloutEngine(env, team, self.sampling, progress=False)
-        self.eval_engine = RolloutEngine(eval_env or env, team, progress=config.progress and self.dp.is_main)
+        self.eval_engine = RolloutEngine(eval_env or env, team, progress=config.progress and self.distributed.is_main)
         self.train_tasks, self.eval_tasks = held_out_tasks(env, eval_env, config.eval_tasks)
         self.task_rng = np.random.default_rng(config.seed)   # the same on every process: draws the global batch
         self.optimizers, self.schedulers, self.parameters = {}, {}, {}
@@ -143,7 +144,7 @@ class MAGRPOTrainer:
                                                    num_training_steps=config.max_steps * env.num_turns)
             self.parameters[agent] = params
         self.step = 0
-        self.logger = MetricsLogger(config.output_dir, config.report_to, enabled=self.dp.is_main,
+        self.logger = MetricsLogger(config.output_dir, config.report_to, enabled=self.distributed.is_main,
                                     run_config=config.to_dict())
 
     # ------------------------------------------------------------------ 1. collect
@@ -152,7 +153,7 @@ class MAGRPOTrainer:
         cfg = self.config
         tasks = self.task_rng.choice(self.train_tasks, size=cfg.prompts_per_step).tolist()   # global, same everywhere
         seeds = self.task_rng.integers(0, 2**31 - 1, size=cfg.prompts_per_step).tolist()
-        tasks, seeds = self.dp.shard(tasks), self.dp.shard(seeds)
+        tasks, seeds = self.distributed.shard(tasks), self.distributed.shard(seeds)
         frontier, parents = self.engine.reset_nodes(tasks, seeds), [None] * len(tasks)
         roots: list[TreeNode] = []
         turn = 0
@@ -229,7 +230,7 @@ class MAGRPOTrainer:
         size, pad = self.config.micro_batch_size, self.team.policy(agent).pad_id
         chunks = [list(rows[start:start + size]) for start in range(0, len(rows), size)]
         idle = [([pad], [pad], *idle_extra)]
-        for index in range(self.dp.lockstep(len(chunks))):
+        for index in range(self.distributed.lockstep(len(chunks))):
             yield (chunks[index], True) if index < len(chunks) else (idle, False)
 
     def node_kls(self, nodes: Sequence[TreeNode]) -> list[dict[str, torch.Tensor]] | None:
@@ -273,7 +274,7 @@ class MAGRPOTrainer:
         by_turn: dict[int, list[TreeNode]] = {}
         for node in _walk(roots):
             by_turn.setdefault(node.turn, []).append(node)
-        num_turns = self.dp.max(max(by_turn, default=-1) + 1)    # every process steps through the same turns
+        num_turns = self.distributed.max(max(by_turn, default=-1) + 1)    # every process steps through the same turns
         kls = {turn: self.node_kls(by_turn.get(turn, [])) for turn in range(num_turns)}
         order = range(num_turns - 1, -1, -1) if self.config.update_order == "last_turn_first" else range(num_turns)
         for turn in order:
@@ -306,7 +307,7 @@ class MAGRPOTrainer:
     def _update_agent(self, agent: str, turn: int, rows: list[tuple[list[int], list[int], float]]) -> dict[str, float]:
         cfg, optimizer = self.config, self.optimizers[agent]
         optimizer.zero_grad(set_to_none=True)
-        total = int(self.dp.sum([len(rows)])[0])     # M: this turn's samples of the agent over all processes
+        total = int(self.distributed.sum([len(rows)])[0])     # M: this turn's samples of the agent over all processes
         loss_sum, kl_sum = 0.0, 0.0
         if cfg.kl_coef == 0 or cfg.kl_placement == "reward":   # zero-advantage samples add no gradient: skip them
             rows = [row for row in rows if row[2] != 0.0]
@@ -318,7 +319,7 @@ class MAGRPOTrainer:
             self.accelerator.backward(loss * weight)
             loss_sum, kl_sum = loss_sum + weight * float(loss.detach()), kl_sum + weight * float(kl)
         # Σ over processes of the agent's gradients, clip, step (trainers.common.distributed)
-        grad_norm, = self.dp.optimizer_step([(optimizer, self.parameters[agent])], cfg.max_grad_norm)
+        grad_norm, = self.distributed.optimizer_step([(optimizer, self.parameters[agent])], cfg.max_grad_norm)
         self.schedulers[agent].step()
         prefix = f"turn{turn}/{agent}"
         return {f"{prefix}/loss": loss_sum, f"{prefix}/kl": kl_sum, f"{prefix}/grad_norm": grad_norm}
@@ -330,11 +331,13 @@ class MAGRPOTrainer:
         if cfg.resume_from_checkpoint is not None:
             self.load(resolve_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir))
         history = []
-        bar = tqdm(range(self.step, cfg.max_steps), desc="magrpo", disable=not (cfg.progress and self.dp.is_main))
+        bar = tqdm(range(self.step, cfg.max_steps), desc="magrpo",
+                   disable=not (cfg.progress and self.distributed.is_main))
         for _ in bar:
             self.step += 1
             started = time.perf_counter()
-            with self.accelerator.autocast(), self.dp.full_weights():   # sharded weights are gathered for sampling
+            # sharded weights are gathered for sampling
+            with self.accelerator.autocast(), self.distributed.full_weights():
                 roots = self.collect()
             rollout_time = time.perf_counter() - started
             for root in roots:
@@ -345,7 +348,8 @@ class MAGRPOTrainer:
                             "step_s": time.perf_counter() - started,
                             "joint_reward_mean": float(np.mean([r for n in roots for r in n.joint_rewards]))})
             # one record for the step: partial losses and throughputs summed over processes, wall times maxed
-            metrics = self.dp.merge_metrics(metrics, sums=("/loss", "/kl", "tokens_per_s"), maxima=("rollout_s", "step_s"))
+            metrics = self.distributed.merge_metrics(metrics, sums=("/loss", "/kl", "tokens_per_s"),
+                                                     maxima=("rollout_s", "step_s"))
             if cfg.eval_every and self.step % cfg.eval_every == 0:
                 metrics.update({f"eval/{k}": v for k, v in self.evaluate().metrics().items()})
             if self.step % cfg.logging_every == 0:
@@ -367,25 +371,26 @@ class MAGRPOTrainer:
         params = SamplingParams(max_new_tokens=self.config.max_new_tokens, temperature=self.config.eval_temperature,
                                 top_p=self.config.top_p)
         seeds = [self.config.seed + i for i in range(len(tasks))]
-        return evaluate_episodes(self.eval_engine, self.dp, self.accelerator, tasks, seeds, params,
+        return evaluate_episodes(self.eval_engine, self.distributed, self.accelerator, tasks, seeds, params,
                                  report_path=eval_report_path(self.config.output_dir, self.step))
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> None:
         """Write a checkpoint of the current step (main process only; every process's RNG states in it)."""
-        process_rng = self.dp.rng_states()
-        gathered = self.dp.checkpoint_tensors(self.team, self.optimizers)     # every process: sharded ones are gathered
-        if self.dp.is_main:
+        process_rng = self.distributed.rng_states()
+        # every process: sharded ones are gathered
+        gathered = self.distributed.checkpoint_tensors(self.team, self.optimizers)
+        if self.distributed.is_main:
             weights, optimizer_states, _ = gathered
             save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, self.schedulers,
                             self.config.to_dict(), extra={"task_rng": self.task_rng.bit_generator.state},
                             process_rng=process_rng, tensors=(weights, optimizer_states), env=self.env)
-        self.dp.barrier()
+        self.distributed.barrier()
 
     def load(self, path) -> None:
         """Restore the trainer from a checkpoint directory (every process reads it)."""
-        state = load_checkpoint(path, self.team, self.optimizers, self.schedulers, process_index=self.dp.rank,
-                                num_processes=self.dp.num_processes)
+        state = load_checkpoint(path, self.team, self.optimizers, self.schedulers, process_index=self.distributed.rank,
+                                num_processes=self.distributed.num_processes)
         self.step = state["step"]
         self.task_rng.bit_generator.state = state["extra"]["task_rng"]
 

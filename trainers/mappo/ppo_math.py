@@ -31,7 +31,7 @@ def whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, ep
     """Normalise ``values`` to unit variance (and zero mean if ``shift_mean``) over the masked positions.
 
     ``reduce`` sums a tensor over processes, so the moments cover every process's values
-    (``DataParallel.sum_tensor``); by default they cover these values only.
+    (``DistributedTraining.sum_tensor``); by default they cover these values only.
     """
     reduce = reduce or (lambda tensor: tensor)
     mask = mask.to(values.dtype)

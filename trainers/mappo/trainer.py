@@ -130,9 +130,9 @@ class MAPPOTrainer:
                                         max_context_tokens=config.critic_max_context_tokens, seed=config.seed)
         for agent in self.agents:
             self.critic.check_tokenizer(agent, team.policy(agent))
-        self.dp = prepare_training(config, team, self.agents, config.episodes_per_step, "episodes_per_step", accelerator,
-                                   extra_parameters=self.critic.trainable_parameters())
-        self.accelerator = self.dp.accelerator
+        self.distributed = prepare_training(config, team, self.agents, config.episodes_per_step, "episodes_per_step",
+                                            accelerator, extra_parameters=self.critic.trainable_parameters())
+        self.accelerator = self.distributed.accelerator
         self.verifier = verifier if verifier is not None else self._load_verifier()
         self.critic.head.to(self.critic.policy.device)
         self.actor_params = {a: team.policy(a).trainable_parameters(team.adapter(a)) for a in self.agents}
@@ -143,7 +143,7 @@ class MAPPOTrainer:
         self.history: list[dict[str, float]] = []
         if config.resume_from_checkpoint is not None:
             self.load(resolve_checkpoint(config.resume_from_checkpoint, config.output_dir))
-        self.logger = MetricsLogger(config.output_dir, report_to=config.report_to, enabled=self.dp.is_main,
+        self.logger = MetricsLogger(config.output_dir, report_to=config.report_to, enabled=self.distributed.is_main,
                                     run_config=config.to_dict())
 
     # ------------------------------------------------------------------ checkpoints (trainers.common.checkpoint)
@@ -152,17 +152,17 @@ class MAPPOTrainer:
 
         Every process calls it; the main process writes (with every process's RNG states).
         """
-        process_rng = self.dp.rng_states()
+        process_rng = self.distributed.rng_states()
         path = checkpoint_dir(self.config.output_dir, self.step)
         critic = {"critic": self.critic.trainable_state_dict(whole=False),
                   "critic_optimizer": self.critic_optimizer.state_dict()}
-        gathered = self.dp.checkpoint_tensors(self.team, self.optimizers, extra=critic)   # every process
-        if self.dp.is_main:
+        gathered = self.distributed.checkpoint_tensors(self.team, self.optimizers, extra=critic)   # every process
+        if self.distributed.is_main:
             weights, optimizer_states, critic = gathered
             path = save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, {},
                                    self.config.to_dict(), {**critic, "history": self.history}, process_rng=process_rng,
                                    tensors=(weights, optimizer_states), env=self.env)
-        self.dp.barrier()
+        self.distributed.barrier()
         return path
 
     def latest_checkpoint(self) -> Path | None:
@@ -171,8 +171,8 @@ class MAPPOTrainer:
 
     def load(self, path: str | Path) -> None:
         """Restore a checkpoint written by :meth:`save`; training continues after its step."""
-        state = load_checkpoint(path, self.team, self.optimizers, {}, process_index=self.dp.rank,
-                                num_processes=self.dp.num_processes)
+        state = load_checkpoint(path, self.team, self.optimizers, {}, process_index=self.distributed.rank,
+                                num_processes=self.distributed.num_processes)
         if "critic" not in state["extra"]:
             raise ValueError(f"{path} is not a MAPPO checkpoint (no critic state); resume it with the trainer that wrote it")
         self.critic.load_trainable_state_dict(state["extra"]["critic"])
@@ -196,7 +196,7 @@ class MAPPOTrainer:
         """Sampling settings of ``step`` on this process (seeded by step and process, so a resumed run replays it)."""
         c = self.config
         return SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature if temperature is None else temperature,
-                              top_p=c.top_p, seed=_step_seed(c.seed, step, 1, self.dp.rank))
+                              top_p=c.top_p, seed=_step_seed(c.seed, step, 1, self.distributed.rank))
 
     def collect(self, step: int) -> list[Episode]:
         """Play this process's share of the step's episodes (tasks drawn from ``(seed, step)``) through the rollout engine."""
@@ -206,7 +206,8 @@ class MAPPOTrainer:
         seeds = [_step_seed(self.config.seed, step, 3 + i) for i in range(len(tasks))]
         engine = RolloutEngine(self.env, self.team, self.sampling_params(step), progress=False)
         with self.accelerator.autocast():
-            return engine.collect(seeds=self.dp.shard(seeds), task_indices=self.dp.shard(tasks), desc=f"mappo step {step}")
+            return engine.collect(seeds=self.distributed.shard(seeds), task_indices=self.distributed.shard(tasks),
+                                  desc=f"mappo step {step}")
 
     # ------------------------------------------------------------------ 2. score
     def score(self, episode: Episode) -> EpisodeScores:
@@ -353,13 +354,14 @@ class MAPPOTrainer:
         if self.config.whiten_scope == "all":
             groups = {None: list(responses)}
         else:   # the same groups, in the same order, on every process (some may be empty here)
-            turns = self.dp.max(max((r.turn for r in responses), default=-1) + 1)
+            turns = self.distributed.max(max((r.turn for r in responses), default=-1) + 1)
             groups = {(t, a): [r for r in responses if r.turn == t and r.agent == a] for t in range(turns) for a in self.agents}
         for group in groups.values():
             flat = torch.cat([r.advantages for r in group]) if group else torch.zeros(0)
-            if self.dp.sum([flat.numel()])[0] <= 1:
+            if self.distributed.sum([flat.numel()])[0] <= 1:
                 continue
-            flat = whiten(flat, torch.ones_like(flat), reduce=self.dp.sum_tensor)   # moments over all processes
+            # moments over all processes
+            flat = whiten(flat, torch.ones_like(flat), reduce=self.distributed.sum_tensor)
             for response, part in zip(group, torch.split(flat, [len(r.completion_ids) for r in group])):
                 response.advantages = part.clone()
 
@@ -405,7 +407,7 @@ class MAPPOTrainer:
         """
         c = self.config
         # (process, local index, agent, tokens) of every response of the step, on every process
-        shared = self.dp.gather([(r.agent, len(r.completion_ids)) for r in responses])
+        shared = self.distributed.gather([(r.agent, len(r.completion_ids)) for r in responses])
         layout = [(rank, i, agent, n) for rank, part in enumerate(shared) for i, (agent, n) in enumerate(part)]
         steps = [(self.optimizers[a], self.actor_params[a]) for a in self.agents]
         steps.append((self.critic_optimizer, self.critic_params))
@@ -417,7 +419,7 @@ class MAPPOTrainer:
                     counts.setdefault(agent, [0, 0])
                     counts[agent][0] += 1
                     counts[agent][1] += n
-                local = self._by_agent([responses[i] for rank, i, _, _ in batch if rank == self.dp.rank])
+                local = self._by_agent([responses[i] for rank, i, _, _ in batch if rank == self.distributed.rank])
                 for optimizer, _ in steps:
                     optimizer.zero_grad(set_to_none=True)
                 for agent in self.agents:
@@ -439,14 +441,14 @@ class MAPPOTrainer:
                     for key, value in stats.items():
                         totals.setdefault(key, []).append(value)
                 # Σ over processes of each actor's and the critic's gradients, clip, step (trainers.common.distributed)
-                self.dp.optimizer_step(steps, c.max_grad_norm)
+                self.distributed.optimizer_step(steps, c.max_grad_norm)
         return {key: float(np.mean(values)) for key, values in totals.items()}
 
     def _loss_passes(self, agent: str, group: Sequence[Response], weight: float, loss_of, critic: bool = False
                      ) -> list[tuple[dict[str, float], int]]:
         """Forward and backward ``weight · loss_of(part)`` over the group's length buckets; ``(stats, tokens)`` per part."""
         parts = length_buckets(group, critic=critic)
-        passes = self.dp.lockstep(len(parts))          # the most any process has, under sharded weights
+        passes = self.distributed.lockstep(len(parts))          # the most any process has, under sharded weights
         done = []
         for k in range(passes):
             idle = k >= len(parts)
@@ -464,12 +466,12 @@ class MAPPOTrainer:
         step = self.step + 1
         local: dict[str, float] = {}
         clock = PhaseClock()
-        with self.dp.full_weights():          # sharded weights are gathered for the gradient-free passes
+        with self.distributed.full_weights():          # sharded weights are gathered for the gradient-free passes
             with clock("collect"):
                 episodes = self.collect(step)
             with clock("rewards"):
                 responses = self.compute_rewards(episodes)
-            if self.dp.sum([len(responses)])[0] == 0:
+            if self.distributed.sum([len(responses)])[0] == 0:
                 raise RuntimeError(f"step {step}: every response was empty; raise max_new_tokens or check the policy")
             with clock("advantages"):
                 local.update(self.compute_advantages(responses))
@@ -479,7 +481,7 @@ class MAPPOTrainer:
         local["responses"] = float(len(responses))
         local.update(clock.metrics())
         # wall times: the slowest process's; response counts: summed over processes
-        metrics: dict[str, float] = {"step": step, **self.dp.merge_metrics(local, sums=("responses",),
+        metrics: dict[str, float] = {"step": step, **self.distributed.merge_metrics(local, sums=("responses",),
                                                                             maxima=tuple(clock.keys()))}
         self.step = step
         self.history.append(metrics)
@@ -488,7 +490,8 @@ class MAPPOTrainer:
     def train(self) -> list[dict[str, float]]:
         """Run steps until ``max_steps`` (continuing a resumed run); log and checkpoint; returns per-step metrics."""
         c = self.config
-        with tqdm(total=c.max_steps, initial=self.step, desc="mappo", disable=not (c.progress and self.dp.is_main)) as bar:
+        with tqdm(total=c.max_steps, initial=self.step, desc="mappo",
+                  disable=not (c.progress and self.distributed.is_main)) as bar:
             while self.step < c.max_steps:
                 metrics = self.train_step()
                 if c.eval_every and self.step % c.eval_every == 0:
@@ -514,7 +517,7 @@ class MAPPOTrainer:
             raise ValueError(f"eval asks for {n} episodes but there are {len(self.eval_tasks)} held-out tasks; "
                              f"ask for fewer or raise eval_tasks")
         params = self.sampling_params(0, temperature=self.config.eval_temperature)
-        return evaluate_episodes(self.eval_engine, self.dp, self.accelerator, self.eval_tasks[:n],
+        return evaluate_episodes(self.eval_engine, self.distributed, self.accelerator, self.eval_tasks[:n],
                                  [self.config.seed + i for i in range(n)], params, desc="eval",
                                  report_path=eval_report_path(self.config.output_dir, self.step))
 

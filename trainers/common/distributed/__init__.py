@@ -1,4 +1,5 @@
-"""Data-parallel training on accelerate: one full replica of the team per process, per-agent gradient all-reduce.
+"""Distributed training on accelerate: a replica (or, with FSDP2, a shard) of the team per process, per-agent
+gradient all-reduce, checkpoints gathered whole.
 
 Launch any training script with accelerate (torchrun underneath); the trainers pick the process
 group up from the environment — NCCL between GPUs, gloo between CPU processes::
@@ -9,13 +10,13 @@ How one training step is split over N processes (both trainers use this module):
 
 1. **Tasks.** Every process draws the step's GLOBAL task list from the same seeded generator
    (MAGRPO: ``prompts_per_step`` tree roots; MAPPO: ``episodes_per_step`` episodes) and keeps its
-   contiguous :meth:`DataParallel.shard`. N processes together do the one-process step, each with
+   contiguous :meth:`DistributedTraining.shard`. N processes together do the one-process step, each with
    1/N of the rollouts; batch sizes in the configs are GLOBAL, so the learning dynamics do not
    depend on N. Sampling noise differs per process (torch seed + process index).
 2. **Loss normalisation.** A process divides its partial loss by GLOBAL counts (samples or tokens
    summed over processes by one small all-reduce), so the sum over processes of the partial
    gradients is exactly the gradient of the whole-batch loss.
-3. **Gradients.** After an agent's local backward passes, :meth:`DataParallel.optimizer_step` SUMS that
+3. **Gradients.** After an agent's local backward passes, :meth:`DistributedTraining.optimizer_step` SUMS that
    agent's trainable gradients over processes (``accelerate.utils.reduce``), then clips and steps
    its optimizer. Every replica applies the same update to the same weights, so the replicas stay
    identical (the trainable weights are broadcast from the main process once, at start-up).
@@ -40,11 +41,11 @@ each policy's decoder layers and the model around them are wrapped with
 torch's ``fully_shard``, so every process holds 1/N of the weights, gradients and AdamW states of
 the team. What that changes, all of it in this module and the policy, none of it in the loop:
 
-- **rollouts** run inside :meth:`DataParallel.full_weights`: the weights are gathered once (one
+- **rollouts** run inside :meth:`DistributedTraining.full_weights`: the weights are gathered once (one
   collective on every process), sampling runs without collectives, so processes may generate
   different numbers of tokens, and the weights are freed after;
 - **losses** run in lockstep: every process runs the same number of micro-batch forward/backward
-  passes (:meth:`DataParallel.lockstep`; a process short of rows runs a zero-weighted one), each
+  passes (:meth:`DistributedTraining.lockstep`; a process short of rows runs a zero-weighted one), each
   with the same forward calls (``HFPolicy.lockstep``), and FSDP reduce-scatters the gradients
   (summed, as here);
 - **checkpoints** gather the full tensors on every process; the main process writes the same
@@ -64,8 +65,8 @@ from accelerate import Accelerator
 from llm_marl.team import Team
 
 from ..config import ScalingConfig
-from .data_parallel import (BUCKET_NUMEL, SHARDING_ENGINES, DataParallel, build_accelerator, clip_gradients,
-                            merge_reports, shard)
+from .training import (BUCKET_NUMEL, SHARDING_ENGINES, DistributedTraining, build_accelerator, clip_gradients,
+                       merge_reports, shard)
 from .launch import local_launch_command
 from .memory import release_free_memory
 from .placement import place_team
@@ -73,7 +74,7 @@ from .placement import place_team
 
 def prepare_training(config: ScalingConfig, team: Team, agents: Sequence[str], batch_size: int, batch_field: str,
                      accelerator: Accelerator | None = None,
-                     extra_parameters: Sequence[torch.nn.Parameter] = ()) -> DataParallel:
+                     extra_parameters: Sequence[torch.nn.Parameter] = ()) -> DistributedTraining:
     """The scale-out set-up both trainers share: accelerator, process group, device placement, checkpointing,
     identical replicas, then (``fsdp``) sharding.
 
@@ -81,23 +82,25 @@ def prepare_training(config: ScalingConfig, team: Team, agents: Sequence[str], b
     give every launched process at least one item. ``extra_parameters``: other trainable weights
     (e.g. a critic adapter on the team's base) to synchronise with the agents' before sharding.
     """
-    dp = DataParallel(build_accelerator(config, accelerator), fsdp=config.fsdp)
-    if batch_size < dp.num_processes:
+    distributed = DistributedTraining(build_accelerator(config, accelerator), fsdp=config.fsdp)
+    if batch_size < distributed.num_processes:
         raise ValueError(f"{batch_field}={batch_size} is global (split over the processes) and must be >= the "
-                         f"{dp.num_processes} processes launched; raise {batch_field} or launch fewer processes")
-    if dp.sharded and config.agent_devices:
+                         f"{distributed.num_processes} processes launched; raise {batch_field} or launch fewer "
+                         f"processes")
+    if distributed.sharded and config.agent_devices:
         raise ValueError("fsdp shards each model over the processes; agent_devices places whole models in one process: "
                          "use one or the other")
-    place_team(team, agents, config.agent_devices, dp.device, dp.num_processes)
+    place_team(team, agents, config.agent_devices, distributed.device, distributed.num_processes)
     if config.gradient_checkpointing:
         for policy in team.policies():
             policy.enable_gradient_checkpointing()
     # the replicas start identical (LoRA initialisation is random per process), then are sharded
-    dp.broadcast_parameters([p for agent in agents for p in team.policy(agent).trainable_parameters(team.adapter(agent))]
-                            + list(extra_parameters))
-    dp.shard_team(team)
-    return dp
+    distributed.broadcast_parameters(
+        [p for agent in agents for p in team.policy(agent).trainable_parameters(team.adapter(agent))]
+        + list(extra_parameters))
+    distributed.shard_team(team)
+    return distributed
 
 
-__all__ = ["BUCKET_NUMEL", "DataParallel", "SHARDING_ENGINES", "build_accelerator", "clip_gradients",
+__all__ = ["BUCKET_NUMEL", "DistributedTraining", "SHARDING_ENGINES", "build_accelerator", "clip_gradients",
            "local_launch_command", "merge_reports", "place_team", "prepare_training", "release_free_memory", "shard"]

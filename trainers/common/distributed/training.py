@@ -1,4 +1,4 @@
-"""`DataParallel`: the collectives a trainer runs over one ``Accelerator`` (see :mod:`trainers.common.distributed`).
+"""`DistributedTraining`: what a trainer runs over one ``Accelerator`` (see :mod:`trainers.common.distributed`).
 
 Tasks sharded per process, gradients summed per agent in flat buckets, metrics merged, RNG states
 gathered, and under FSDP2 the team sharded and gathered for rollouts and checkpoints.
@@ -53,8 +53,10 @@ def build_accelerator(config: ScalingConfig, accelerator: Accelerator | None = N
     return accelerator
 
 
-class DataParallel:
-    """The distributed operations a trainer needs, over one ``Accelerator`` (see the module docstring).
+class DistributedTraining:
+    """Everything a trainer runs across processes, over one ``Accelerator`` (see the module docstring): task
+    sharding, gradient all-reduce and optimizer steps, FSDP2 sharding of the team (and gathering it for rollouts),
+    checkpoint gathering, RNG states and metric merging.
 
     With one process every operation is a no-op (or the identity), so single-process training runs
     the same code and the same arithmetic.
@@ -65,7 +67,7 @@ class DataParallel:
         if accelerator.distributed_type in SHARDING_ENGINES:
             raise ValueError(f"accelerate was launched with {accelerator.distributed_type.value}, whose engine owns one "
                              f"optimizer per model and steps all of its parameters at once; these trainers step each "
-                             f"agent's optimizer on its own (trainers/common/distributed.py). Launch with --multi_gpu "
+                             f"agent's optimizer on its own (trainers.common.distributed). Launch with --multi_gpu "
                              f"(one replica per process), or shard with FSDP2: --use_fsdp --fsdp_version 2 "
                              f"(examples/accelerate/fsdp2.yaml) or fsdp=True in the config")
         if accelerator.distributed_type == DistributedType.FSDP:
@@ -337,7 +339,7 @@ def shard(items: Sequence[T], rank: int, num_processes: int) -> list[T]:
 
 
 def merge_reports(reports: Sequence[Mapping[str, Any]], sums: Sequence[str] = (), maxima: Sequence[str] = ()) -> dict[str, Any]:
-    """Merge per-process metric dicts (see :meth:`DataParallel.merge_metrics`)."""
+    """Merge per-process metric dicts (see :meth:`DistributedTraining.merge_metrics`)."""
     merged: dict[str, Any] = {}
     for key in dict.fromkeys(k for report in reports for k in report):
         values = [r[key] for r in reports if key in r]
