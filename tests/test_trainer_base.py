@@ -6,7 +6,7 @@ import torch
 
 import llm_marl_envs
 from llm_marl.models import tiny_model
-from trainers.common.config import ScalingConfig, TrainerConfig
+from trainers.common.config import TrainerConfig
 from llm_marl.episode import AgentTurn, Episode
 from trainers.common.evaluation import EvalResult
 from trainers.common.losses import entropy_from_logits
@@ -28,7 +28,6 @@ def test_shared_fields_are_declared_once_with_each_trainers_defaults():
         assert shared <= {f.name for f in dataclasses.fields(config_cls)}
         own = set(vars(config_cls)["__annotations__"])
         assert own & shared <= {"max_new_tokens", "learning_rate", "kl_coef", "max_steps", "eval_tasks", "output_dir"}
-    assert ScalingConfig is TrainerConfig
     magrpo, mappo = MAGRPOConfig(), MAPPOConfig()
     assert (magrpo.max_new_tokens, magrpo.learning_rate, magrpo.kl_coef, magrpo.max_steps, magrpo.output_dir) == \
         (64, 5e-5, 0.0, 100, "outputs/magrpo")

@@ -123,9 +123,6 @@ class TrainerConfig:
         return asdict(self)
 
 
-ScalingConfig = TrainerConfig   # the same class, for code that names it after its precision and device fields
-
-
 def trainer_default(name: str, default: Any, help: str | None = None) -> Any:
     """A :class:`TrainerConfig` field for a subclass: the same field with this trainer's ``default`` (and ``help``)."""
     shared = TrainerConfig.__dataclass_fields__[name]
@@ -154,4 +151,4 @@ def parse_device(device: object, agent: str = "") -> str:
     return str(parsed)
 
 
-__all__ = ["TrainerConfig", "ScalingConfig", "MIXED_PRECISION", "REPORT_TO", "parse_device", "require", "trainer_default"]
+__all__ = ["TrainerConfig", "MIXED_PRECISION", "REPORT_TO", "parse_device", "require", "trainer_default"]

@@ -64,7 +64,7 @@ from accelerate import Accelerator
 
 from llm_marl.team import Team
 
-from ..config import ScalingConfig
+from ..config import TrainerConfig
 from .training import (BUCKET_NUMEL, SHARDING_ENGINES, DistributedTraining, build_accelerator, clip_gradients,
                        merge_reports, shard)
 from .launch import local_launch_command
@@ -72,7 +72,7 @@ from .memory import release_free_memory
 from .placement import place_team
 
 
-def prepare_training(config: ScalingConfig, team: Team, agents: Sequence[str], batch_size: int, batch_field: str,
+def prepare_training(config: TrainerConfig, team: Team, agents: Sequence[str], batch_size: int, batch_field: str,
                      accelerator: Accelerator | None = None,
                      extra_parameters: Sequence[torch.nn.Parameter] = ()) -> DistributedTraining:
     """The scale-out set-up both trainers share: accelerator, process group, device placement, checkpointing,

@@ -21,7 +21,7 @@ from llm_marl.sharding import full_state, full_tensor
 from llm_marl.team import Team
 
 from ..checkpoint import rng_state, training_tensors
-from ..config import ScalingConfig
+from ..config import TrainerConfig
 from .memory import release_free_memory
 
 T = TypeVar("T")
@@ -30,7 +30,7 @@ SHARDING_ENGINES = (DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM)   # 
 BUCKET_NUMEL = 25_000_000     # gradients are all-reduced in flat buckets of at most this many elements
 
 
-def build_accelerator(config: ScalingConfig, accelerator: Accelerator | None = None) -> Accelerator:
+def build_accelerator(config: TrainerConfig, accelerator: Accelerator | None = None) -> Accelerator:
     """The trainer's ``Accelerator`` (or a check of the one given): the config's mixed precision, CPU when no GPU.
 
     The config decides the precision; ``accelerate launch`` passes ``no`` unless told otherwise, and a
