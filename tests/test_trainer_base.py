@@ -14,7 +14,7 @@ from llm_marl.backends.hf import completion_targets
 from llm_marl.team import Team
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
-from trainers.mappo.forward import token_logprobs_with_entropy
+from trainers.mappo.logprobs_entropy import token_logprobs_with_entropy
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -8,7 +8,7 @@ Reinforcement Learning*, ACL 2025, https://arxiv.org/abs/2502.18439.
     >>> trainer.train(); trainer.evaluate()
 
 Modules: :mod:`.rewards` (turn rewards), :mod:`.ppo_math` (GAE and the clipped losses), :mod:`.critic`
-(centralized critic), :mod:`.forward` (log-probs with the entropy), :mod:`.config`, :mod:`.trainer`.
+(centralized critic), :mod:`.logprobs_entropy` (log-probs with the entropy), :mod:`.config`, :mod:`.trainer`.
 """
 from .config import MAPPOConfig
 from .rewards import IncentiveWeights, incentive_bonuses, influence_aware_returns, turn_rewards

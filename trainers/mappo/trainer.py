@@ -54,7 +54,7 @@ from llm_marl.sharding import shard_optimizer_state
 
 from .config import MAPPOConfig
 from .critic import CentralizedCritic, critic_context_parts
-from .forward import token_logprobs_with_entropy
+from .logprobs_entropy import token_logprobs_with_entropy
 from .ppo_math import clipped_policy_loss, clipped_value_loss, generalized_advantages, token_rewards, whiten
 from .rewards import turn_rewards
 
