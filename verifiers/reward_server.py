@@ -70,8 +70,10 @@ class _HTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], backlog: int) -> None:
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], backlog: int,
+                 reward_server: RewardServer) -> None:
         self.request_queue_size = backlog        # read by server_activate() inside __init__: listen(backlog)
+        self.reward_server = reward_server
         self.num_connection_errors = 0
         super().__init__(address, handler)
 
@@ -124,7 +126,7 @@ class RewardServer:
         self._pending = threading.BoundedSemaphore(max_pending_requests)
         self._jobs: queue.Queue = queue.Queue()
         self._stopping = threading.Event()
-        self._httpd = _HTTPServer((host, port), self._handler_class(), backlog)
+        self._httpd = _HTTPServer((host, port), _ScoreRequestHandler, backlog, self)
         self._threads: list[threading.Thread] = []
 
     @property
@@ -250,131 +252,141 @@ class RewardServer:
             raise _BadRequest(413, f"body of {length} bytes exceeds max_body_bytes={self.max_body_bytes}", close=True)
         return int(length)
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = server.read_timeout_s         # per socket read; idle keep-alive connections close after it
+class _ScoreRequestHandler(BaseHTTPRequestHandler):
+    """One connection to a :class:`RewardServer`: ``GET /health`` and ``POST /score``, every error as JSON."""
 
-            def log_message(self, format: str, *args: Any) -> None:   # quiet: tests and trainers log themselves
-                pass
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
 
-            def _reply(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                if self.close_connection:
-                    self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.write(data)
+    @property
+    def reward_server(self) -> "RewardServer":
+        """The :class:`RewardServer` this connection belongs to."""
+        return self.server.reward_server
 
-            def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-                """The stdlib's errors (malformed request line or headers, unknown method) as JSON too."""
-                self.close_connection = True
-                self.request_version = "HTTP/1.1"   # an unparsed request line reads as HTTP/0.9: no status line
-                text = message or self.responses.get(code, ("error",))[0]
-                server._count("num_rejected")
-                self._reply(code, {"error": f"{text}: {explain}" if explain else text})
+    def setup(self) -> None:
+        self.timeout = self.reward_server.read_timeout_s   # per socket read; idle keep-alive connections close after it
+        super().setup()
 
-            def _read_body(self, length: int) -> bytes:
-                """``length`` bytes within ``read_timeout_s`` in total, else 408 (slow) or 400 (cut short)."""
-                deadline = time.monotonic() + server.read_timeout_s
-                chunks, got = [], 0
-                try:
-                    while got < length:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            raise TimeoutError
-                        self.connection.settimeout(left)
-                        chunk = self.rfile.read1(min(1 << 16, length - got))
-                        if not chunk:
-                            raise _BadRequest(400, f"body ended after {got} of the {length} bytes announced by "
-                                                   f"Content-Length", close=True)
-                        chunks.append(chunk)
-                        got += len(chunk)
-                except TimeoutError:
-                    raise _BadRequest(408, f"body not received within read_timeout_s={server.read_timeout_s:g} "
-                                           f"({got} of {length} bytes arrived)", close=True) from None
-                finally:
-                    self.connection.settimeout(server.read_timeout_s)
-                return b"".join(chunks)
+    def log_message(self, format: str, *args: Any) -> None:   # quiet: tests and trainers log themselves
+        pass
 
-            def _discard_body(self) -> None:
-                """Read and drop what the client still sends (bounded by ``read_timeout_s``) before closing,
-                so that closing with unread data does not reset the connection under the error reply."""
-                try:
-                    self.connection.shutdown(socket.SHUT_WR)
-                    deadline = time.monotonic() + server.read_timeout_s
-                    while (left := deadline - time.monotonic()) > 0:
-                        self.connection.settimeout(left)
-                        if not self.connection.recv(1 << 16):
-                            break
-                except OSError:
-                    pass
+    def _reply(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
 
-            def do_GET(self) -> None:
-                if self.path != "/health":
-                    server._count("num_rejected")
-                    self._reply(404, {"error": f"unknown path {self.path!r}; endpoints: GET /health, POST /score"})
-                    return
-                self._reply(200, {"status": "ok", "name": server.name, "max_batch_size": server.max_batch_size,
-                                  "requests": server.num_requests, "batches": server.num_batches,
-                                  "rejected": server.num_rejected, "overloaded": server.num_overloaded})
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's errors (malformed request line or headers, unknown method) as JSON too."""
+        self.close_connection = True
+        self.request_version = "HTTP/1.1"   # an unparsed request line reads as HTTP/0.9: no status line
+        text = message or self.responses.get(code, ("error",))[0]
+        self.reward_server._count("num_rejected")
+        self._reply(code, {"error": f"{text}: {explain}" if explain else text})
 
-            def _method_not_allowed(self) -> None:
-                self.close_connection = True
-                server._count("num_rejected")
-                self._reply(405, {"error": f"method {self.command} not allowed; endpoints: GET /health, POST /score"},
-                            {"Allow": "GET, POST"})
+    def _read_body(self, length: int) -> bytes:
+        """``length`` bytes within ``read_timeout_s`` in total, else 408 (slow) or 400 (cut short)."""
+        deadline = time.monotonic() + self.reward_server.read_timeout_s
+        chunks, got = [], 0
+        try:
+            while got < length:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.connection.settimeout(left)
+                chunk = self.rfile.read1(min(1 << 16, length - got))
+                if not chunk:
+                    raise _BadRequest(400, f"body ended after {got} of the {length} bytes announced by "
+                                           f"Content-Length", close=True)
+                chunks.append(chunk)
+                got += len(chunk)
+        except TimeoutError:
+            raise _BadRequest(408, f"body not received within read_timeout_s={self.reward_server.read_timeout_s:g} "
+                                   f"({got} of {length} bytes arrived)", close=True) from None
+        finally:
+            self.connection.settimeout(self.reward_server.read_timeout_s)
+        return b"".join(chunks)
 
-            do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _method_not_allowed
+    def _discard_body(self) -> None:
+        """Read and drop what the client still sends (bounded by ``read_timeout_s``) before closing,
+        so that closing with unread data does not reset the connection under the error reply."""
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + self.reward_server.read_timeout_s
+            while (left := deadline - time.monotonic()) > 0:
+                self.connection.settimeout(left)
+                if not self.connection.recv(1 << 16):
+                    break
+        except OSError:
+            pass
 
-            def do_POST(self) -> None:
-                if not server._pending.acquire(blocking=False):
-                    self._overloaded()
-                    return
-                try:
-                    self._score()
-                finally:
-                    server._pending.release()
+    def do_GET(self) -> None:
+        if self.path != "/health":
+            self.reward_server._count("num_rejected")
+            self._reply(404, {"error": f"unknown path {self.path!r}; endpoints: GET /health, POST /score"})
+            return
+        server = self.reward_server
+        self._reply(200, {"status": "ok", "name": server.name, "max_batch_size": server.max_batch_size,
+                          "requests": server.num_requests, "batches": server.num_batches,
+                          "rejected": server.num_rejected, "overloaded": server.num_overloaded})
 
-            def _overloaded(self) -> None:
-                """503 + Retry-After, after reading the body (or its first read_timeout_s) so the reply arrives."""
-                self.close_connection = True
-                server._count("num_overloaded")
-                self._reply(503, {"error": f"server busy: {server.max_pending_requests} requests pending; retry after "
-                                           f"{server.retry_after_s} s"}, {"Retry-After": str(server.retry_after_s)})
+    def _method_not_allowed(self) -> None:
+        self.close_connection = True
+        self.reward_server._count("num_rejected")
+        self._reply(405, {"error": f"method {self.command} not allowed; endpoints: GET /health, POST /score"},
+                    {"Allow": "GET, POST"})
+
+    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _method_not_allowed
+
+    def do_POST(self) -> None:
+        if not self.reward_server._pending.acquire(blocking=False):
+            self._overloaded()
+            return
+        try:
+            self._score()
+        finally:
+            self.reward_server._pending.release()
+
+    def _overloaded(self) -> None:
+        """503 + Retry-After, after reading the body (or its first read_timeout_s) so the reply arrives."""
+        self.close_connection = True
+        server = self.reward_server
+        server._count("num_overloaded")
+        self._reply(503, {"error": f"server busy: {server.max_pending_requests} requests pending; retry after "
+                                   f"{server.retry_after_s} s"}, {"Retry-After": str(server.retry_after_s)})
+        self._discard_body()
+
+    def _score(self) -> None:
+        try:
+            if self.path != "/score":
+                raise _BadRequest(404, f"unknown path {self.path!r}; endpoints: GET /health, POST /score",
+                                  close=True)
+            pairs = self.reward_server._parse_items(self._read_body(self.reward_server._body_length(self.headers)))
+        except _BadRequest as error:
+            self.reward_server._count("num_rejected")
+            self.close_connection = self.close_connection or error.close
+            self._reply(error.status, {"error": str(error)})
+            if error.close:
                 self._discard_body()
-
-            def _score(self) -> None:
-                try:
-                    if self.path != "/score":
-                        raise _BadRequest(404, f"unknown path {self.path!r}; endpoints: GET /health, POST /score",
-                                          close=True)
-                    pairs = server._parse_items(self._read_body(server._body_length(self.headers)))
-                except _BadRequest as error:
-                    server._count("num_rejected")
-                    self.close_connection = self.close_connection or error.close
-                    self._reply(error.status, {"error": str(error)})
-                    if error.close:
-                        self._discard_body()
-                    return
-                try:
-                    verdicts = server.submit(pairs).result(timeout=server.score_timeout_s)
-                except FutureTimeout:
-                    self._reply(504, {"error": f"scoring took longer than score_timeout_s={server.score_timeout_s:g}"})
-                    return
-                except Exception as error:
-                    self._reply(500, {"error": f"scorer failed: {type(error).__name__}: {error}"})
-                    return
-                server._count("num_requests")
-                self._reply(200, {"verdicts": [v.to_dict() for v in verdicts]})
-
-        return Handler
+            return
+        try:
+            verdicts = self.reward_server.submit(pairs).result(timeout=self.reward_server.score_timeout_s)
+        except FutureTimeout:
+            self._reply(504, {"error": "scoring took longer than "
+                                       f"score_timeout_s={self.reward_server.score_timeout_s:g}"})
+            return
+        except Exception as error:
+            self._reply(500, {"error": f"scorer failed: {type(error).__name__}: {error}"})
+            return
+        self.reward_server._count("num_requests")
+        self._reply(200, {"verdicts": [v.to_dict() for v in verdicts]})
 
 
 class RewardClient:
