@@ -110,23 +110,3 @@ def test_the_check_sees_real_imports():
     assert "llm_marl.team" in GRAPH["trainers.common.checkpoint"]
     assert len(GRAPH) > 60
     assert strongly_connected({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
-
-
-@pytest.mark.parametrize("old, new, name", [
-    ("trainers.common.team", "llm_marl.team", "Team"),
-    ("trainers.common.inference", "llm_marl.backends", "load_policy"),
-    ("trainers.common.inference", "llm_marl.hardware", "free_cores"),
-    ("trainers.common.policy", "llm_marl.policy", "SamplingParams"),
-    ("trainers.common.policy", "llm_marl.backends.hf", "HFPolicy"),
-    ("trainers.common.rollout", "llm_marl.rollout", "RolloutEngine"),
-    ("trainers.common.episode", "llm_marl.episode", "Episode"),
-    ("trainers.common.sharding", "llm_marl.sharding", "full_tensor"),
-])
-def test_moved_modules_keep_their_old_path_for_a_release(old, new, name):
-    import importlib
-    import sys
-
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=f"{old} moved to"):
-        module = importlib.import_module(old)
-    assert getattr(module, name) is getattr(importlib.import_module(new), name)
