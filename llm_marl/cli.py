@@ -2,7 +2,7 @@
 
     llm-marl envs
     llm-marl bench arithmetic_debate-v0 --baseline single,majority,debate --episodes 40
-    llm-marl bench anli_debate-v0 --models smollm2-135m,/path/to/other --backend hf --baseline debate
+    llm-marl bench anli_debate-v1 --models smollm2-135m,/path/to/other --backend hf --baseline debate
     llm-marl bench arithmetic_debate-v0 --checkpoint outputs/magrpo       # trained team vs its untrained base
     llm-marl train magrpo tldr_writing-v0 --config cfg.yaml --set learning_rate=1e-5
     llm-marl report runs/bench/gsm_symbolic_debate-v0-debate-seed0

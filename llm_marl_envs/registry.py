@@ -5,11 +5,17 @@ callables. ``make`` checks keyword arguments against what the entry point accept
 is a ``TypeError`` that lists the accepted names instead of a silent default. An env class
 declares only its own arguments and passes ``**kwargs`` to its base class; the accepted names
 are therefore collected along the class's MRO until an ``__init__`` without ``**kwargs``.
+
+Ids end in a version, ``name-vN`` (the Gymnasium and PettingZoo convention): a change that can
+change learning (data, rewards, prompts) registers ``name-v(N+1)`` and keeps ``name-vN`` as it was.
+Making an id whose env has a newer version registered warns (``DeprecationWarning``) and names it.
 """
 from __future__ import annotations
 
 import importlib
 import inspect
+import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -91,9 +97,29 @@ def make(env_id: str, **overrides: Any) -> TextEnv:
     unknown = [] if takes_any else sorted(set(overrides) - set(accepted))
     if unknown:
         raise TypeError(f"{env_id} got unknown keyword argument(s) {unknown}; accepted: {sorted(accepted)}")
+    newer = newest_version(env_id)
+    if newer != env_id:
+        warnings.warn(f"{env_id} is out of date: use {newer} (the env module's version history says what changed)",
+                      DeprecationWarning, stacklevel=2)
     env = entry_point(**{**env_spec.defaults, **overrides})
     env.env_id = env_id
     return env
+
+
+def newest_version(env_id: str) -> str:
+    """The registered id of the newest version of ``env_id``'s env (``env_id`` itself when it is the newest)."""
+    name, version = _name_and_version(env_id)
+    newest = (version, env_id)
+    for other in _REGISTRY:
+        other_name, other_version = _name_and_version(other)
+        if version is not None and other_name == name and other_version is not None and other_version > newest[0]:
+            newest = (other_version, other)
+    return newest[1]
+
+
+def _name_and_version(env_id: str) -> tuple[str, int | None]:
+    match = re.fullmatch(r"(.+)-v(\d+)", env_id)
+    return (match[1], int(match[2])) if match else (env_id, None)
 
 
 def list_envs() -> list[str]:

@@ -186,7 +186,7 @@ def test_train_trains_on_the_train_split_and_evaluates_on_test(tiny_model_dir, t
             return []
 
     monkeypatch.setattr(trainers.mappo, "MAPPOTrainer", RecordingTrainer)
-    base = ["train", "mappo", "anli_debate-v0", "--model", str(tiny_model_dir), "--out", str(tmp_path)]
+    base = ["train", "mappo", "anli_debate-v1", "--model", str(tiny_model_dir), "--out", str(tmp_path)]
     assert main(base) == 0, capsys.readouterr().err
     assert main(base + ["--split", "dev", "--eval-split", "test"]) == 0
     assert built == [("train", "test"), ("dev", "test")]

@@ -59,7 +59,7 @@ def test_gsm8k_scripted_episode_rewards_equal_verdicts_and_prompts_share_answers
 
 
 def test_anli_scripted_episode():
-    env = llm_marl_envs.make("anli_debate-v0", num_agents=2, num_turns=2)
+    env = llm_marl_envs.make("anli_debate-v1", num_agents=2, num_turns=2)
     env.reset(seed=0, options={"task_index": 0})
     gold = env.task["answer"]
     assert gold in {"entailment", "neutral", "contradiction"}

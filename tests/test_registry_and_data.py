@@ -1,11 +1,13 @@
 """Registry errors list the valid choices; data loading says where it looked."""
 import json
+import re
 import warnings
 
 import pytest
 
 import llm_marl_envs
 from llm_marl_envs.data import DataNotFoundError, DatasetSpec, hash_split, load_records
+from llm_marl_envs.registry import newest_version
 from llm_marl_envs.testing import held_out_test
 
 
@@ -19,9 +21,10 @@ def test_unknown_keyword_lists_accepted_names():
         llm_marl_envs.make("gsm8k_debate-v0", num_turn=2)
 
 
-DEBATE_ENVS = [env_id for env_id in llm_marl_envs.list_envs() if env_id.endswith("_debate-v0")]
-FAMILY_OPTIONS = {"_debate-v0": {"show_scores": True, "stop_on_consensus": True},
-                  "_writing-v0": {"semantic_judge": False}, "_coding-v0": {"test_timeout_s": 5.0}}
+CURRENT_ENVS = [env_id for env_id in llm_marl_envs.list_envs() if newest_version(env_id) == env_id]
+DEBATE_ENVS = [env_id for env_id in llm_marl_envs.list_envs() if re.search(r"_debate-v\d+$", env_id)]
+FAMILY_OPTIONS = {"_debate": {"show_scores": True, "stop_on_consensus": True},
+                  "_writing": {"semantic_judge": False}, "_coding": {"test_timeout_s": 5.0}}
 COMMON_OPTIONS = {"num_agents", "num_turns", "split", "data_dir", "max_action_chars", "render_mode"}
 
 
@@ -36,7 +39,7 @@ def test_accepted_arguments_include_the_base_classes(env_id):
     accepted = set(llm_marl_envs.spec(env_id).parameters())
     assert COMMON_OPTIONS <= accepted
     for suffix, options in FAMILY_OPTIONS.items():
-        if env_id.endswith(suffix):
+        if env_id.rsplit("-v", 1)[0].endswith(suffix):
             assert set(options) <= accepted
             llm_marl_envs.make(env_id, **options)
     with pytest.raises(TypeError, match=r"\['no_such_option'\]; accepted: \[.*'num_agents'.*'render_mode'"):
@@ -139,7 +142,7 @@ def hub_unreachable(monkeypatch):
     monkeypatch.setattr(data, "_load_hub", unreachable)
 
 
-@pytest.mark.parametrize("env_id", llm_marl_envs.list_envs())
+@pytest.mark.parametrize("env_id", CURRENT_ENVS)
 def test_every_env_has_disjoint_train_and_test_splits_offline(env_id, data_dir, hub_unreachable):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="anli_r3 split 'train': no local file or hub copy")
@@ -190,3 +193,27 @@ def test_hash_split_is_a_fixed_function_of_the_canonical_text():
     assert 0.77 < share < 0.83
     with pytest.raises(ValueError, match=r"train_fraction must be in \(0, 1\), got 1"):
         hash_split("x", train_fraction=1)
+
+
+# ----------------------------------------------------------------------------- versions
+def test_anli_v0_warns_and_names_v1_while_v1_is_current():
+    with pytest.warns(DeprecationWarning, match=r"anli_debate-v0 is out of date: use anli_debate-v1"):
+        old = llm_marl_envs.make("anli_debate-v0")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*out of date", category=DeprecationWarning)
+        new = llm_marl_envs.make("anli_debate-v1")
+    assert (old.metadata["name"], new.metadata["name"]) == ("anli_debate-v0", "anli_debate-v1")
+    assert newest_version("anli_debate-v0") == newest_version("anli_debate-v1") == "anli_debate-v1"
+    assert newest_version("gsm8k_debate-v0") == "gsm8k_debate-v0"
+
+
+def test_anli_v0_keeps_its_data_and_v1_has_the_current_data(data_dir, hub_unreachable):
+    with pytest.warns(DeprecationWarning):
+        old_test = llm_marl_envs.make("anli_debate-v0", data_dir=data_dir)
+        old_train = llm_marl_envs.make("anli_debate-v0", split="train", data_dir=data_dir)
+    assert old_test.tasks == llm_marl_envs.make("anli_debate-v1", data_dir=data_dir).tasks
+    with pytest.raises(DataNotFoundError, match=r"no local file for split 'train'"):
+        old_train.tasks                                   # v0: train from the hub only
+    new_train = llm_marl_envs.make("anli_debate-v1", split="train", data_dir=data_dir)
+    with pytest.warns(UserWarning, match="using the stand-in"):
+        assert len(new_train.tasks) == 1200               # v1: the dev file stands in offline

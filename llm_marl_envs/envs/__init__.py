@@ -4,7 +4,8 @@ from ..registry import register
 
 # Debate (MAPoRL protocol): N agents answer, then see the others' answers and answer again.
 register("gsm8k_debate-v0", "llm_marl_envs.envs.gsm8k_debate:GSM8KDebateEnv")
-register("anli_debate-v0", "llm_marl_envs.envs.anli_debate:ANLIDebateEnv")
+register("anli_debate-v0", "llm_marl_envs.envs.anli_debate:ANLIDebateEnvV0")    # deprecated: v1's data differ
+register("anli_debate-v1", "llm_marl_envs.envs.anli_debate:ANLIDebateEnv")
 register("gsm_symbolic_debate-v0", "llm_marl_envs.envs.gsm_symbolic_debate:GSMSymbolicDebateEnv")
 register("arithmetic_debate-v0", "llm_marl_envs.envs.arithmetic_debate:ArithmeticDebateEnv")
 

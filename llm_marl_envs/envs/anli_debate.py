@@ -4,7 +4,7 @@ Agents debate natural language inference on ANLI round 3 (does the premise entai
 hypothesis, contradict it, or neither?), following the protocol of `llm_marl_envs.envs.debate`
 (MAPoRL).
 
-| Import | `llm_marl_envs.make("anli_debate-v0")` |
+| Import | `llm_marl_envs.make("anli_debate-v1")` |
 |---|---|
 | Agents | `agent_0 .. agent_{N-1}`, N >= 1 (default 2) |
 | Turns | 3 by default (fewer with `stop_on_consensus`) |
@@ -20,7 +20,7 @@ The local files call the premise `context` and use the labels `e` / `n` / `c`; t
 ### Arguments
 
 ```python
-llm_marl_envs.make("anli_debate-v0", num_agents=2, num_turns=3, split="test", data_dir=None,
+llm_marl_envs.make("anli_debate-v1", num_agents=2, num_turns=3, split="test", data_dir=None,
                    show_scores=False, stop_on_consensus=False, max_action_chars=8192, render_mode=None)
 ```
 
@@ -35,11 +35,14 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 
 ### Version History
 
-* v0: initial release
-* v0 (split fix): offline, `split="train"` uses `anli_r3/dev.jsonl` instead of failing; a local
-  `anli_r3/train.jsonl` is read when present
+* v1: `split="train"` reads a local `anli_r3/train.jsonl` when present, else the hub, else (offline)
+  `anli_r3/dev.jsonl` with a warning; training data can differ from v0's, hence the new version
+* v0: initial release (deprecated, making it warns): `split="train"` from the hub only; `dev` and
+  `test` as in v1
 """
 from __future__ import annotations
+
+import dataclasses
 
 from verifiers.nli import verify_label
 
@@ -73,11 +76,14 @@ ANLI_R3 = DatasetSpec(
     fallback_files={"train": "dev.jsonl"},   # no offline copy of R3 train exists (see shared/data/README.md)
 )
 
+# anli_debate-v0's data: train only from the hub, dev and test from a local file or the hub
+ANLI_R3_V0 = dataclasses.replace(ANLI_R3, local_files={"dev": "dev.jsonl", "test": "test.jsonl"}, fallback_files={})
+
 
 class ANLIDebateEnv(DebateEnv):
     """Debate on adversarial NLI: does the premise entail, contradict, or neither?"""
 
-    metadata = {**DebateEnv.metadata, "name": "anli_debate-v0"}
+    metadata = {**DebateEnv.metadata, "name": "anli_debate-v1"}
     dataset = ANLI_R3
     data_source = "ANLI R3 (anli_r3/*.jsonl, or facebook/anli)"
     verifier = verify_label
@@ -89,3 +95,10 @@ class ANLIDebateEnv(DebateEnv):
         return (f"Premise: {task['premise']}\nHypothesis: {task['hypothesis']}\n\n"
                 "Does the premise entail the hypothesis (entailment), contradict it (contradiction), "
                 "or neither (neutral)?")
+
+
+class ANLIDebateEnvV0(ANLIDebateEnv):
+    """``anli_debate-v0``: the same debate on the data of the initial release (deprecated: use ``anli_debate-v1``)."""
+
+    metadata = {**ANLIDebateEnv.metadata, "name": "anli_debate-v0"}
+    dataset = ANLI_R3_V0
