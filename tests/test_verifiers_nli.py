@@ -16,6 +16,10 @@ CASES = [
     ("\\boxed{E}", "e", "entailment", None),
     ("I considered neutral. \\boxed{\\text{entailment}}", "entailment", "entailment", None),
     ("\\boxed{entailment} ... on reflection \\boxed{contradiction}", "c", "contradiction", None),
+    # the later marked answer wins, box or statement: a correction beats what it corrects
+    ("\\boxed{entailment}. Wait, on reflection the answer is neutral.", "n", "neutral", None),
+    ("The answer is neutral. Rechecking the premise: \\boxed{contradiction}", "c", "contradiction", None),
+    ("\\boxed{The answer is neutral}", "n", "neutral", None),
     ("\\boxed{maybe}", "n", None, "names no label"),
     ("\\boxed{entailment or neutral}", "n", None, "ambiguous"),
     ("The premise entails the hypothesis.", "entailment", "entailment", None),

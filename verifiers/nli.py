@@ -23,14 +23,18 @@ A label word directly negated (``not``, ``no``, ``n't``, ``never``, ``cannot``, 
 The committed label, first rule that applies:
 
 1. a response that is just ``E``, ``N``, ``C`` or ``Neither`` (markup and punctuation aside);
-2. the last ``\\boxed{...}``: it must name exactly one label (a bare ``E``/``N``/``C``/
-   ``Neither`` is accepted inside a box), else the response is ``ambiguous`` or names no label;
-3. the last explicit statement ("the answer is neutral", "Answer: contradiction",
-   "final label: E", "Answer: Neither"), up to the end of its sentence, that names exactly one label
-   (negated labels aside: "the answer is not entailment but neutral" is neutral). A
-   statement naming several ("Answer: entailment, neutral or contradiction", an echo of
-   the instructions) is skipped;
-4. the last sentence (or line) that names any label, if it names exactly one; if it
+2. the last answer the response marks, whichever of these starts later, so that a corrected
+   answer beats the one it corrects (``"\\boxed{entailment}. Wait, the answer is neutral."`` is
+   neutral, ``"The answer is neutral ... \\boxed{contradiction}"`` is contradiction):
+
+   * the last ``\\boxed{...}``: it must name exactly one label (a bare ``E``/``N``/``C``/
+     ``Neither`` is accepted inside a box), else the response is ``ambiguous`` or names no label;
+   * the last explicit statement ("the answer is neutral", "Answer: contradiction",
+     "final label: E", "Answer: Neither"), up to the end of its sentence, that names exactly one
+     label (negated labels aside: "the answer is not entailment but neutral" is neutral). A
+     statement naming several ("Answer: entailment, neutral or contradiction", an echo of
+     the instructions) is skipped, and so is one inside the box;
+3. the last sentence (or line) that names any label, if it names exactly one; if it
    names several the response is ``ambiguous``.
 
 ``details``: ``answer`` (the committed label or ``None``), ``gold`` (canonical gold label),
@@ -43,7 +47,7 @@ import numbers
 import re
 
 from verifiers import Verdict
-from verifiers._text import final_statement_spans, last_boxed, response_problem, tail
+from verifiers._text import final_statements, last_boxed_at, response_problem, tail
 
 LABELS = ("entailment", "neutral", "contradiction")
 """Canonical labels in Hugging Face class-id order (0, 1, 2)."""
@@ -104,16 +108,17 @@ def committed_label(text: str) -> tuple[str | None, str | None, str]:
     whole = _short_answer(text) if len(text) <= _MAX_SHORT_RESPONSE else None
     if whole is not None:
         return whole, "whole_response", ""
-    boxed = last_boxed(text)
+    boxed = last_boxed_at(text)
+    box_start, box_end = (boxed[0], text.index(boxed[1], boxed[0]) + len(boxed[1])) if boxed else (-1, -1)
+    statement = next(((start, labels[0]) for start, span in final_statements(text)
+                      if len(labels := _answer_labels(span)) == 1 and not box_start <= start < box_end), None)
+    if statement is not None and statement[0] > box_start:    # the later of the two marked answers wins
+        return statement[1], "statement", ""
     if boxed is not None:
-        labels = _answer_labels(boxed)
+        labels = _answer_labels(boxed[1])
         if len(labels) == 1:
             return labels[0], "boxed", ""
-        return None, "boxed", "ambiguous" if labels else f"boxed answer {boxed[:50]!r} names no label"
-    for span in final_statement_spans(text):
-        labels = _answer_labels(span)
-        if len(labels) == 1:
-            return labels[0], "statement", ""
+        return None, "boxed", "ambiguous" if labels else f"boxed answer {boxed[1][:50]!r} names no label"
     for sentence in reversed(_SENTENCE_SPLIT_RE.split(tail(text))):
         labels = _distinct(labels_named(sentence))
         if len(labels) == 1:
