@@ -76,6 +76,13 @@ CASES = [
     ("\\boxed{1.2e3}", "1201", False, "1200"),
     ("\\boxed{5e-1}", "1/2", True, "0.5"),
     ("\\boxed{1200}", "1.2e3", True, "1200"),
+    # LaTeX scientific notation, unboxed too: the whole number, not its exponent
+    ("The distance is 1.2 \\times 10^3 meters.", "1200", True, "1200"),
+    ("so we get 1.2 \\times 10^{3}", "1200", True, "1200"),
+    ("about 3 \\cdot 10^{-2} of it", "0.03", True, "0.03"),
+    ("It is 10^3.", "1000", True, "1000"),
+    ("\\boxed{-1.2 \\times 10^{3}}", "-1200", True, "-1200"),
+    ("We have 2^10 = 1024", "1024", True, "1024"),
     # the last stated final answer wins, whatever marked it
     ("So \\boxed{3}. Wait, recheck: 4. The answer is 4", "4", True, "4"),
     ("So \\boxed{3}. Wait, recheck: 4. The answer is 4", "3", False, "4"),

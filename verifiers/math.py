@@ -10,7 +10,8 @@ the one that starts latest in the text is taken, so a corrected answer beats the
 (``"... \\boxed{3}. Wait, recheck: 4. The answer is 4"`` -> 4, and ``"The answer is 3 ...
 \\boxed{4}"`` -> 4). A statement counts only when it holds a number or LaTeX, and not a box
 (``"The answer is \\boxed{4}"`` is the box). Only without any marker is the last number in the
-text taken (``\\frac{a}{b}`` with number arguments counts as one).
+text taken (``\\frac{a}{b}`` with number arguments counts as one, and so does scientific notation:
+``1.2 \\times 10^3``, ``1.2 \\cdot 10^{3}``, ``1.2 x 10^3`` and ``10^3``).
 
 Boxes are found anywhere (``str.rfind``); the other rules search only the last
 :data:`verifiers._text.TAIL_CHARS` characters, and a ``####`` line must start like a number
@@ -20,7 +21,8 @@ currency signs, ``%``, degree signs, a leading ``x =``, trailing punctuation, an
 explanation words after a number (``5 dollars``, ``12 cm``, ``72 because ...``) are removed.
 
 Equivalence: plain numbers, simple fractions, mixed numbers and scientific notation (``12``,
-``-3``, ``1,234``, ``0.75``, ``3/4``, ``\\frac{3}{4}``, ``1 1/2``, ``1\\frac{1}{2}``, ``1.2e3``) are
+``-3``, ``1,234``, ``0.75``, ``3/4``, ``\\frac{3}{4}``, ``1 1/2``, ``1\\frac{1}{2}``, ``1.2e3``,
+``1.2 \\times 10^3``) are
 compared by exact value as :class:`fractions.Fraction` without touching sympy (microseconds).
 Equal means exactly equal: ``1.2e3`` = ``1200`` and ``0.5`` = ``1/2``, but a rounded decimal is
 not the fraction it rounds, either way round: ``0.33`` != ``1/3`` (gold ``1/3``, answer ``0.33``:
@@ -74,8 +76,12 @@ _FAST_NUMBER_RE = re.compile(
     rf"(?:\s*(?:{_UNITS})(?:\s*\^\s*\{{?[23]\}}?)?(?![A-Za-z])\.?)?"
     rf"(?:\s+[A-Za-z]{{2,}}\b[^0-9=^\\]*)?"
 )
+_TIMES = r"(?:\\times|\\cdot|\u00d7|x|\*)"
+_POWER_OF_TEN = r"10\s*\^\s*(?:\{\s*(?P<braced>[-+]?\d{1,3})\s*\}|(?P<bare>[-+]?\d{1,3})(?!\d))"
+_SCIENTIFIC_RE = re.compile(rf"(?:(?P<mantissa>{_NUMBER})\s*{_TIMES}\s*)?{_POWER_OF_TEN}")   # 1.2 \times 10^{3}
 _LAST_NUMBER_RE = re.compile(
-    rf"(?<![\w.])-?\\[dt]?frac\s*\{{\s*-?(?:{_NUMBER})\s*\}}\s*\{{\s*(?:{_NUMBER})\s*\}}"
+    rf"(?<![\w.])-?(?:(?:{_NUMBER})\s*{_TIMES}\s*)?10\s*\^\s*(?:\{{\s*[-+]?\d{{1,3}}\s*\}}|[-+]?\d{{1,3}}(?!\d))"
+    rf"|(?<![\w.])-?\\[dt]?frac\s*\{{\s*-?(?:{_NUMBER})\s*\}}\s*\{{\s*(?:{_NUMBER})\s*\}}"
     rf"|(?<![\w.])-?(?:\d+[ \t]+(?=\d+/\d))?(?:{_NUMBER})(?:\s*/\s*(?:{_NUMBER}))?(?![\d])"
 )
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
@@ -187,9 +193,9 @@ def _parse_answer(raw: str) -> _Answer:
     text = normalize_answer(raw)
     if not text:
         return _Answer(None, problem=f"extracted answer {raw[:50]!r} is empty after normalisation")
-    match = _FAST_NUMBER_RE.fullmatch(text)
+    match = _FAST_NUMBER_RE.fullmatch(text) or _FAST_NUMBER_RE.fullmatch(_SCIENTIFIC_RE.sub(_e_notation, text))
     if match:
-        return _numeric_answer(match, text)
+        return _numeric_answer(match, match.string)
     if len(text) > MAX_SYMBOLIC_CHARS or _too_complex(text):
         return _Answer(text[:50], problem="answer too long or too complex to evaluate safely")
     return _Answer(text)
@@ -216,6 +222,11 @@ def _numeric_answer(match: re.Match[str], text: str) -> _Answer:
     if match.group("sign") == "-":
         value = -value
     return _Answer(canonical_number(value), value=value)
+
+
+def _e_notation(match: re.Match[str]) -> str:
+    """``1.2 \\times 10^{3}`` -> ``1.2e3``, ``10^3`` -> ``1e3``."""
+    return f"{match['mantissa'] or '1'}e{match['braced'] or match['bare']}"
 
 
 def _to_fraction(literal: str) -> Fraction:
