@@ -177,6 +177,26 @@ def test_clipped_policy_loss_by_hand():
     assert stats["clipfrac"] == 1.0
 
 
+def test_clipfrac_counts_only_tokens_whose_clip_is_in_force():
+    ratio = torch.tensor([[1.5, 1.5, 0.5, 0.5, 1.1, 0.9, 1.5]])
+    adv = torch.tensor([[1.0, -1.0, -1.0, 1.0, 1.0, -1.0, 0.0]])
+    _, stats = clipped_policy_loss(torch.log(ratio), torch.zeros(1, 7), adv, torch.ones(1, 7), clip_eps=0.2)
+    # in force: ρ > 1+ε with A > 0, ρ < 1-ε with A < 0; inside the bounds, the other side or A = 0: not clipped
+    assert stats["clipfrac"] == pytest.approx(2 / 7)
+
+
+def test_a_value_inside_the_clip_range_is_not_counted_as_clipped():
+    # V_old + (V - V_old) rounds to one float32 step away from V here, so the "clipped" error differs from the
+    # unclipped one by rounding alone: the clip is not in force and the loss is the plain (V - G)^2
+    values, old, targets = torch.tensor([[-0.017742237]]), torch.tensor([[0.077428974]]), torch.tensor([[0.0056529376]])
+    assert float(old + (values - old)) != float(values)
+    loss, stats = clipped_value_loss(values, old, targets, torch.ones(1, 1), clip_range=0.2)
+    assert stats["vf_clipfrac"] == 0.0
+    assert float(loss) == float(0.5 * (values - targets) ** 2)
+    _, stats = clipped_value_loss(torch.tensor([[0.5]]), torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1), 0.2)
+    assert stats["vf_clipfrac"] == 1.0      # V moved 0.5 from V_old, beyond 0.2, and the clipped error is larger
+
+
 def test_clipped_value_loss_by_hand():
     loss, _ = clipped_value_loss(
         torch.tensor([[0.5, 0.1]]), torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), clip_range=0.2

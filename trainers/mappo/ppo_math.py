@@ -96,6 +96,8 @@ def clipped_policy_loss(
     """PPO's clipped surrogate ``E[max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))]``, ρ = π/π_old; returns (loss, stats).
 
     The expectation is over the masked tokens, or over ``tokens`` tokens when given (see :func:`masked_mean`).
+    ``clipfrac`` is the share of tokens whose clipped term is in force (ρ beyond the bound on the side
+    the advantage pushes it, so the token gets no gradient); a token with ρ inside the bounds is never counted.
     """
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)
@@ -104,7 +106,8 @@ def clipped_policy_loss(
     loss = masked_mean(torch.maximum(unclipped, clipped), mask, tokens)
     with torch.no_grad():
         stats = {
-            "clipfrac": float(masked_mean((clipped > unclipped).float(), mask)),
+            "clipfrac": float(masked_mean(((advantages > 0) & (ratio > 1.0 + clip_eps)
+                                           | (advantages < 0) & (ratio < 1.0 - clip_eps)).float(), mask)),
             "approx_kl_old": float(masked_mean(0.5 * log_ratio**2, mask)),
             "ratio_mean": float(masked_mean(ratio, mask)),
         }
@@ -115,13 +118,19 @@ def clipped_value_loss(
     values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, clip_range: float = 0.2,
     tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """``½·E[max((V-G)², (V_old + clip(V-V_old, ±c) - G)²)]`` (over ``tokens`` tokens when given); returns (loss, stats)."""
+    """``½·E[max((V-G)², (V_old + clip(V-V_old, ±c) - G)²)]`` (over ``tokens`` tokens when given); returns (loss, stats).
+
+    Where ``|V - V_old| <= c`` the clip does nothing and the error is ``(V-G)²`` exactly (``V_old + (V - V_old)``
+    can differ from ``V`` by a rounding step); ``vf_clipfrac`` counts the tokens whose clipped error is in force.
+    """
+    outside = (values - old_values).abs() > clip_range
     clipped_values = old_values + torch.clamp(values - old_values, -clip_range, clip_range)
     unclipped_error = (values - targets) ** 2
     clipped_error = (clipped_values - targets) ** 2
-    loss = 0.5 * masked_mean(torch.maximum(unclipped_error, clipped_error), mask, tokens)
+    in_force = outside & (clipped_error > unclipped_error)
+    loss = 0.5 * masked_mean(torch.where(in_force, clipped_error, unclipped_error), mask, tokens)
     with torch.no_grad():
-        stats = {"vf_clipfrac": float(masked_mean((clipped_error > unclipped_error).float(), mask))}
+        stats = {"vf_clipfrac": float(masked_mean(in_force.float(), mask))}
     return loss, stats
 
 
