@@ -7,6 +7,8 @@ error naming the server URL and the failure; a benchmark run that meets one keep
 """
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import socket
 import struct
@@ -14,11 +16,12 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
+from urllib.parse import urlsplit
 
 import pytest
 
 import llm_marl_envs
-from llm_marl.backends.openai_compat import OpenAIPolicy, ServerReplyError, ServerUnreachableError
+from llm_marl.backends.openai_compat import OpenAIPolicy, ServerReplyError, ServerUnreachableError, proxy_for
 from llm_marl.benchmark import BenchConfig, read_episodes, run_benchmark
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
@@ -264,3 +267,74 @@ def test_a_benchmark_run_that_meets_a_failing_server_keeps_only_whole_episodes_a
         healthy[0] = True
         run_benchmark(bench_config(server.url), broken, policies={"served": policy_for(server, 4)}, progress=False)
     assert comparable(read_episodes(broken / "episodes.jsonl")) == expected
+
+
+# ----------------------------------------------------------------------------- proxies
+class ForwardingProxy:
+    """A plain HTTP proxy on loopback: forwards absolute-URL requests, resolving every host to 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str | None]] = []      # (request target, Proxy-Authorization)
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+                proxy.requests.append((self.path, self.headers.get("Proxy-Authorization")))
+                target = urlsplit(self.path)
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                upstream = http.client.HTTPConnection("127.0.0.1", target.port, timeout=5)
+                upstream.request("POST", target.path, body=body, headers={"Content-Type": "application/json"})
+                reply = upstream.getresponse()
+                payload = reply.read()
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                upstream.close()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> "ForwardingProxy":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_requests_go_through_the_proxy_that_http_proxy_names(monkeypatch):
+    params = SamplingParams(max_new_tokens=8, seed=1)
+    with MisbehavingServer(lambda n: "ok") as server, ForwardingProxy() as proxy:
+        direct = policy_for(server, retries=0).generate([QUESTION], params)
+        # a host only the proxy can reach: without the proxy the name does not even resolve
+        remote = server.url.replace("127.0.0.1", "chat.invalid")
+        monkeypatch.setenv("http_proxy", f"http://user:p%40ss@127.0.0.1:{proxy.port}")
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        policy = OpenAIPolicy(remote, "served", max_retries=0, timeout_s=5)
+        assert policy.generate([QUESTION], params)[0][0].text == direct[0][0].text
+        assert proxy.requests == [(remote + "/chat/completions", "Basic " + base64.b64encode(b"user:p@ss").decode())]
+        monkeypatch.setenv("no_proxy", "chat.invalid")          # listed in no_proxy: straight to the host, which fails
+        with pytest.raises(ServerUnreachableError):
+            policy.generate([QUESTION], params)
+        assert len(proxy.requests) == 1
+
+
+def test_loopback_servers_bypass_the_proxy_and_a_socks_proxy_is_refused(monkeypatch):
+    with MisbehavingServer(lambda n: "ok") as server:
+        monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")          # nothing listens there
+        assert proxy_for(server.url) is None
+        policy_for(server, retries=0).generate([QUESTION], SamplingParams(max_new_tokens=8, seed=1))
+        monkeypatch.setenv("https_proxy", "socks5://127.0.0.1:1080")
+        with pytest.raises(ValueError, match=r"socks5://127.0.0.1:1080.*not an http:// proxy URL"):
+            proxy_for("https://api.example.com/v1/chat/completions")

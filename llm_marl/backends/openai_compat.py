@@ -20,18 +20,26 @@ them (the agent's own earlier answer exactly as the server returned it), seriali
 every turn, so turn t+1's request begins with the bytes of turn t's. ``cache_prompt=False`` leaves the
 field out, for a server that rejects unknown fields. No slot is pinned (``id_slot``): the server's
 own prefix matching finds the right one, and a pinned slot would serialise concurrent conversations.
+
+Proxies: requests go through the HTTP proxy that ``http_proxy`` / ``https_proxy`` (either case) name
+for the URL's scheme, except for hosts ``no_proxy`` lists and loopback addresses; an ``https`` URL is
+tunnelled with ``CONNECT``. Credentials in the proxy URL (``http://user:pass@proxy:3128``) are sent as
+``Proxy-Authorization: Basic``.
 """
 from __future__ import annotations
 
+import base64
 import http.client
+import ipaddress
 import json
 import os
 import socket
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
-from urllib.parse import urlsplit
+from typing import Any, NamedTuple, Sequence
+from urllib.parse import unquote, urlsplit
 
 from ..policy import Conversation, Generation, SamplingParams
 from .base import CountedGeneration, InferenceBackend, SeedSource
@@ -43,6 +51,47 @@ class ServerUnreachableError(ConnectionError):
 
 class ServerReplyError(ValueError):
     """The OpenAI-compatible server kept answering something that is not one usable chat completion."""
+
+
+class Proxy(NamedTuple):
+    """An HTTP proxy: where it listens and the headers it needs (``Proxy-Authorization``)."""
+
+    host: str
+    port: int
+    headers: dict[str, str]
+
+
+def proxy_for(url: str) -> Proxy | None:
+    """The proxy the environment names for ``url`` (``http_proxy``/``https_proxy``, ``no_proxy``), or ``None``.
+
+    Loopback hosts never go through a proxy. A proxy URL without a scheme is read as ``http://``;
+    other proxy schemes (``socks5://``) raise ``ValueError``.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    proxy_url = urllib.request.getproxies().get(parts.scheme)
+    if not proxy_url or _is_loopback(host) or urllib.request.proxy_bypass(host):
+        return None
+    if "://" not in proxy_url:
+        proxy_url = "http://" + proxy_url
+    proxy = urlsplit(proxy_url)
+    if proxy.scheme != "http" or not proxy.hostname:
+        raise ValueError(f"the {parts.scheme}_proxy setting {proxy_url!r} is not an http:// proxy URL; the openai "
+                         f"backend speaks HTTP to its proxy (unset it, or list {host!r} in no_proxy)")
+    headers = {}
+    if proxy.username is not None:
+        credentials = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}".encode()
+        headers["Proxy-Authorization"] = "Basic " + base64.b64encode(credentials).decode("ascii")
+    return Proxy(proxy.hostname, proxy.port or 80, headers)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class _Refused(Exception):
@@ -93,7 +142,15 @@ class OpenAIPolicy(InferenceBackend):
         """One POST, ``(status, body)``, within ``timeout_s`` in total: a watchdog shuts the socket at the deadline."""
         parts = urlsplit(self.url)
         connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        connection = connection_class(parts.hostname, parts.port, timeout=self.timeout_s)
+        proxy, target = proxy_for(self.url), parts.path
+        if proxy is None:
+            connection = connection_class(parts.hostname, parts.port, timeout=self.timeout_s)
+        elif parts.scheme == "https":                       # TLS to the server through a CONNECT tunnel
+            connection = connection_class(proxy.host, proxy.port, timeout=self.timeout_s)
+            connection.set_tunnel(parts.hostname, parts.port, headers=proxy.headers)
+        else:                                               # plain HTTP: the proxy gets the absolute URL
+            connection = connection_class(proxy.host, proxy.port, timeout=self.timeout_s)
+            target, headers = self.url, {**headers, **proxy.headers}
         expired = threading.Event()
 
         def cut_off() -> None:
@@ -108,7 +165,7 @@ class OpenAIPolicy(InferenceBackend):
         watchdog.daemon = True
         watchdog.start()
         try:
-            connection.request("POST", parts.path, body=data, headers=headers)
+            connection.request("POST", target, body=data, headers=headers)
             response = connection.getresponse()
             return response.status, response.read()
         except (OSError, http.client.HTTPException) as err:
