@@ -72,6 +72,7 @@ class BenchConfig:
     weights: str | None = None         # llamacpp weights: shipped|f16|q8_0|f32 (None: f16 for an embedded model)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     checkpoint: str | None = None      # a trained team's checkpoint dir: the team of the "checkpoint" baseline
+    base_model: str | None = None      # where the checkpoint's base model is now, when its directory moved
 
     def __post_init__(self) -> None:
         if self.baseline not in BASELINES:
@@ -88,6 +89,9 @@ class BenchConfig:
         if self.baseline == "checkpoint" and not self.checkpoint:
             raise ValueError("the 'checkpoint' baseline runs a trained team: give its checkpoint directory "
                              "(--checkpoint DIR)")
+        if self.base_model and not self.checkpoint:
+            raise ValueError("base_model (--base-model) says where a checkpoint's base model moved; give the "
+                             "checkpoint too (--checkpoint DIR), or name the model with --model")
         if self.checkpoint and self.backend != "hf":
             raise ValueError(f"a checkpoint's trained weights load into transformers models: --checkpoint needs "
                              f"--backend hf, got --backend {self.backend}")
@@ -123,6 +127,8 @@ class BenchConfig:
         """The settings a resumed run must share (everything but the number of episodes)."""
         out = asdict(self)
         out.pop("episodes")
+        if out["base_model"] is None:        # runs written before the field existed resume
+            out.pop("base_model")
         return out
 
 
@@ -229,7 +235,8 @@ def build_team(config: BenchConfig, agents: Sequence[str], policies: dict[str, A
     from llm_marl.team_checkpoint import load_team
 
     if config.baseline == "checkpoint":
-        return trained if trained is not None else load_team(config.checkpoint, agents, config.models)
+        return trained if trained is not None else load_team(config.checkpoint, agents, config.models,
+                                                             base_model=config.base_model)
     loaded = load_policies(config, policies)
     return Team.from_policies({agent: loaded[model] for agent, model in zip(agents, config.agent_models())})
 

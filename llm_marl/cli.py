@@ -74,7 +74,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run (or resume) a benchmark, or several baselines on the same tasks, and write the report."""
     from .benchmark import BenchConfig, run_benchmark
     from .compare import compare_baselines, format_comparison, parse_baselines
-    from .team_checkpoint import check_models, find_checkpoint, manifest_models, read_manifest
+    from .team_checkpoint import (check_base_models, check_models, find_checkpoint, manifest_models, read_manifest,
+                                  relocate_base)
 
     models = [m.strip() for m in args.models.split(",")] if args.models else [args.model or DEFAULT_MODEL]
     # --model with --models is refused by argparse (a mutually exclusive group)
@@ -82,9 +83,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UserError(f"--models has an empty name in {args.models!r}; separate names with single commas")
     baselines = parse_baselines(args.baseline)
     num_agents, num_turns, checkpoint = args.num_agents, args.num_turns, None
+    if args.base_model and not args.checkpoint:
+        raise UserError("--base-model says where a --checkpoint's base model moved; give --checkpoint DIR too, or "
+                        "name the model with --model")
     if args.checkpoint:
         checkpoint = find_checkpoint(args.checkpoint)
         manifest = read_manifest(checkpoint)
+        if args.base_model:
+            manifest = relocate_base(checkpoint, manifest, args.base_model)
+        check_base_models(checkpoint, manifest)
         if args.model or args.models:
             check_models(checkpoint, manifest, models)
         trained = manifest_models(manifest)
@@ -102,7 +109,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
         episodes_per_batch=args.episodes_per_batch, threads=args.threads, weights=args.weights,
         env_kwargs=env_kwargs,
-        checkpoint=str(checkpoint.resolve()) if checkpoint else None)
+        checkpoint=str(checkpoint.resolve()) if checkpoint else None, base_model=args.base_model)
     out = Path(args.out or Path("runs") / "bench" / f"{args.env}-{'+'.join(baselines)}-seed{args.seed}")
     if len(baselines) > 1:
         print(format_comparison(compare_baselines(config, baselines, out, progress=not args.quiet), out))
@@ -288,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "Needs --backend hf (the default with it); --model, if given, must be the base it was "
                        "trained on; --num-agents defaults to the checkpoint's agents and --num-turns to its "
                        "training turns when ENV is the env it was trained on")
+    bench.add_argument("--base-model", default=None, metavar="DIR",
+                       help="where the --checkpoint's base model is now, when the local directory it was trained "
+                       "from moved (a team trained on one base model); every baseline runs it")
     bench.add_argument("--episodes", type=int, default=20, help="number of episodes (tasks) (default: 20)")
     add_env_arguments(bench)
     bench.add_argument("--seed", type=int, default=0, help="seed of task order, sampling and bootstrap CIs (default: 0)")

@@ -75,7 +75,8 @@ def compare_baselines(config: BenchConfig, baselines: Sequence[str], out_dir: st
     loaded, trained = dict(policies or {}), None
     checkpoint = next((sub for sub in configs if sub.baseline == "checkpoint"), None)
     if checkpoint is not None:
-        trained = load_team(checkpoint.checkpoint, make_env(checkpoint).possible_agents, checkpoint.models)
+        trained = load_team(checkpoint.checkpoint, make_env(checkpoint).possible_agents, checkpoint.models,
+                            base_model=checkpoint.base_model)
         loaded = {**shared_bases(trained), **loaded}
     for sub in configs:
         loaded = load_policies(sub, loaded)

@@ -20,6 +20,9 @@ with the same ``policy`` index share one base (``Team.shared_lora``); ``weights`
 :func:`load_team` loads each base once, adds the adapters, loads every agent's tensors and
 seats the agents as they were trained. A checkpoint without ``team.json`` (written before
 checkpoints carried one) is refused: its base model and LoRA scaling cannot be told from its tensors.
+
+A base model recorded as a local directory that has since moved is named in a ``ValueError``;
+``base_model=`` (``llm-marl bench --base-model DIR``) says where it is now (:func:`relocate_base`).
 """
 from __future__ import annotations
 
@@ -143,6 +146,29 @@ def check_models(path: str | os.PathLike, manifest: Mapping[str, Any], models: S
                          f"pass {_one_or_all(trained)!r}")
 
 
+def relocate_base(path: str | os.PathLike, manifest: Mapping[str, Any], base_model: str) -> dict[str, Any]:
+    """``manifest`` with every member's base model at ``base_model`` (a team trained on one base that moved)."""
+    bases = list(dict.fromkeys(manifest_models(manifest)))
+    if len(bases) > 1:
+        raise ValueError(f"checkpoint {path} was trained on several base models {bases}; base_model= gives the new "
+                         f"location of a team's one base model, so it cannot say where each of these is now")
+    members = {agent: {**member, "model": base_model} for agent, member in manifest["members"].items()}
+    for member in members.values():
+        if member.get("lora") and "base_model_name_or_path" in member["lora"]:
+            member["lora"] = {**member["lora"], "base_model_name_or_path": base_model}
+    return {**manifest, "members": members}
+
+
+def check_base_models(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
+    """``ValueError`` naming a base model recorded as a local directory that is not there any more, and the fix."""
+    for name in dict.fromkeys(manifest_models(manifest)):
+        local = Path(name).expanduser()
+        if (local.is_absolute() or name.startswith((".", "~"))) and not local.exists():
+            raise ValueError(f"checkpoint {path} was trained on the base model in {name!r}, which does not exist any "
+                             f"more; if it moved, say where it is now: base_model='NEW_DIR' "
+                             f"(llm-marl bench --base-model NEW_DIR)")
+
+
 def _one_or_all(names: Sequence[str]) -> str | list[str]:
     """The one name of a team on one model, else every agent's."""
     return names[0] if len(set(names)) == 1 else list(names)
@@ -159,19 +185,24 @@ def check_agents(path: str | os.PathLike, manifest: Mapping[str, Any], agents: S
 
 # ---------------------------------------------------------------------------------- loading
 def load_team(path: str | os.PathLike, agents: Sequence[str] | None = None,
-              models: Sequence[str] | None = None) -> Team:
+              models: Sequence[str] | None = None, base_model: str | None = None) -> Team:
     """The trained team of checkpoint ``path`` (any form :func:`find_checkpoint` takes), ready for inference.
 
     Each base model is loaded once with :func:`llm_marl.models.load`, carries the adapters of the
     agents that shared it, and every agent's tensors are loaded onto its seat. ``agents``: the
     env's agents, which must be the checkpoint's; ``models``: base models asked for, which must be
-    the checkpoint's. A tensor that does not fit the model is a ``ValueError`` naming both shapes.
+    the checkpoint's; ``base_model``: where the team's base model is now, when the local directory it
+    was trained from moved (then ``models`` must name it). A tensor that does not fit the model is a
+    ``ValueError`` naming both shapes.
     """
     from peft import PeftConfig
     from safetensors.torch import load_file
 
     path = find_checkpoint(path)
     manifest = read_manifest(path)
+    if base_model is not None:
+        manifest = relocate_base(path, manifest, base_model)
+    check_base_models(path, manifest)
     if agents is not None:
         check_agents(path, manifest, agents)
     if models is not None:
@@ -221,6 +252,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-__all__ = ["MANIFEST_FILE", "PREFIX", "check_agents", "check_models", "checkpoint_dir", "find_checkpoint",
-           "latest_checkpoint", "load_team", "manifest_models", "newest_step", "read_manifest", "same_model",
-           "shared_bases", "team_manifest", "write_manifest"]
+__all__ = ["MANIFEST_FILE", "PREFIX", "check_agents", "check_base_models", "check_models", "checkpoint_dir",
+           "find_checkpoint", "latest_checkpoint", "load_team", "manifest_models", "newest_step", "read_manifest",
+           "relocate_base", "same_model", "shared_bases", "team_manifest", "write_manifest"]

@@ -200,3 +200,32 @@ def test_weights_that_do_not_fit_the_base_are_refused(tmp_path, capsys):
     err = refused(capsys, "--checkpoint", str(step), "--num-turns", "1")
     assert f"checkpoint {step / 'agents' / 'agent_0.safetensors'} does not fit base model '{small}'" in err
     assert "is (8, 64) in the checkpoint but (8, 32) in the model" in err
+
+
+# ------------------------------------------------------------------ a base model that moved
+def test_a_checkpoint_whose_base_directory_moved_is_pointed_at_its_new_place(tiny_model_dir, tmp_path, capsys):
+    base, moved = tmp_path / "base", tmp_path / "elsewhere" / "base"
+    shutil.copytree(tiny_model_dir, base)
+    model, tokenizer = load(str(base))
+    team = Team.shared_lora(model, tokenizer, AGENTS, name=str(base))
+    perturb(team, seed=2)
+    optimizers = {a: torch.optim.AdamW(team.policy(a).trainable_parameters(a)) for a in AGENTS}
+    step = save_checkpoint(tmp_path / "run", 1, team, optimizers, {}, {}, env=make(ENV, num_agents=2, num_turns=1))
+    assert main(bench("--checkpoint", str(step), "--baseline", "checkpoint", "--out", str(tmp_path / "before"))) == 0
+    moved.parent.mkdir()
+    base.rename(moved)
+
+    err = refused(capsys, "--checkpoint", str(step))
+    assert f"was trained on the base model in '{base}', which does not exist any more" in err
+    assert "--base-model NEW_DIR" in err
+    with pytest.raises(ValueError, match="base_model='NEW_DIR'"):
+        load_team(step)
+
+    after = tmp_path / "after"
+    assert main(bench("--checkpoint", str(step), "--base-model", str(moved), "--baseline", "checkpoint",
+                      "--out", str(after))) == 0, capsys.readouterr().err
+    assert [r["responses"] for r in records(after / "episodes.jsonl")] == \
+        [r["responses"] for r in records(tmp_path / "before" / "episodes.jsonl")]      # the same trained team
+    relocated = load_team(step, AGENTS, base_model=str(moved))
+    assert {relocated.policy(a).name for a in AGENTS} == {str(moved)}
+    assert "--base-model says where a --checkpoint's base model moved" in refused(capsys, "--base-model", str(moved))
