@@ -49,7 +49,11 @@ class AgentTurn:
 
 @dataclass
 class Episode:
-    """One finished episode: per turn, one :class:`AgentTurn` per agent."""
+    """One finished episode: per turn, one :class:`AgentTurn` per agent.
+
+    ``wall_time``: the episode's share of the time its batch took (the batch's seconds divided by
+    the episodes played together), so that the wall times of a run's episodes sum to its wall time.
+    """
 
     env: str
     task_id: Any

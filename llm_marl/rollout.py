@@ -159,9 +159,11 @@ class RolloutEngine:
                 if env.agents:
                     still_live.append(e)
                 else:
-                    episodes[e].wall_time = time.perf_counter() - started
                     bar.update(1)
             live = still_live
+        share = (time.perf_counter() - started) / len(episodes)      # played together: each its share of the batch
+        for episode in episodes:
+            episode.wall_time = share
         return episodes
 
     def _agent_turn(self, agent, turn, messages, generation: Generation, reward, verdict, info) -> AgentTurn:

@@ -1,5 +1,6 @@
 """What MAGRPO and MAPPO share: the config base, the evaluation result, the log-prob path (tiny random models)."""
 import dataclasses
+import time
 
 import pytest
 import torch
@@ -8,7 +9,9 @@ import llm_marl_envs
 from llm_marl.models import tiny_model
 from trainers.common.config import TrainerConfig
 from llm_marl.episode import AgentTurn, Episode
-from trainers.common.evaluation import EvalResult
+from llm_marl.policy import SamplingParams
+from llm_marl.rollout import RolloutEngine
+from trainers.common.evaluation import EvalResult, evaluate_episodes
 from trainers.common.losses import entropy_from_logits
 from llm_marl.backends.hf import completion_targets
 from llm_marl.team import Team
@@ -98,6 +101,21 @@ def test_both_trainers_evaluate_to_the_same_shape_and_log_it_every_eval_every_st
     assert {f.name: type(getattr(results["magrpo"], f.name)) for f in dataclasses.fields(EvalResult)} == \
         {f.name: type(getattr(results["mappo"], f.name)) for f in dataclasses.fields(EvalResult)}
     assert results["magrpo"].episodes[0].keys() == results["mappo"].episodes[0].keys()
+
+
+def test_a_batched_evaluation_gives_each_episode_its_share_of_the_batch_and_reports_the_real_total(tmp_path):
+    env = debate_env()
+    engine = RolloutEngine(env, shared_lora_team(), progress=False, env_name="arithmetic_debate-v0")
+    params = SamplingParams(max_new_tokens=4, temperature=0.0)
+    began = time.perf_counter()
+    result = evaluate_episodes(engine, None, None, list(range(6)), [0] * 6, params, parallel=3,
+                               report_path=tmp_path / "report.html")
+    elapsed = time.perf_counter() - began
+    shares = [record["wall_time_s"] for record in result.episodes]
+    assert len(set(shares[:3])) == 1 and len(set(shares[3:])) == 1           # two batches of 3, one share each
+    assert 0 < sum(shares) <= result.wall_time_s <= elapsed                  # the shares add up to the time played
+    page = (tmp_path / "report.html").read_text()
+    assert f"{result.wall_time_s:.1f}" in page.split("wall time (total, s)", 1)[1][:200]
 
 
 def fake_episode(correct: list[list[bool | None]], reward: float, task_id: str = "t") -> Episode:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -42,6 +43,8 @@ class EvalResult:
         episodes: one JSON-ready record per episode, in task order (``episode_record`` of the
             benchmark: per turn and agent, correctness, scores, extracted answers, responses).
         num_turns: turns of the env the episodes ran in.
+        wall_time_s: seconds the evaluation took (every process's share played at once), when measured;
+            the report's total wall time (else the sum of the episodes' shares of their batches).
     """
 
     num_episodes: int
@@ -52,9 +55,11 @@ class EvalResult:
     accuracy_per_turn_ci: list[tuple[float, float]] | None
     episodes: list[dict[str, Any]] = field(repr=False)
     num_turns: int = 1
+    wall_time_s: float | None = None
 
     @classmethod
-    def from_episodes(cls, episodes: Sequence[Episode], num_turns: int, models: Sequence[str]) -> "EvalResult":
+    def from_episodes(cls, episodes: Sequence[Episode], num_turns: int, models: Sequence[str],
+                      wall_time_s: float | None = None) -> "EvalResult":
         """Summarise finished episodes of an env with ``num_turns`` turns played by ``models`` (one per agent)."""
         if not episodes:
             raise ValueError("an evaluation needs at least one episode; set eval_tasks >= 1")
@@ -70,7 +75,7 @@ class EvalResult:
             accuracy_ci = [(float(lo), float(hi)) for lo, hi in zip(lows, highs)]
         return cls(num_episodes=len(records), team_reward=float(mean), team_reward_ci=(float(low), float(high)),
                    rewards=rewards, accuracy_per_turn=accuracy, accuracy_per_turn_ci=accuracy_ci, episodes=records,
-                   num_turns=num_turns)
+                   num_turns=num_turns, wall_time_s=wall_time_s)
 
     def metrics(self) -> dict[str, float]:
         """The scalars a metric sink takes: team reward with its CI, accuracy of each turn."""
@@ -81,7 +86,10 @@ class EvalResult:
 
     def write_report(self, path: str | os.PathLike, title: str = "Evaluation") -> Path:
         """Write these episodes as ``report.html`` (:mod:`llm_marl.report`: tables, plots, transcripts, filters)."""
-        view = RunView("eval", summarize(self.episodes, self.num_turns), self.episodes)
+        summary = summarize(self.episodes, self.num_turns)
+        if self.wall_time_s is not None:
+            summary["wall_time_total_s"] = self.wall_time_s
+        view = RunView("eval", summary, self.episodes)
         low, high = self.team_reward_ci
         meta = [f"{self.num_episodes} episodes; team reward {self.team_reward:.3f} [{low:.3f}, {high:.3f}] "
                 "(bootstrap 95% CI)"]
@@ -129,14 +137,15 @@ def evaluate_episodes(engine: RolloutEngine, distributed: Any | None, accelerato
     local_tasks, local_seeds = ((distributed.shard(list(tasks)), distributed.shard(list(seeds))) if distributed
                                 else (list(tasks), list(seeds)))
     local: list[Episode] = []
+    started = time.perf_counter()
     with distributed.full_weights() if distributed else contextlib.nullcontext():
         if local_tasks:
             with torch.random.fork_rng(), accelerator.autocast() if accelerator else contextlib.nullcontext():
                 local = engine.collect(task_indices=local_tasks, seeds=local_seeds, params=params, desc=desc,
                                        parallel=parallel)
     models = [engine.team.policy(agent).name for agent in engine.env.possible_agents]
-    played = distributed.unshard(local) if distributed else local
-    result = EvalResult.from_episodes(played, engine.env.num_turns, models)
+    played = distributed.unshard(local) if distributed else local          # waits for the slowest process
+    result = EvalResult.from_episodes(played, engine.env.num_turns, models, wall_time_s=time.perf_counter() - started)
     if report_path is not None and (distributed is None or distributed.is_main):
         result.write_report(report_path, title=f"{desc}: {engine.env_name}")
     return result
