@@ -10,6 +10,9 @@
 
 User errors (unknown env, unreachable server, missing data, bad values) print one line that
 says what to change and exit with status 2.
+
+Each command imports what it needs when it runs: ``--help`` and ``envs`` load no torch,
+transformers, datasets or env module (the env table comes from the registry's summaries).
 """
 from __future__ import annotations
 
@@ -20,8 +23,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
-
-from llm_marl_envs.data import DataNotFoundError
 
 from .hardware import short_openmp_spin
 
@@ -46,12 +47,10 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
     rows = [("id", "agents", "turns", "data source", "verifier")]
     for env_id in list_envs():
-        env_spec = spec(env_id)
         try:
-            cls = env_spec.load()
-            agents, turns = env_spec.default("num_agents"), env_spec.default("num_turns")
-            rows.append((env_id, str(agents), str(turns), getattr(cls, "data_source", "") or "-",
-                         getattr(cls, "verifier_name", "") or "-"))
+            row = spec(env_id).describe()     # the registered summary: no env module is imported
+            rows.append((env_id, str(row.num_agents), str(row.num_turns), row.data_source or "-",
+                         row.verifier_name or "-"))
         except (ImportError, AttributeError, KeyError) as err:
             rows.append((env_id, "?", "?", f"(unavailable: {err})", "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -346,13 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llm-marl`` console script."""
-    from llm_marl.backends import ServerUnreachableError
-
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (UserError, ValueError, DataNotFoundError, ServerUnreachableError, FileNotFoundError) as err:
+    # missing data (DataNotFoundError) is a FileNotFoundError, an unreachable server a ConnectionError
+    except (UserError, ValueError, FileNotFoundError, ConnectionError) as err:
         print(f"llm-marl {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

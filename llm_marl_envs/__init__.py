@@ -6,11 +6,11 @@
 """
 from .core import TextEnv, TextSpace, render_messages
 from .data import DATA_DIR_ENV, DataNotFoundError, DatasetSpec, load_records
-from .registry import EnvSpec, list_envs, make, register, spec
+from .registry import EnvSpec, EnvSummary, list_envs, make, register, spec
 from . import envs as _envs  # registers the built-in environments  # noqa: F401
 
 __all__ = [
     "TextEnv", "TextSpace", "render_messages", "DATA_DIR_ENV", "DataNotFoundError", "DatasetSpec",
-    "load_records", "EnvSpec", "list_envs", "make", "register", "spec",
+    "load_records", "EnvSpec", "EnvSummary", "list_envs", "make", "register", "spec",
 ]
 __version__ = "0.1.0"

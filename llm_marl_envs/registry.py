@@ -9,6 +9,9 @@ are therefore collected along the class's MRO until an ``__init__`` without ``**
 Ids end in a version, ``name-vN`` (the Gymnasium and PettingZoo convention): a change that can
 change learning (data, rewards, prompts) registers ``name-v(N+1)`` and keeps ``name-vN`` as it was.
 Making an id whose env has a newer version registered warns (``DeprecationWarning``) and names it.
+
+A registration may carry an :class:`EnvSummary` (default agents and turns, data source, verifier):
+what ``llm-marl envs`` prints, known without importing the env's module or loading its data.
 """
 from __future__ import annotations
 
@@ -44,12 +47,31 @@ def accepted_parameters(target: Callable[..., Any]) -> tuple[dict[str, inspect.P
 
 
 @dataclass(frozen=True)
+class EnvSummary:
+    """One row of the env table: default agents and turns, where tasks come from, what scores answers."""
+
+    num_agents: int
+    num_turns: int
+    data_source: str
+    verifier_name: str
+
+
+@dataclass(frozen=True)
 class EnvSpec:
-    """A registered environment: its id, how to build it, and defaults for ``make``."""
+    """A registered environment: its id, how to build it, defaults for ``make`` and its table row."""
 
     env_id: str
     entry_point: str | Callable[..., TextEnv]
     defaults: dict[str, Any] = field(default_factory=dict)
+    summary: EnvSummary | None = None
+
+    def describe(self) -> EnvSummary:
+        """The registered :class:`EnvSummary`, else one read from the entry point (imports it)."""
+        if self.summary is not None:
+            return self.summary
+        env_cls = self.load()
+        return EnvSummary(int(self.default("num_agents")), int(self.default("num_turns")),
+                          getattr(env_cls, "data_source", ""), getattr(env_cls, "verifier_name", ""))
 
     def load(self) -> Callable[..., TextEnv]:
         """Import and return the entry point."""
@@ -72,13 +94,15 @@ class EnvSpec:
 _REGISTRY: dict[str, EnvSpec] = {}
 
 
-def register(env_id: str, entry_point: str | Callable[..., TextEnv], **defaults: Any) -> None:
-    """Register ``env_id``; ``defaults`` are keyword arguments ``make`` passes unless overridden."""
+def register(env_id: str, entry_point: str | Callable[..., TextEnv], *, summary: EnvSummary | None = None,
+             **defaults: Any) -> None:
+    """Register ``env_id``; ``defaults`` are keyword arguments ``make`` passes unless overridden; ``summary``: its
+    row of the env table (it must agree with the env's defaults and its ``data_source``/``verifier_name``)."""
     if env_id in _REGISTRY:
         raise ValueError(f"environment id {env_id!r} is already registered")
     if isinstance(entry_point, str) and ":" not in entry_point:
         raise ValueError(f"entry_point must look like 'package.module:ClassName', got {entry_point!r}")
-    _REGISTRY[env_id] = EnvSpec(env_id, entry_point, dict(defaults))
+    _REGISTRY[env_id] = EnvSpec(env_id, entry_point, dict(defaults), summary)
 
 
 def spec(env_id: str) -> EnvSpec:

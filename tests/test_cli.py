@@ -28,6 +28,30 @@ def test_console_script_entry_point_runs():
     assert "gsm_symbolic_debate-v0" in result.stdout
 
 
+HEAVY = ("torch", "transformers", "datasets", "peft", "trl", "accelerate", "llama_cpp", "sympy")
+IMPORTS_AFTER = """
+import json, sys
+from llm_marl.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["envs"], ["envs", "--help"], ["bench", "--help"], ["train", "--help"],
+                                  ["report", "--help"], ["info", "--help"]])
+def test_help_and_the_env_table_import_no_heavy_package_and_no_env_module(argv):
+    result = subprocess.run([sys.executable, "-c", IMPORTS_AFTER, *argv], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    modules = json.loads(result.stdout.splitlines()[-1])
+    assert "llm_marl.cli" in modules
+    assert [m for m in modules if m.split(".")[0] in HEAVY] == []
+    assert [m for m in modules if m.startswith(("llm_marl_envs.envs.", "llm_marl.backends"))] == []
+
+
 def test_envs_table_lists_every_registered_env(capsys):
     assert main(["envs"]) == 0
     lines = capsys.readouterr().out.splitlines()

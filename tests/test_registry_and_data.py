@@ -46,6 +46,15 @@ def test_accepted_arguments_include_the_base_classes(env_id):
         llm_marl_envs.make(env_id, no_such_option=1)
 
 
+@pytest.mark.parametrize("env_id", llm_marl_envs.list_envs())
+def test_the_registered_table_row_is_what_the_env_says(env_id):
+    env_spec = llm_marl_envs.spec(env_id)
+    assert env_spec.summary is not None, f"register {env_id} with summary=EnvSummary(...) for `llm-marl envs`"
+    env_cls = env_spec.load()
+    assert env_spec.summary == llm_marl_envs.EnvSummary(env_spec.default("num_agents"), env_spec.default("num_turns"),
+                                                        env_cls.data_source, env_cls.verifier_name)
+
+
 def test_defaults_come_from_the_most_derived_class():
     assert llm_marl_envs.spec("arithmetic_debate-v0").default("num_turns") == 3   # DebateEnv, not TextEnv's 1
     assert llm_marl_envs.spec("arithmetic_debate-v0").default("num_tasks") == 500
