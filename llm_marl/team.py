@@ -12,6 +12,7 @@ Three layouts, one class:
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -58,7 +59,9 @@ def with_adapters(model, adapter_names: Sequence[str], lora_config=None):
         config = lora_config.get(name) if isinstance(lora_config, Mapping) else lora_config
         return config or default_lora_config()
 
-    peft_model = get_peft_model(model, config_of(adapter_names[0]), adapter_name=adapter_names[0])
+    with warnings.catch_warnings():    # PEFT reads transformers' deprecated is_gradient_checkpointing: not ours to fix
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        peft_model = get_peft_model(model, config_of(adapter_names[0]), adapter_name=adapter_names[0])
     for name in adapter_names[1:]:
         peft_model.add_adapter(name, config_of(name))
     return peft_model
