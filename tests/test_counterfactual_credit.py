@@ -15,8 +15,8 @@ from llm_marl_envs.core import TextEnv
 from tests.toy_env import SayNumberEnv
 from trainers.common.logging import read_metrics
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer, group_advantages
-from trainers.magrpo.counterfactual import (collect_counterfactual, completions_per_transcript, replay_alternatives,
-                                            sample_transcripts, team_outcome)
+from trainers.magrpo.counterfactual import (MessageReplay, collect_counterfactual, completions_per_transcript,
+                                            replay_alternatives, sample_transcripts, team_outcome)
 from verifiers import Verdict
 
 
@@ -228,6 +228,8 @@ def test_a_counterfactual_step_updates_the_weights_and_logs_its_compute(tmp_path
         assert any(not torch.equal(before[n], after[n]) for n in before if f".{agent}." in n)
     record = read_metrics(tmp_path)[-1]
     assert record["completions_sampled"] == completions_per_transcript(2, 2, 2)
+    group = MessageReplay(0, 0, "agent_0", None, [None, None], outcomes=[1.0, 1.0, 0.0])
+    assert trainer.counterfactual_advantages(group).tolist() == pytest.approx([1 / 3, 1 / 3, -2 / 3], abs=1e-12)
     assert record["answer_tokens_sampled"] > 0
     for key in ("turn0/agent_0/credit_mean", "turn1/agent_1/loss", "turn0/agent_1/advantage_std",
                 "turn1/joint_reward_mean", "team_outcome_mean", "joint_reward_mean", "tokens_per_s"):
