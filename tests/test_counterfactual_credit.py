@@ -15,8 +15,14 @@ from llm_marl_envs.core import TextEnv
 from tests.toy_env import SayNumberEnv
 from trainers.common.logging import read_metrics
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer, group_advantages
-from trainers.magrpo.counterfactual import (MessageReplay, collect_counterfactual, completions_per_transcript,
-                                            replay_alternatives, sample_transcripts, team_outcome)
+from trainers.magrpo.counterfactual import (
+    MessageReplay,
+    collect_counterfactual,
+    completions_per_transcript,
+    replay_alternatives,
+    sample_transcripts,
+    team_outcome,
+)
 from verifiers import Verdict
 
 
@@ -85,7 +91,8 @@ def debate_script(breaker: bool):
 def scripted_engine(script) -> tuple[RolloutEngine, ScriptedPolicy]:
     policy = ScriptedPolicy(script)
     team = Team.from_policies({"agent_0": (policy, "agent_0"), "agent_1": (policy, "agent_1")})
-    return RolloutEngine(GuessEnv(num_agents=2, num_turns=2), team, SamplingParams(max_new_tokens=4), progress=False), policy
+    engine = RolloutEngine(GuessEnv(num_agents=2, num_turns=2), team, SamplingParams(max_new_tokens=4), progress=False)
+    return engine, policy
 
 
 def replays_by_message(breaker: bool, outcome: str = "final_turn", k: int = 2):

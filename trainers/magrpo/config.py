@@ -129,8 +129,8 @@ class MAGRPOConfig(TrainerConfig):
                 f"{self.counterfactual_samples!r}")
         if self.credit == "counterfactual":
             require(self.joint_mode == "aligned",
-                    f"joint_mode={self.joint_mode!r} does not apply to credit='counterfactual' (one transcript per task, "
-                    f"no joint-action tree); leave joint_mode='aligned'")
+                    f"joint_mode={self.joint_mode!r} does not apply to credit='counterfactual' (one transcript per "
+                    f"task, no joint-action tree); leave joint_mode='aligned'")
             require(self.early_termination_threshold is None,
                     "early_termination_threshold stops tree expansion and does not apply to credit='counterfactual'; "
                     "set it to None")

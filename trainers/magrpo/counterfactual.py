@@ -24,8 +24,8 @@ the transcript: every branch steps its own clone.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -129,7 +129,8 @@ def play_out(engine: RolloutEngine, nodes: Sequence[TextEnv],
 
 
 def replay_alternatives(engine: RolloutEngine, transcripts: Sequence[Transcript], num_alternatives: int,
-                        params: SamplingParams, outcome: str = "final_turn") -> tuple[list[MessageReplay], list[Generation]]:
+                        params: SamplingParams,
+                        outcome: str = "final_turn") -> tuple[list[MessageReplay], list[Generation]]:
     """K alternatives for every message of every transcript, each played out from a clone of the frozen context;
     ``(one replay per message, every generation sampled)``. The transcripts are not changed."""
     if num_alternatives < 1:

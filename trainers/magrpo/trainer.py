@@ -355,10 +355,10 @@ class MAGRPOTrainer:
                     continue
                 credits = [float(adv[0]) for adv in advantages]          # the transcript messages' credit
                 values = torch.cat(advantages)
-                transcripts = batch.transcripts
+                own_rewards = [batch.transcripts[r.transcript].rewards[turn][agent] for r in mine]
                 prefix = f"turn{turn}/{agent}"
                 metrics.update({
-                    f"{prefix}/reward_mean": float(np.mean([transcripts[r.transcript].rewards[turn][agent] for r in mine])),
+                    f"{prefix}/reward_mean": float(np.mean(own_rewards)),
                     f"{prefix}/credit_mean": float(np.mean(credits)),
                     f"{prefix}/credit_abs_mean": float(np.mean(np.abs(credits))),
                     f"{prefix}/outcome_spread": float(np.mean([max(r.outcomes) - min(r.outcomes) for r in mine])),
