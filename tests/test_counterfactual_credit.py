@@ -19,8 +19,6 @@ from trainers.magrpo.counterfactual import (
     MessageReplay,
     collect_counterfactual,
     completions_per_transcript,
-    replay_alternatives,
-    sample_transcripts,
     team_outcome,
 )
 from verifiers import Verdict
@@ -48,23 +46,30 @@ class GuessEnv(TextEnv):
 
 
 class ScriptedPolicy:
-    """A deterministic policy: ``script(agent, turn, conversation)`` lists an agent's possible answers; sample k of
-    a call is option ``k % len(options)`` (so a one-sample call always gives the first option)."""
+    """A deterministic policy: ``script(agent, turn, conversation)`` lists an agent's possible answers in a context.
+    Within one generate call, the j-th request for the same agent and conversation gets option ``j % len(options)``:
+    a context asked once always gets its first option, a context asked K+1 times its first K+1 options."""
 
     name = "scripted"
 
     def __init__(self, script) -> None:
         self.script = script
-        self.calls: list[tuple[int, int]] = []     # (conversations, num_samples) per generate call
+        self.calls: list[int] = []     # requests per generate call
 
     def generate(self, conversations, params, *, adapters=None, num_samples=1):
-        self.calls.append((len(conversations), num_samples))
+        self.calls.append(len(conversations) * num_samples)
+        asked: dict[str, int] = {}
         out = []
         for conversation, agent in zip(conversations, adapters):
             turn = sum(m["role"] == "assistant" for m in conversation)
             options = self.script(agent, turn, conversation)
-            texts = [options[k % len(options)] for k in range(num_samples)]
-            out.append([Generation(text, prompt_ids=[1], completion_ids=[ord(c) for c in text]) for text in texts])
+            samples = []
+            for _ in range(num_samples):
+                key = repr((agent, conversation))
+                j = asked[key] = asked.get(key, -1) + 1
+                text = options[j % len(options)]
+                samples.append(Generation(text, prompt_ids=[1], completion_ids=[ord(c) for c in text]))
+            out.append(samples)
         return out
 
 
@@ -95,7 +100,7 @@ def scripted_engine(script) -> tuple[RolloutEngine, ScriptedPolicy]:
     return engine, policy
 
 
-def replays_by_message(breaker: bool, outcome: str = "final_turn", k: int = 2):
+def replays_by_message(breaker: bool, outcome: str = "final_turn", k: int = 1):
     engine, policy = scripted_engine(debate_script(breaker))
     batch = collect_counterfactual(engine, engine.reset_nodes([0]), k, engine.params, outcome)
     return {(r.turn, r.agent): r for r in batch.replays}, batch, policy
@@ -113,49 +118,53 @@ def test_credits_equal_hand_computed_values_on_a_scripted_debate():
     # transcript: turn 0 agent_0 "7" (right), agent_1 "5" (wrong); turn 1 both "7": final-turn outcome 1
     assert [{a: g.text for a, g in m.items()} for m in batch.transcripts[0].messages] == [
         {"agent_0": "7", "agent_1": "5"}, {"agent_0": "7", "agent_1": "7"}]
-    # (turn 0, agent_0): alternatives "7" (-> 1) and "5" (agent_0 keeps it, agent_1 copies it -> 0)
-    assert replays[(0, "agent_0")].outcomes == [1.0, 1.0, 0.0]
+    assert {key: [g.text for g in r.alternatives] for key, r in replays.items()} == {
+        (0, "agent_0"): ["5"], (0, "agent_1"): ["9"], (1, "agent_0"): ["3"], (1, "agent_1"): ["3"]}
+    # (turn 0, agent_0): alternative "5" -> agent_0 keeps it, agent_1 copies it: both wrong at the end, 0
+    assert replays[(0, "agent_0")].outcomes == [1.0, 0.0]
     # (turn 0, agent_1): agent_1's first answer is never read -> 1 whatever it says
-    assert replays[(0, "agent_1")].outcomes == [1.0, 1.0, 1.0]
-    # turn 1: alternatives "7" (-> both right, 1) and "3" (one of two right, 0.5), the partner's answer fixed
-    assert replays[(1, "agent_0")].outcomes == [1.0, 1.0, 0.5]
-    assert replays[(1, "agent_1")].outcomes == [1.0, 1.0, 0.5]
+    assert replays[(0, "agent_1")].outcomes == [1.0, 1.0]
+    # turn 1: alternative "3" with the partner's "7" fixed: one of two right, 0.5
+    assert replays[(1, "agent_0")].outcomes == [1.0, 0.5]
+    assert replays[(1, "agent_1")].outcomes == [1.0, 0.5]
     got = credits(replays)
-    assert got[(0, "agent_0")] == pytest.approx([1 / 3, 1 / 3, -2 / 3], abs=1e-12)     # R - mean(1, 1, 0)
-    assert got[(0, "agent_1")] == [0.0, 0.0, 0.0]                                      # cannot change the outcome
-    assert got[(1, "agent_0")] == pytest.approx([1 / 6, 1 / 6, -1 / 3], abs=1e-12)     # R - mean(1, 1, 0.5)
-    # C3's leave-one-out baseline: R - mean of the other K
-    assert credits(replays, "rloo")[(0, "agent_0")] == pytest.approx([0.5, 0.5, -1.0], abs=1e-12)
+    assert got[(0, "agent_0")] == [0.5, -0.5]                 # R - mean(1, 0)
+    assert got[(0, "agent_1")] == [0.0, 0.0]                  # cannot change the outcome: zero credit
+    assert got[(1, "agent_0")] == [0.25, -0.25]               # R - mean(1, 0.5)
+    assert got[(1, "agent_1")] == [0.25, -0.25]
+    # C3's leave-one-out baseline: R - mean of the others
+    assert credits(replays, "rloo")[(0, "agent_0")] == [1.0, -1.0]
 
 
 def test_a_turn_one_answer_that_breaks_the_right_answer_is_blamed():
     replays, batch, _ = replays_by_message(breaker=True)
     # transcript: agent_1 answers 3 at turn 1 although agent_0 said 7: final-turn outcome 0.5
     assert batch.transcripts[0].messages[1]["agent_1"].text == "3"
-    assert replays[(1, "agent_1")].outcomes == [0.5, 0.5, 1.0]                      # its alternative "7" fixes it
+    assert replays[(1, "agent_1")].outcomes == [0.5, 1.0]                  # its alternative "7" fixes it
     got = credits(replays)
-    assert got[(1, "agent_1")][0] == pytest.approx(0.5 - 2 / 3, abs=1e-12) and got[(1, "agent_1")][0] < 0
+    assert got[(1, "agent_1")] == [-0.25, 0.25]
     # agent_0's right turn-0 answer still earns credit: its alternative "5" makes both wrong
-    assert replays[(0, "agent_0")].outcomes == [0.5, 0.5, 0.0]
-    assert got[(0, "agent_0")][0] == pytest.approx(1 / 6, abs=1e-12)
+    assert replays[(0, "agent_0")].outcomes == [0.5, 0.0]
+    assert got[(0, "agent_0")] == [0.25, -0.25]
+    assert got[(0, "agent_1")] == [0.0, 0.0]                               # agent_1's turn 0 still cannot matter
 
 
 def test_episode_mean_outcome_counts_every_turn():
     replays, _, _ = replays_by_message(breaker=False, outcome="episode_mean")
     # transcript rewards: turn 0 (1, 0), turn 1 (1, 1) -> 3/4; alternative "5" at turn 0: (0, 0), (0, 0) -> 0
-    assert replays[(0, "agent_0")].outcomes == [0.75, 0.75, 0.0]
-    assert replays[(0, "agent_1")].outcomes == [0.75, 0.75, 0.75]    # turn-0 reward of agent_1 is 0 for 5 and 9
+    assert replays[(0, "agent_0")].outcomes == [0.75, 0.0]
+    assert replays[(0, "agent_1")].outcomes == [0.75, 0.75]    # agent_1's turn-0 reward is 0 for both 5 and 9
     assert team_outcome([{"a": 1.0, "b": 0.0}, {"a": 1.0, "b": 1.0}], "final_turn") == 1.0
     with pytest.raises(ValueError, match="counterfactual_reward must be one of"):
         team_outcome([{"a": 1.0}], "best_turn")
 
 
 # ----------------------------------------------------------------------------- batching and accounting
-def test_replays_are_batched_one_call_per_turn_and_counted():
-    _, batch, policy = replays_by_message(breaker=False)
-    # transcript: one call per turn (both agents); alternatives: one call for every message of every turn (K=2
-    # each); continuations: one call for the 4 branches of turn 0 (2 agents each)
-    assert policy.calls == [(2, 1), (2, 1), (4, 2), (8, 1)]
+def test_one_generate_call_per_turn_and_the_compute_is_counted():
+    _, batch, policy = replays_by_message(breaker=False, k=2)
+    # turn 0: both agents' transcript prompts, 3 times each; turn 1: the same, plus the 4 branches of the turn-0
+    # alternatives (2 agents each)
+    assert policy.calls == [6, 6 + 8]
     assert batch.completions_sampled == completions_per_transcript(2, 2, 2) == 4 + 8 + 8
     assert batch.answer_tokens_sampled == 20           # every scripted answer is one character (one token here)
     assert completions_per_transcript(3, 3, 4) == 9 + 36 + 4 * 9 * 3
@@ -163,9 +172,8 @@ def test_replays_are_batched_one_call_per_turn_and_counted():
 
 def test_k_below_one_is_refused():
     engine, _ = scripted_engine(debate_script(False))
-    transcripts, _ = sample_transcripts(engine, engine.reset_nodes([0]), engine.params)
     with pytest.raises(ValueError, match="counterfactual_samples .* must be >= 1, got 0"):
-        replay_alternatives(engine, transcripts, 0, engine.params)
+        collect_counterfactual(engine, engine.reset_nodes([0]), 0, engine.params)
 
 
 # ----------------------------------------------------------------------------- the transcript is never changed
@@ -175,20 +183,26 @@ def env_state(env: TextEnv):
             copy.deepcopy(env.np_random.bit_generator.state))
 
 
-def test_replay_never_changes_the_transcript_it_branches_from():
-    engine, _ = scripted_engine(debate_script(True))
+@pytest.mark.parametrize("breaker", [False, True])
+def test_replay_never_changes_the_transcript_it_branches_from(breaker):
+    engine, _ = scripted_engine(debate_script(breaker))
     template = env_state(engine.env)
-    transcripts, _ = sample_transcripts(engine, engine.reset_nodes([0]), engine.params)
-    nodes_before = [env_state(node) for node in transcripts[0].nodes]
-    record_before = ([{a: (g.text, list(g.completion_ids)) for a, g in m.items()} for m in transcripts[0].messages],
-                     copy.deepcopy(transcripts[0].rewards))
-    replays, _ = replay_alternatives(engine, transcripts, 3, engine.params)
-    assert len(replays) == 4 and all(len(r.outcomes) == 4 for r in replays)
-    assert [env_state(node) for node in transcripts[0].nodes] == nodes_before
-    assert ([{a: (g.text, list(g.completion_ids)) for a, g in m.items()} for m in transcripts[0].messages],
-            transcripts[0].rewards) == record_before
+    batch = collect_counterfactual(engine, engine.reset_nodes([0], seeds=[3]), 2, engine.params)
+    transcript = batch.transcripts[0]
+    # replaying the transcript's own messages on a fresh env gives, turn by turn, exactly its recorded envs
+    # and rewards: no branch stepped them
+    fresh = engine.reset_nodes([0], seeds=[3])[0]
+    for turn, (node, messages, rewards) in enumerate(zip(transcript.nodes, transcript.messages, transcript.rewards)):
+        assert env_state(node) == env_state(fresh)
+        assert node.turn == turn
+        _, replayed, _, _, _ = fresh.step({a: g.text for a, g in messages.items()})
+        assert replayed == rewards
+    assert not fresh.agents and len(transcript.nodes) == 2
     assert env_state(engine.env) == template
-    assert transcripts[0].nodes[1].turn == 1 and transcripts[0].nodes[1].answers[0] == {"agent_0": "7", "agent_1": "5"}
+    # every message was replayed, with its own outcome per alternative
+    assert sorted((r.turn, r.agent) for r in batch.replays) == [(0, "agent_0"), (0, "agent_1"), (1, "agent_0"),
+                                                                (1, "agent_1")]
+    assert all(len(r.outcomes) == 3 and len(r.alternatives) == 2 for r in batch.replays)
 
 
 # ----------------------------------------------------------------------------- config

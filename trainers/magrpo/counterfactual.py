@@ -4,15 +4,17 @@ For one sampled transcript of N agents over T turns, the message of agent i at t
 its effect on the team's outcome, measured by replaying the episode from the frozen transcript up
 to that message:
 
-1. :func:`sample_transcripts` — play each task once; every turn is one :meth:`RolloutEngine.expand`
-   with one sample per agent (one batched generate call per policy for all agents of all
-   transcripts), and the env before every turn is kept: the frozen context of that turn's messages.
-2. :func:`replay_alternatives` — for every message (t, i) of every transcript, K alternative
-   messages of agent i are sampled from that same context (ONE generate call per policy for all
-   messages of all turns). Each alternative is stepped on a clone of the env before turn t
-   together with the other agents' actual turn-t messages, and the rest of the episode (turns
-   t+1, ...) is sampled afresh (:func:`play_out`: every branch of every message advances together,
-   one generate call per policy per turn).
+1. Each task is played once (the transcript); the env before every turn is kept, the frozen
+   context of that turn's messages.
+2. For every message (t, i), K alternative messages of agent i are sampled from that same
+   context. Each alternative is stepped on a clone of the env before turn t together with the
+   other agents' transcript messages of turn t, and the rest of its episode (turns t+1, ...,
+   every agent) is sampled afresh.
+
+   :func:`collect_counterfactual` does both level by level through the one rollout engine: at
+   each turn ONE :meth:`RolloutEngine.sample` call (one generate call per policy) holds every
+   transcript's prompts, each asked K+1 times (its message and its K alternatives), and every
+   live branch's prompts, asked once.
 3. The outcome R of a transcript or branch is :func:`team_outcome` of its rewards (the agents' mean
    reward at the final turn, or over every turn). A message's group is R_0 (the transcript's own
    outcome) and R_1..R_K (its alternatives); the trainer turns it into advantages with MAGRPO's
@@ -86,92 +88,80 @@ def completions_per_transcript(num_agents: int, num_turns: int, num_alternatives
     return n * t + n * t * k + k * n * n * t * (t - 1) // 2
 
 
-def sample_transcripts(engine: RolloutEngine, nodes: Sequence[TextEnv],
-                       params: SamplingParams) -> tuple[list[Transcript], list[Generation]]:
-    """Play every env of ``nodes`` (freshly reset) to its end, one sample per agent per turn; ``(transcripts,
-    every generation sampled)``. ``nodes`` themselves are not stepped (each turn steps a clone)."""
-    transcripts = [Transcript() for _ in nodes]
-    sampled: list[Generation] = []
-    frontier = list(enumerate(nodes))
-    while frontier:
-        expansions = engine.expand([node for _, node in frontier], 1, params=params)
-        next_frontier = []
-        for (index, node), expansion in zip(frontier, expansions):
-            transcript = transcripts[index]
-            transcript.nodes.append(node)
-            transcript.messages.append({agent: samples[0] for agent, samples in expansion.samples.items()})
-            transcript.rewards.append(expansion.rewards[0])
-            sampled += [samples[0] for samples in expansion.samples.values()]
-            if not expansion.done[0]:
-                next_frontier.append((index, expansion.children[0]))
-        frontier = next_frontier
-    return transcripts, sampled
+@dataclass
+class _Branch:
+    """An alternative's episode in progress: its own env, the replay and slot it scores, its rewards so far."""
+
+    env: TextEnv
+    replay: MessageReplay
+    slot: int                        # index of its outcome in replay.outcomes (1..K)
+    rewards: list[dict[str, float]]
 
 
-def play_out(engine: RolloutEngine, nodes: Sequence[TextEnv],
-             params: SamplingParams) -> tuple[list[list[dict[str, float]]], list[Generation]]:
-    """Finish every episode of ``nodes`` (envs mid-episode, not modified): every live node advances together, one
-    sample per agent per turn. ``(per node: the rewards of the turns played, every generation sampled)``."""
-    histories: list[list[dict[str, float]]] = [[] for _ in nodes]
-    sampled: list[Generation] = []
-    frontier = [(index, node) for index, node in enumerate(nodes) if node.agents]
-    level = 0
-    while frontier:
-        expansions = engine.expand([node for _, node in frontier], 1, params=params.for_call(level))
-        next_frontier = []
-        for (index, _), expansion in zip(frontier, expansions):
-            histories[index].append(expansion.rewards[0])
-            sampled += [samples[0] for samples in expansion.samples.values()]
-            if not expansion.done[0]:
-                next_frontier.append((index, expansion.children[0]))
-        frontier, level = next_frontier, level + 1
-    return histories, sampled
-
-
-def replay_alternatives(engine: RolloutEngine, transcripts: Sequence[Transcript], num_alternatives: int,
-                        params: SamplingParams,
-                        outcome: str = "final_turn") -> tuple[list[MessageReplay], list[Generation]]:
-    """K alternatives for every message of every transcript, each played out from a clone of the frozen context;
-    ``(one replay per message, every generation sampled)``. The transcripts are not changed."""
-    if num_alternatives < 1:
-        raise ValueError(f"counterfactual_samples (K alternatives per message) must be >= 1, got {num_alternatives}")
-    points = [(index, turn, agent) for index, transcript in enumerate(transcripts)
-              for turn, node in enumerate(transcript.nodes) for agent in node.agents]
-    requests = [(agent, [dict(m) for m in transcripts[index].nodes[turn].messages[agent]])
-                for index, turn, agent in points]
-    alternatives = engine.sample(requests, num_samples=num_alternatives, params=params.for_call(0)) if requests else []
-    sampled = [g for samples in alternatives for g in samples]
-
-    replays, branches, prefixes = [], [], []      # per alternative: its env after turn t, its rewards up to turn t
-    for (index, turn, agent), samples in zip(points, alternatives):
-        transcript = transcripts[index]
-        actual = transcript.messages[turn]
-        replays.append(MessageReplay(index, turn, agent, actual[agent], list(samples),
-                                     [team_outcome(transcript.rewards, outcome)]))
-        for sample in samples:
-            branch = transcript.nodes[turn].clone()
-            _, rewards, _, _, _ = branch.step({a: sample.text if a == agent else g.text for a, g in actual.items()})
-            branches.append(branch)
-            prefixes.append(transcript.rewards[:turn] + [{a: float(r) for a, r in rewards.items()}])
-
-    continuations, played = play_out(engine, branches, params.for_call(1))
-    sampled += played
-    outcomes = iter(team_outcome(prefix + rest, outcome) for prefix, rest in zip(prefixes, continuations))
-    for replay in replays:
-        replay.outcomes += [next(outcomes) for _ in replay.alternatives]
-    return replays, sampled
+def _step(env: TextEnv, actions: Mapping[str, Generation]) -> dict[str, float]:
+    _, rewards, _, _, _ = env.step({agent: generation.text for agent, generation in actions.items()})
+    return {agent: float(reward) for agent, reward in rewards.items()}
 
 
 def collect_counterfactual(engine: RolloutEngine, nodes: Sequence[TextEnv], num_alternatives: int,
                            params: SamplingParams, outcome: str = "final_turn") -> CounterfactualBatch:
-    """Steps 1-2 of the module docstring for freshly reset envs ``nodes``: transcripts, then every message's replay."""
-    transcripts, sampled = sample_transcripts(engine, nodes, params.for_call(0))
-    replays, replayed = replay_alternatives(engine, transcripts, num_alternatives, params.for_call(1), outcome)
-    sampled += replayed
+    """Transcripts of the freshly reset envs ``nodes`` and every message's K replayed alternatives (steps 1-2 of the
+    module docstring); ``nodes`` are not stepped.
+
+    Transcripts and branches advance together, one level (turn) at a time, and every level is ONE
+    :meth:`RolloutEngine.sample` call (one generate call per policy): each transcript prompt is asked K+1 times
+    (its message and the K alternatives, from the same context), each live branch prompt once (the rest of that
+    alternative's episode). An alternative is stepped on a clone of the env before its turn, with the other agents'
+    transcript messages of that turn; each branch then steps its own env, so no transcript env is ever stepped.
+    """
+    if num_alternatives < 1:
+        raise ValueError(f"counterfactual_samples (K alternatives per message) must be >= 1, got {num_alternatives}")
+    asks = num_alternatives + 1
+    transcripts = [Transcript() for _ in nodes]
+    replays: list[MessageReplay] = []
+    sampled: list[Generation] = []
+    live = [(index, node) for index, node in enumerate(nodes)]     # transcript index, env before its next turn
+    branches: list[_Branch] = []
+    level = 0
+    while live or branches:
+        requests = [(agent, [dict(m) for m in node.messages[agent]])
+                    for _, node in live for agent in node.agents for _ in range(asks)]
+        requests += [(agent, [dict(m) for m in branch.env.messages[agent]])
+                     for branch in branches for agent in branch.env.agents]
+        generations = iter(samples[0] for samples in engine.sample(requests, params=params.for_call(level)))
+        next_live, next_branches = [], []
+        for index, node in live:
+            transcript = transcripts[index]
+            drawn = {agent: [next(generations) for _ in range(asks)] for agent in node.agents}
+            actual = {agent: samples[0] for agent, samples in drawn.items()}
+            child = node.clone()
+            transcript.nodes.append(node)
+            transcript.messages.append(actual)
+            transcript.rewards.append(_step(child, actual))
+            if child.agents:
+                next_live.append((index, child))
+            for agent, samples in drawn.items():
+                replay = MessageReplay(index, node.turn, agent, samples[0], samples[1:], [0.0] * asks)
+                replays.append(replay)
+                for slot, alternative in enumerate(replay.alternatives, start=1):
+                    env = node.clone()
+                    rewards = _step(env, {**actual, agent: alternative})
+                    next_branches.append(_Branch(env, replay, slot, transcript.rewards[:-1] + [rewards]))
+            sampled += [g for samples in drawn.values() for g in samples]
+        for branch in branches:
+            actions = {agent: next(generations) for agent in branch.env.agents}
+            branch.rewards.append(_step(branch.env, actions))
+            next_branches.append(branch)
+            sampled += actions.values()
+        for branch in next_branches:
+            if not branch.env.agents:                  # this alternative's episode is over: score it
+                branch.replay.outcomes[branch.slot] = team_outcome(branch.rewards, outcome)
+        live, branches, level = next_live, [b for b in next_branches if b.env.agents], level + 1
+    for replay in replays:
+        replay.outcomes[0] = team_outcome(transcripts[replay.transcript].rewards, outcome)
     return CounterfactualBatch(transcripts, replays, completions_sampled=len(sampled),
                                answer_tokens_sampled=sum(g.num_tokens for g in sampled))
 
 
 __all__ = ["TEAM_OUTCOMES", "Transcript", "MessageReplay", "CounterfactualBatch", "team_outcome",
-           "completions_per_transcript", "sample_transcripts", "play_out", "replay_alternatives",
-           "collect_counterfactual"]
+           "completions_per_transcript", "collect_counterfactual"]
