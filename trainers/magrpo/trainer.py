@@ -359,6 +359,7 @@ class MAGRPOTrainer:
                 prefix = f"turn{turn}/{agent}"
                 metrics.update({
                     f"{prefix}/reward_mean": float(np.mean(own_rewards)),
+                    f"{prefix}/reward_std": float(np.std(own_rewards)),
                     f"{prefix}/credit_mean": float(np.mean(credits)),
                     f"{prefix}/credit_abs_mean": float(np.mean(np.abs(credits))),
                     f"{prefix}/outcome_spread": float(np.mean([max(r.outcomes) - min(r.outcomes) for r in mine])),
