@@ -45,6 +45,13 @@ class GuessEnv(TextEnv):
         return "\n".join(f"{a}: {text}" for a, text in self.answers[-1].items() if a != me)
 
 
+class ConsensusGuessEnv(GuessEnv):
+    """:class:`GuessEnv` that ends as soon as every agent gave the same answer."""
+
+    def should_stop_early(self):
+        return len(set(self.answers[-1].values())) == 1
+
+
 class ScriptedPolicy:
     """A deterministic policy: ``script(agent, turn, conversation)`` lists an agent's possible answers in a context.
     Within one generate call, the j-th request for the same agent and conversation gets option ``j % len(options)``:
@@ -93,11 +100,11 @@ def debate_script(breaker: bool):
     return script
 
 
-def scripted_engine(script) -> tuple[RolloutEngine, ScriptedPolicy]:
+def scripted_engine(script, env: TextEnv | None = None) -> tuple[RolloutEngine, ScriptedPolicy]:
     policy = ScriptedPolicy(script)
     team = Team.from_policies({"agent_0": (policy, "agent_0"), "agent_1": (policy, "agent_1")})
-    engine = RolloutEngine(GuessEnv(num_agents=2, num_turns=2), team, SamplingParams(max_new_tokens=4), progress=False)
-    return engine, policy
+    env = env or GuessEnv(num_agents=2, num_turns=2)
+    return RolloutEngine(env, team, SamplingParams(max_new_tokens=4), progress=False), policy
 
 
 def replays_by_message(breaker: bool, outcome: str = "final_turn", k: int = 1):
@@ -147,6 +154,24 @@ def test_a_turn_one_answer_that_breaks_the_right_answer_is_blamed():
     assert replays[(0, "agent_0")].outcomes == [0.5, 0.0]
     assert got[(0, "agent_0")] == [0.25, -0.25]
     assert got[(0, "agent_1")] == [0.0, 0.0]                               # agent_1's turn 0 still cannot matter
+
+
+def test_episodes_that_end_early_are_scored_at_their_last_turn():
+    engine, policy = scripted_engine(debate_script(False), ConsensusGuessEnv(num_agents=2, num_turns=3))
+    batch = collect_counterfactual(engine, engine.reset_nodes([0]), 1, engine.params)
+    replays = {(r.turn, r.agent): r for r in batch.replays}
+    # transcript: (7, 5), then (7, 7): consensus ends it after turn 1, outcome 1
+    assert len(batch.transcripts[0].nodes) == 2
+    # (turn 0, agent_0) "5": (5, 5) is a consensus, the branch ends at turn 0 with both wrong
+    assert replays[(0, "agent_0")].outcomes == [1.0, 0.0]
+    # (turn 0, agent_1) "9": (7, 9), then (7, 7)
+    assert replays[(0, "agent_1")].outcomes == [1.0, 1.0]
+    # (turn 1, agent_0) "3": (3, 7), then agent_0 keeps 3 and agent_1 copies it: (3, 3), both wrong at turn 2
+    assert replays[(1, "agent_0")].outcomes == [1.0, 0.0]
+    # (turn 1, agent_1) "3": (7, 3), then agent_1 copies 7 again: (7, 7), the damage is undone
+    assert replays[(1, "agent_1")].outcomes == [1.0, 1.0]
+    # turn 0: 2 prompts x 2; turn 1: the transcript's 2 x 2 and one live branch's 2; turn 2: two branches' 2 each
+    assert policy.calls == [4, 6, 4] and batch.completions_sampled == 14
 
 
 def test_episode_mean_outcome_counts_every_turn():
