@@ -277,8 +277,9 @@ def test_a_counterfactual_step_updates_the_weights_and_logs_its_compute(tmp_path
     group = MessageReplay(0, 0, "agent_0", None, [None, None], outcomes=[1.0, 1.0, 0.0])
     assert trainer.counterfactual_advantages(group).tolist() == pytest.approx([1 / 3, 1 / 3, -2 / 3], abs=1e-12)
     assert record["answer_tokens_sampled"] > 0
-    for key in ("turn0/agent_0/credit_mean", "turn1/agent_1/loss", "turn1/agent_0/reward_std", "turn0/agent_1/advantage_std",
-                "turn1/joint_reward_mean", "team_outcome_mean", "joint_reward_mean", "tokens_per_s"):
+    for key in ("turn0/agent_0/credit_mean", "turn1/agent_1/loss", "turn1/agent_0/reward_std",
+                "turn0/agent_1/advantage_std", "turn1/joint_reward_mean", "team_outcome_mean", "joint_reward_mean",
+                "tokens_per_s"):
         assert key in record
 
 
