@@ -36,13 +36,24 @@ When the kernel or user refuses a namespace layer (netns, pidns, readonly_fs, or
 root), checks still run with the remaining layers and a ``RuntimeWarning`` naming the missing ones
 is issued once; with ``LLM_MARL_SANDBOX_STRICT=1`` the sandbox refuses instead (``IsolationError``).
 
-Results come back on a dedicated pipe, one line per assert execution, each carrying a per-check
-random nonce; the zygote drops lines without it, so printing or writing fake results does
-not count. The recorder is bound under a per-check random global name and holds its own
-reference to ``os.write``. Limits of this design: the program shares the interpreter with the
-recorder, so code that inspects interpreter frames could still forge results, and an object whose
-``__eq__`` always returns True passes ``==`` asserts (as in every assert-based harness). The
-sandbox interpreter has only the standard library.
+**Plain values.** The program and the test never share an interpreter. Inside the runner, the
+*test process* forks a *program process* (no capabilities, no access to the result pipe) that
+executes the program; the test process is not dumpable, so the program cannot trace it or read its
+memory or file descriptors. The test runs in the test process, where every name the program
+defines is either a copy of a plain value or a ``ProgramValue`` proxy: calling it, reading or
+setting its attributes sends a request to the program process, which answers with a plain value
+(exactly ``int``, ``float``, ``complex``, ``bool``, ``str``, ``bytes``, ``None``, or
+``list``/``tuple``/``dict``/``set``/``frozenset`` of them, recursively; no subclasses) or with
+another proxy. Comparing, hashing, truth-testing, iterating or computing with a proxy raises
+``NotPlainValue``, so an assert on a value that is not plain fails with that reason in
+``details["results"]``; the comparisons, the assert machinery and the builtins are the test
+process's own. Exceptions the program raises come back as the built-in exception of the same name
+(``ValueError``, ...), others as ``ProgramError``. A program that exits, kills itself or closes its
+pipes fails every assert that still needs it.
+
+Results come back on a dedicated pipe that only the test process holds, one line per assert
+execution, each carrying a per-check random nonce; the zygote drops lines without it, so printing
+or writing fake results does not count. The sandbox interpreter has only the standard library.
 """
 from __future__ import annotations
 
