@@ -180,7 +180,7 @@ def plot_monitor(history: list[dict], monitor: list[dict], agents: list[str], be
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=40, help="MAGRPO training steps (at most)")
-    parser.add_argument("--train-minutes", type=float, default=20.0, help="stop training after this long")
+    parser.add_argument("--train-minutes", type=float, default=22.0, help="stop training after this long")
     parser.add_argument("--prompts-per-step", type=int, default=2, help="posts (tree roots) per step")
     parser.add_argument("--num-generations", type=int, default=4, help="G: samples per agent per post")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per summary")
@@ -194,8 +194,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--semantic-judge", action="store_true",
                         help="add the embedding coverage/consistency terms (verifiers.semantic) to the reward")
     parser.add_argument("--max-post-words", type=int, default=400, help="train/monitor on posts this short")
-    parser.add_argument("--eval-tasks", type=int, default=32, help="test posts judged before and after")
-    parser.add_argument("--monitor-tasks", type=int, default=8, help="validation posts of the hacking monitor")
+    parser.add_argument("--eval-tasks", type=int, default=24, help="test posts judged before and after")
+    parser.add_argument("--monitor-tasks", type=int, default=6, help="validation posts of the hacking monitor")
     parser.add_argument("--monitor-every", type=int, default=5, help="steps between monitor evaluations")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--out", default="outputs/magrpo_tldr", help="output directory")
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     out = Path(args.out)
-    started = time.time()
+    started, run_provenance = time.time(), provenance()
 
     model, tokenizer = model_and_tokenizer or load(args.model)
     team = Team.shared_lora(model, tokenizer, agents=2,
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
         "before": before, "after": after, "paired_difference": difference,
         "verdict": verdict(difference, before, after), "monitor": monitor, "train_history": history,
         "per_post": {"before": before_scores, "after": after_scores}, "checkpoint": str(trainer.config.output_dir),
-        "wall_time_s": time.time() - started, "provenance": provenance(),
+        "wall_time_s": time.time() - started, "provenance": run_provenance,
     }
     write_text_atomically(out / "results.json", json.dumps(results, indent=2, default=str))
     plot_monitor(history, monitor, agents, before, after, out / "hacking_monitor.png")
