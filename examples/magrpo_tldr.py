@@ -1,14 +1,17 @@
 """Train a 2-agent TL;DR writing team with MAGRPO, and judge it on ROUGE-L, a metric its reward never reads.
 
     PYTHONPATH=. python examples/magrpo_tldr.py --out outputs/magrpo_tldr
+    PYTHONPATH=. python examples/magrpo_tldr.py --plain-reward --out outputs/magrpo_tldr_plain
     PYTHONPATH=. python examples/magrpo_tldr.py --kl-coef 0.05 --out outputs/magrpo_tldr_kl
     PYTHONPATH=. python examples/magrpo_tldr.py --semantic-judge --out outputs/magrpo_tldr_judge
 
 Two agents share SmolLM2-135M-Instruct (the embedded default model, fp32) with one LoRA adapter
 each. On ``tldr_writing-v0`` agent 0 writes a concise summary of a Reddit post and agent 1 a
 detailed one; both get one joint reward from ``verifiers.writing`` (length range, length ratio,
-distinct-word ratio, shared vocabulary, transition words; max 3.0), plus the embedding terms of
-``verifiers.semantic`` with ``--semantic-judge``.
+distinct-word ratio, shared vocabulary, transition words; max 3.0) times its quality factor
+(repetition, copying the post, header labels, filler or word salad, relevance), plus the embedding
+terms of ``verifiers.semantic`` with ``--semantic-judge``. ``--plain-reward`` drops the quality
+factor: CoMLRL's reward as published, which a degenerate agent 0 maxes.
 
 Data (``$LLM_MARL_DATA_DIR``, e.g. ``../shared/data``): training posts are the env's ``train`` split
 (Reddit TIFU posts with author TL;DRs, kept to posts of at most ``--max-post-words`` words);
@@ -23,8 +26,8 @@ summaries (distinct-word ratio below 0.4, e.g. ``"SUBREDDIT: SUBREDDIT: ..."``, 
 reward invites). A rising reward with a flat or falling ROUGE-L is reward hacking, and the script
 says so.
 
-Writes to ``--out``: ``results.json`` (settings, per-post scores before and after, their paired
-differences, the monitor rows, the training history, sample outputs, the verdict),
+Writes to ``--out``: ``results.json`` (settings, per-post scores and summaries before and after, their paired
+differences, the monitor rows, the training history, the verdict),
 ``hacking_monitor.png`` (training reward next to the monitor's ROUGE-L per step), ``metrics.jsonl`` /
 TensorBoard logs (the monitor under ``monitor/``) and LoRA checkpoints.
 """
@@ -81,6 +84,7 @@ def judge(evaluation: EvalResult, env: Any, agents: list[str]) -> dict[str, Any]
                        for agent in agents},
         "samples": [{"reference": r, **{agent: texts[agent][i] for agent in agents}}
                     for i, r in enumerate(references[:3])],
+        "texts": texts,
     }
 
 
