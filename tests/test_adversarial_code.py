@@ -76,3 +76,14 @@ def test_objects_of_the_program_can_be_built_and_passed_back():
 def test_counter_reaches_the_test_as_the_dict_it_holds():
     program = "from collections import Counter\ndef add(a, b):\n    return Counter({a: b})\n"
     assert run_tests(program, "def check(candidate):\n    assert candidate(1, 2) == {1: 2}\n", "add").score == 1.0
+
+
+def test_program_cannot_replace_the_task_helper_the_test_uses():
+    # HumanEval/38's shape: the test encodes with the task's encode(), the candidate must decode
+    task_code = "def encode(s):\n    return s[::-1] + '!'\n"
+    test = "def check(candidate):\n    assert candidate(encode('abc')) == 'abc'\n"
+    cheat = "def encode(s):\n    return s\ndef decode(s):\n    return s\n"
+    honest = task_code + "def decode(s):\n    return s[:-1][::-1]\n"
+    assert run_tests(cheat, test, "decode").score == 1.0            # the program's own encode() is used
+    assert run_tests(cheat, test, "decode", task_code=task_code).score == 0.0
+    assert run_tests(honest, test, "decode", task_code=task_code).score == 1.0

@@ -522,6 +522,8 @@ def run_test(req, record, record_name):
             continue
     namespace[record_name] = record
     try:
+        if req.get("task_code") is not None:  # the task's own helpers win over the program's of the same name
+            exec(req["task_code"], namespace)
         exec(rename_global(req["test_code"], RECORD_NAME, record_name), namespace)
         if req["call_check"]:
             namespace["check"](namespace[entry_point])

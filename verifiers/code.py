@@ -145,6 +145,14 @@ class _AssertRecorder(ast.NodeTransformer):
         return ast.Try(body=[node], handlers=[failed], orelse=[record(ast.Constant(None, **at))], finalbody=[], **at)
 
 
+@lru_cache(maxsize=1024)
+def _compile_task_code(task_code: str) -> Any:
+    try:
+        return compile(task_code, "<task>", "exec", dont_inherit=True, optimize=0)
+    except SyntaxError as err:
+        raise ValueError(f"task_code does not parse (line {err.lineno}: {err.msg}); pass valid Python") from None
+
+
 def _test_source(test: str | Sequence[str]) -> str:
     if isinstance(test, str):
         return test
@@ -334,16 +342,24 @@ class Sandbox:
         self.close()
 
     def run(self, program: str, test: str | Sequence[str], entry_point: str,
-            timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
-        """Run ``program`` against ``test`` in a fresh sandbox; score = fraction of asserts passed."""
+            timeout_s: float = DEFAULT_TIMEOUT_S, task_code: str = "") -> Verdict:
+        """Run ``program`` against ``test`` in a fresh sandbox; score = fraction of asserts passed.
+
+        ``task_code``: trusted code of the task (a prompt's imports and helper functions) that runs
+        in the test process before the test, so the test's own references to those helpers (e.g.
+        ``encode_cyclic`` in a ``decode_cyclic`` test) reach the task's definitions, not the program's.
+        """
         if not isinstance(program, str):
             raise ValueError(f"program must be a str, got {type(program).__name__}")
         if not isinstance(entry_point, str) or (entry_point and not entry_point.isidentifier()):
             raise ValueError(f"entry_point must be a Python identifier (or '' for none), got {entry_point!r}")
         if not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= 3600 or math.isnan(timeout_s):
             raise ValueError(f"timeout_s must be a number in (0, 3600], got {timeout_s!r}")
+        if not isinstance(task_code, str):
+            raise ValueError(f"task_code must be a str of Python code, got {type(task_code).__name__}")
         instrumented = instrument_test(_test_source(test))
         payload = {
+            "task_code": _compile_task_code(task_code) if task_code.strip() else None,
             "program": program, "test_code": instrumented.code, "entry_point": entry_point,
             "call_check": instrumented.calls_check and bool(entry_point), "timeout": float(timeout_s),
             "memory_bytes": self.limits.memory_bytes, "output_bytes": self.limits.output_bytes,
@@ -380,9 +396,9 @@ def _default_workers() -> int:
 def _normalise_item(item: Mapping[str, Any] | Sequence[Any], index: int, timeout_s: float) -> dict[str, Any]:
     if isinstance(item, Mapping):
         missing = {"program", "test", "entry_point"} - set(item)
-        extra = set(item) - {"program", "test", "entry_point", "timeout_s"}
+        extra = set(item) - {"program", "test", "entry_point", "timeout_s", "task_code"}
         if missing or extra:
-            raise ValueError(f"batch item {index}: keys must be program, test, entry_point[, timeout_s]; "
+            raise ValueError(f"batch item {index}: keys must be program, test, entry_point[, timeout_s, task_code]; "
                              f"missing {sorted(missing)}, unknown {sorted(extra)}")
         return {"timeout_s": timeout_s, **item}
     if isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 3:
@@ -467,9 +483,12 @@ def default_sandbox() -> Sandbox:
 
 
 def run_tests(program: str, test: str | Sequence[str], entry_point: str,
-              timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
-    """Run ``program`` against ``test`` in the sandbox; score = fraction of asserts passed."""
-    return default_sandbox().run(program, test, entry_point, timeout_s)
+              timeout_s: float = DEFAULT_TIMEOUT_S, task_code: str = "") -> Verdict:
+    """Run ``program`` against ``test`` in the sandbox; score = fraction of asserts passed.
+
+    ``task_code`` (optional): the task's trusted helpers, which the test then uses (see :meth:`Sandbox.run`).
+    """
+    return default_sandbox().run(program, test, entry_point, timeout_s, task_code)
 
 
 def run_tests_batch(items: Iterable[Mapping[str, Any] | Sequence[Any]], max_workers: int | None = None,
