@@ -88,6 +88,17 @@ FOOLING_PROGRAMS: dict[str, str] = {
     "self-referencing list": "def add(a, b):\n    x = []\n    x.append(x)\n    return x\n",
     "generator that yields the answer": "def add(a, b):\n    yield a + b\n",
     "returns the builtin it was asked for": "def add(a, b):\n    return int\n",
+    "reads the test's expected values from memory": (
+        "import gc, sys, types\ndef find():\n    seen, todo = set(), list(gc.get_objects())\n"
+        "    frame = sys._getframe()\n    while frame is not None:\n        todo.append(frame)\n        frame = frame.f_back\n"
+        "    while todo:\n"
+        "        obj = todo.pop()\n        if id(obj) in seen:\n            continue\n        seen.add(id(obj))\n"
+        "        if isinstance(obj, types.CodeType) and obj.co_name == 'check':\n            return obj\n"
+        "        if isinstance(obj, types.FrameType):\n            todo.extend([obj.f_locals, obj.f_globals, obj.f_code])\n"
+        "        elif isinstance(obj, (dict, list, tuple, types.CodeType, types.FunctionType)):\n"
+        "            todo.extend(gc.get_referents(obj))\n"
+        "def add(a, b):\n    code = find()\n    if code is None:\n        return None\n"
+        "    consts = [c for c in code.co_consts if type(c) is int]\n    return 3 if (a, b) == (1, 2) else 0\n"),
     "closes its channel and returns": (
         "import os\ndef add(a, b):\n    for fd in range(3, 256):\n        try:\n            os.close(fd)\n"
         "        except OSError:\n            pass\n    return a + b\n"),

@@ -474,7 +474,7 @@ def start_program(req):
             os.close(from_program_r)
             keep = sorted(fd for fd in (to_program_r, from_program_w, PREFIX_FD) if fd is not None)
             for low, high in zip([3] + [fd + 1 for fd in keep], keep + [1 << 16]):
-                os.closerange(low, high)  # the result pipe among them: the program never holds it
+                os.closerange(low, high)  # the result pipe and the test among them: the program never holds them
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             drop_capabilities()
             serve_program(req, to_program_r, from_program_w)
@@ -496,10 +496,11 @@ def drop_capabilities():
     # the test process protected by its non-dumpable flag against an unprivileged program
 
 
-def run_test(req, record, record_name):
+def run_test(req, record, record_name, test_fd):
     """Test process: start the program process, then run the instrumented test against it, reporting
     through ``record``. The test sees the program's names as plain values or ``ProgramValue``\\s."""
-    channel = start_program(req)
+    channel = start_program(req)   # before the test is read: the program's memory never holds it
+    test_code, task_code = read_stashed_test(test_fd)
     try:
         ready = channel.receive()
     except ProgramError as err:
@@ -522,9 +523,9 @@ def run_test(req, record, record_name):
             continue
     namespace[record_name] = record
     try:
-        if req.get("task_code") is not None:  # the task's own helpers win over the program's of the same name
-            exec(req["task_code"], namespace)
-        exec(rename_global(req["test_code"], RECORD_NAME, record_name), namespace)
+        if task_code is not None:  # the task's own helpers win over the program's of the same name
+            exec(task_code, namespace)
+        exec(rename_global(test_code, RECORD_NAME, record_name), namespace)
         if req["call_check"]:
             namespace["check"](namespace[entry_point])
     except BaseException as err:
@@ -538,7 +539,7 @@ def run_test(req, record, record_name):
     record(-3, None)
 
 
-def runner(req, caps, workdir, result_fd, out_fd, nonce):
+def runner(req, caps, workdir, result_fd, out_fd, nonce, test_fd):
     """Child side after fork: isolate, limit, run. Never returns."""
     try:
         os.setsid()
@@ -546,7 +547,8 @@ def runner(req, caps, workdir, result_fd, out_fd, nonce):
         os.dup2(devnull, 0)
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
-        keep = sorted(fd for fd in (result_fd, PREFIX_FD) if fd is not None)
+        os.set_inheritable(test_fd, True)
+        keep = sorted(fd for fd in (result_fd, test_fd, PREFIX_FD) if fd is not None)
         for low, high in zip([3] + [fd + 1 for fd in keep], keep + [1 << 16]):
             os.closerange(low, high)
         os.chdir(workdir)
@@ -568,7 +570,7 @@ def runner(req, caps, workdir, result_fd, out_fd, nonce):
             sys.modules["random"].seed()
         record_name = "__sbx_%s__" % os.urandom(8).hex()
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the program process may not trace or read this one
-        run_test(req, make_recorder(result_fd, nonce), record_name)
+        run_test(req, make_recorder(result_fd, nonce), record_name, test_fd)
         sys.stdout.flush()
         sys.stderr.flush()
     except BaseException as err:
@@ -578,6 +580,32 @@ def runner(req, caps, workdir, result_fd, out_fd, nonce):
             pass
         os._exit(120)
     os._exit(0)
+
+
+def stash_test(req):
+    """Move the test (and the task's code) out of ``req`` into an anonymous in-memory file; its fd.
+
+    The runner reads it only after it has forked the program process, which never holds the fd:
+    the program's copy of memory has no reference to the test's code or its expected values."""
+    fd = os.memfd_create("sandbox-test", os.MFD_CLOEXEC)
+    data = marshal.dumps((req.pop("test_code"), req.pop("task_code", None)))
+    while data:
+        data = data[os.write(fd, data):]
+    return fd
+
+
+def read_stashed_test(fd):
+    """``(test_code, task_code)`` from the fd of :func:`stash_test`."""
+    size = os.fstat(fd).st_size
+    data, offset = bytearray(), 0
+    while offset < size:
+        chunk = os.pread(fd, size - offset, offset)
+        if not chunk:
+            break
+        data += chunk
+        offset += len(chunk)
+    os.close(fd)
+    return marshal.loads(bytes(data))
 
 
 def supervise(req, caps):
@@ -591,11 +619,13 @@ def supervise(req, caps):
     if caps["drop_uid"]:
         os.fchown(out_fd, req["uid"], req["uid"])
     read_fd, write_fd = os.pipe()
+    test_fd = stash_test(req)
     pid = spawn_runner(caps)
     if pid == 0:
         os.close(read_fd)
-        runner(req, caps, workdir, write_fd, out_fd, nonce)
+        runner(req, caps, workdir, write_fd, out_fd, nonce, test_fd)
     os.close(write_fd)
+    os.close(test_fd)
     deadline = started + req["timeout"]
     buf, timed_out = bytearray(), False
     while True:
@@ -723,6 +753,8 @@ def main():
             __import__(name)
         except ImportError:
             pass
+    # not dumpable: a runner or program of the same uid cannot trace the zygote or read its memory
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     gc.collect()
     gc.freeze()  # forked runners then leave the zygote's objects alone: fewer copy-on-write faults
     write_message(reply_fd, {"caps": caps, "pid": os.getpid()})

@@ -38,8 +38,10 @@ is issued once; with ``LLM_MARL_SANDBOX_STRICT=1`` the sandbox refuses instead (
 
 **Plain values.** The program and the test never share an interpreter. Inside the runner, the
 *test process* forks a *program process* (no capabilities, no access to the result pipe) that
-executes the program; the test process is not dumpable, so the program cannot trace it or read its
-memory or file descriptors. The test runs in the test process, where every name the program
+executes the program; the test process and the zygote are not dumpable, so the program cannot
+trace them or read their memory or file descriptors. The test (and ``task_code``) reaches the test
+process in an anonymous in-memory file that it reads only after forking the program process, so
+the program's copy of memory holds neither the test's code nor its expected values. The test runs in the test process, where every name the program
 defines is either a copy of a plain value or a ``ProgramValue`` proxy: calling it, reading or
 setting its attributes sends a request to the program process, which answers with a plain value
 (exactly ``int``, ``float``, ``complex``, ``bool``, ``str``, ``bytes``, ``None``, or
