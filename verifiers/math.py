@@ -31,6 +31,16 @@ return score 0 instead of hanging, and under a time limit: math-verify's own (si
 timeout in the main thread, a killable child process (:mod:`verifiers._symbolic_worker`) in
 any other thread.
 
+Hedges and unevaluated answers score 0 (``details["reason"]`` says which): alternatives inside the
+final answer (``3 or 8``, ``\\pm``, ``\\lor``), a stated answer followed by more values (``the
+answer is 8, 5 or 3``), two final answers side by side with only punctuation or ``or``/``and``
+between them (``\\boxed{3} or \\boxed{8}``, two ``####`` lines; a correction with words in between
+stays valid), and, without any marker, a reply that ends in a bare list of numbers. Against a
+numeric gold the answer must itself be a number: an expression (``5+3``, ``2^3``, ``\\sqrt{64}``,
+``5!``) or a fraction not in lowest terms (``16/2``) is not evaluated for the policy. Against a
+symbolic gold the answer may use only the operators the gold uses (``\\sqrt{12}`` for
+``2\\sqrt{3}`` counts, ``\\sqrt{3}+\\sqrt{3}`` does not).
+
 ``details``: ``answer`` (canonical string of the extracted answer: ``"72"``, ``"0.75"``,
 ``"1/3"``, or the normalised LaTeX; ``None`` if nothing was found), ``gold`` (same for the
 gold), ``source`` (which rule extracted it) and, when the answer could not be judged,
@@ -437,4 +447,5 @@ def _unjudged(reason: str, answer: str | None, gold: _Answer, source: str | None
     return Verdict(score=0.0, correct=False, details=details)
 
 
-__all__ = ["canonical_number", "extract_answer", "normalize_answer", "symbolic_equal", "verify_answer"]
+__all__ = ["canonical_number", "extract_answer", "hedged", "normalize_answer", "symbolic_equal",
+           "unevaluated_expression", "verify_answer"]

@@ -33,6 +33,12 @@ The committed label, first rule that applies:
 4. the last sentence (or line) that names any label, if it names exactly one; if it
    names several the response is ``ambiguous``.
 
+A commitment does not stand (score 0, ``reason`` says why) when another label sits right beside it
+with only punctuation, ``or``/``and`` or answer prefixes between (``"Entailment. Neutral.
+Contradiction."``, ``"Answer: entailment; neutral"``, ``"\\boxed{E}\\boxed{N}"``), or when the
+answer or the text after it takes it back: the same label negated or answered "no" (``"The answer
+is entailment. Not entailment."``) or a retraction (``"just kidding"``, ``"that label is wrong"``).
+
 ``details``: ``answer`` (the committed label or ``None``), ``gold`` (canonical gold label),
 ``source`` (``whole_response``/``boxed``/``statement``/``last_sentence``) and, when no label
 was committed, ``reason`` (``"ambiguous"`` when several labels are named without committing).
