@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python examples/magrpo_tldr.py --out outputs/magrpo_tldr
     PYTHONPATH=. python examples/magrpo_tldr.py --plain-reward --out outputs/magrpo_tldr_plain
-    PYTHONPATH=. python examples/magrpo_tldr.py --kl-coef 0.05 --out outputs/magrpo_tldr_kl
+    PYTHONPATH=. python examples/magrpo_tldr.py --learning-rate 5e-4 --kl-coef 0 --out outputs/magrpo_tldr_fast
     PYTHONPATH=. python examples/magrpo_tldr.py --semantic-judge --out outputs/magrpo_tldr_judge
 
 Two agents share SmolLM2-135M-Instruct (the embedded default model, fp32) with one LoRA adapter
@@ -189,9 +189,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-generations", type=int, default=4, help="G: samples per agent per post")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per summary")
     parser.add_argument("--temperature", type=float, default=0.8, help="training sampling temperature")
-    parser.add_argument("--learning-rate", type=float, default=5e-4, help="AdamW learning rate of each adapter")
+    parser.add_argument("--learning-rate", type=float, default=2e-4, help="AdamW learning rate of each adapter")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
-    parser.add_argument("--kl-coef", type=float, default=0.0,
+    parser.add_argument("--kl-coef", type=float, default=0.02,
                         help="β of the KL to the base model (0: none; >0 is a knob against reward hacking)")
     parser.add_argument("--plain-reward", action="store_true",
                         help="CoMLRL's writing reward without the quality factor (degenerate text can max it)")
