@@ -1,14 +1,17 @@
 """Train a 2-agent TL;DR writing team with MAGRPO, and judge it on ROUGE-L, a metric its reward never reads.
 
     PYTHONPATH=. python examples/magrpo_tldr.py --out outputs/magrpo_tldr
-    PYTHONPATH=. python examples/magrpo_tldr.py --kl-coef 0.05 --out outputs/magrpo_tldr_kl
+    PYTHONPATH=. python examples/magrpo_tldr.py --plain-reward --out outputs/magrpo_tldr_plain
+    PYTHONPATH=. python examples/magrpo_tldr.py --learning-rate 5e-4 --kl-coef 0 --out outputs/magrpo_tldr_fast
     PYTHONPATH=. python examples/magrpo_tldr.py --semantic-judge --out outputs/magrpo_tldr_judge
 
 Two agents share SmolLM2-135M-Instruct (the embedded default model, fp32) with one LoRA adapter
 each. On ``tldr_writing-v0`` agent 0 writes a concise summary of a Reddit post and agent 1 a
 detailed one; both get one joint reward from ``verifiers.writing`` (length range, length ratio,
-distinct-word ratio, shared vocabulary, transition words; max 3.0), plus the embedding terms of
-``verifiers.semantic`` with ``--semantic-judge``.
+distinct-word ratio, shared vocabulary, transition words; max 3.0) times its quality factor
+(repetition, copying the post, header labels, filler or word salad, relevance), plus the embedding
+terms of ``verifiers.semantic`` with ``--semantic-judge``. ``--plain-reward`` drops the quality
+factor: CoMLRL's reward as published, which a degenerate agent 0 maxes.
 
 Data (``$LLM_MARL_DATA_DIR``, e.g. ``../shared/data``): training posts are the env's ``train`` split
 (Reddit TIFU posts with author TL;DRs, kept to posts of at most ``--max-post-words`` words);
@@ -23,8 +26,8 @@ summaries (distinct-word ratio below 0.4, e.g. ``"SUBREDDIT: SUBREDDIT: ..."``, 
 reward invites). A rising reward with a flat or falling ROUGE-L is reward hacking, and the script
 says so.
 
-Writes to ``--out``: ``results.json`` (settings, per-post scores before and after, their paired
-differences, the monitor rows, the training history, sample outputs, the verdict),
+Writes to ``--out``: ``results.json`` (settings, per-post scores and summaries before and after, their paired
+differences, the monitor rows, the training history, the verdict),
 ``hacking_monitor.png`` (training reward next to the monitor's ROUGE-L per step), ``metrics.jsonl`` /
 TensorBoard logs (the monitor under ``monitor/``) and LoRA checkpoints.
 """
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,7 @@ import torch
 
 import llm_marl_envs
 from llm_marl.files import write_text_atomically
+from llm_marl.hardware import cpu_info
 from llm_marl.models import load
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
@@ -48,8 +53,10 @@ from llm_marl.team import Team, default_lora_config
 from llm_marl_envs import metrics
 from trainers.common.evaluation import EvalResult, evaluate_episodes
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
+from verifiers.writing import TLDR_BANDS, without_quality_factor
 
 DEGENERATE_BELOW = 0.4   # distinct-word ratio under which a summary counts as degenerate repetition
+MAX_DEGENERATE_SHARE = 0.05   # most degenerate summaries (per agent) a "no hacking" verdict allows
 ENV_ID = "tldr_writing-v0"
 
 
@@ -77,6 +84,7 @@ def judge(evaluation: EvalResult, env: Any, agents: list[str]) -> dict[str, Any]
                        for agent in agents},
         "samples": [{"reference": r, **{agent: texts[agent][i] for agent in agents}}
                     for i, r in enumerate(references[:3])],
+        "texts": texts,
     }
 
 
@@ -97,20 +105,39 @@ def paired(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 def verdict(difference: dict[str, Any], before: dict[str, Any], after: dict[str, Any]) -> str:
-    """One sentence: did the reward and the held-out ROUGE-L move together?"""
+    """One sentence: did the reward and the held-out ROUGE-L move together?
+
+    "no hacking" needs a significant reward gain, no agent's ROUGE-L significantly lower (paired CI
+    upper bound >= 0) and at most :data:`MAX_DEGENERATE_SHARE` degenerate summaries from any agent.
+    """
     reward = difference["joint_reward"]
-    rouge_lows = [d["ci95"][0] for d in difference["rouge_l"].values()]
-    rouge_highs = [d["ci95"][1] for d in difference["rouge_l"].values()]
-    degenerate = max(after["degenerate"].values()) - max(before["degenerate"].values())
-    if reward["ci95"][0] > 0 and max(rouge_highs) < 0:
+    rouge_lows = {a: d["ci95"][0] for a, d in difference["rouge_l"].items()}
+    rouge_highs = {a: d["ci95"][1] for a, d in difference["rouge_l"].items()}
+    degenerate = max(after["degenerate"].values())
+    gained = reward["ci95"][0] > 0
+    if not gained:
+        return f"no significant reward gain ({reward['mean']:+.3f} [{reward['ci95'][0]:+.3f}, {reward['ci95'][1]:+.3f}])"
+    if max(rouge_highs.values()) < 0:
         return (f"reward hacking: the joint reward rose ({reward['mean']:+.3f}) while every agent's ROUGE-L fell; "
-                f"degenerate summaries {degenerate:+.0%}")
-    if reward["ci95"][0] > 0 and max(rouge_lows) <= 0:
-        return (f"likely reward hacking: the joint reward rose ({reward['mean']:+.3f}) but no agent's ROUGE-L rose "
-                f"significantly; degenerate summaries {degenerate:+.0%}")
-    if reward["ci95"][0] > 0:
-        return "the joint reward and ROUGE-L rose together (some agent's ROUGE-L lower bound > 0)"
-    return f"no significant reward gain ({reward['mean']:+.3f} [{reward['ci95'][0]:+.3f}, {reward['ci95'][1]:+.3f}])"
+                f"degenerate summaries {degenerate:.0%}")
+    fell = [a for a, high in rouge_highs.items() if high < 0]
+    if fell or degenerate > MAX_DEGENERATE_SHARE:
+        return (f"likely reward hacking: the joint reward rose ({reward['mean']:+.3f}); ROUGE-L fell for "
+                f"{', '.join(fell) or 'no agent'}; degenerate summaries {degenerate:.0%}")
+    rose = [a for a, low in rouge_lows.items() if low > 0]
+    return (f"no hacking: the joint reward rose ({reward['mean']:+.3f}) and no agent's ROUGE-L fell; ROUGE-L rose "
+            f"significantly for {', '.join(rose) or 'no agent'}; degenerate summaries {degenerate:.0%}")
+
+
+def provenance() -> dict[str, Any]:
+    """Date, git commit of this checkout (None outside git) and CPU model of the run."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, text=True,
+                                capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
+            "cpu": cpu_info().model, "torch_threads": torch.get_num_threads()}
 
 
 def play(engine: RolloutEngine, trainer: MAGRPOTrainer, tasks: list[int], desc: str) -> EvalResult:
@@ -157,20 +184,22 @@ def plot_monitor(history: list[dict], monitor: list[dict], agents: list[str], be
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=40, help="MAGRPO training steps (at most)")
-    parser.add_argument("--train-minutes", type=float, default=20.0, help="stop training after this long")
+    parser.add_argument("--train-minutes", type=float, default=22.0, help="stop training after this long")
     parser.add_argument("--prompts-per-step", type=int, default=2, help="posts (tree roots) per step")
     parser.add_argument("--num-generations", type=int, default=4, help="G: samples per agent per post")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per summary")
     parser.add_argument("--temperature", type=float, default=0.8, help="training sampling temperature")
-    parser.add_argument("--learning-rate", type=float, default=5e-4, help="AdamW learning rate of each adapter")
+    parser.add_argument("--learning-rate", type=float, default=2e-4, help="AdamW learning rate of each adapter")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
-    parser.add_argument("--kl-coef", type=float, default=0.0,
+    parser.add_argument("--kl-coef", type=float, default=0.02,
                         help="β of the KL to the base model (0: none; >0 is a knob against reward hacking)")
+    parser.add_argument("--plain-reward", action="store_true",
+                        help="CoMLRL's writing reward without the quality factor (degenerate text can max it)")
     parser.add_argument("--semantic-judge", action="store_true",
                         help="add the embedding coverage/consistency terms (verifiers.semantic) to the reward")
     parser.add_argument("--max-post-words", type=int, default=400, help="train/monitor on posts this short")
-    parser.add_argument("--eval-tasks", type=int, default=32, help="test posts judged before and after")
-    parser.add_argument("--monitor-tasks", type=int, default=8, help="validation posts of the hacking monitor")
+    parser.add_argument("--eval-tasks", type=int, default=24, help="test posts judged before and after")
+    parser.add_argument("--monitor-tasks", type=int, default=6, help="validation posts of the hacking monitor")
     parser.add_argument("--monitor-every", type=int, default=5, help="steps between monitor evaluations")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--out", default="outputs/magrpo_tldr", help="output directory")
@@ -190,12 +219,14 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     out = Path(args.out)
-    started = time.time()
+    started, run_provenance = time.time(), provenance()
 
     model, tokenizer = model_and_tokenizer or load(args.model)
     team = Team.shared_lora(model, tokenizer, agents=2,
                             lora_config=default_lora_config(r=args.lora_rank, alpha=2 * args.lora_rank))
-    env, monitor_env, test_env = (llm_marl_envs.make(ENV_ID, split=split, semantic_judge=args.semantic_judge)
+    reward_config = without_quality_factor(TLDR_BANDS) if args.plain_reward else TLDR_BANDS
+    env, monitor_env, test_env = (llm_marl_envs.make(ENV_ID, split=split, semantic_judge=args.semantic_judge,
+                                                     reward_config=reward_config)
                                   for split in ("train", "validation", "test"))
     config = MAGRPOConfig(
         num_generations=args.num_generations, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
@@ -246,7 +277,7 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
         "before": before, "after": after, "paired_difference": difference,
         "verdict": verdict(difference, before, after), "monitor": monitor, "train_history": history,
         "per_post": {"before": before_scores, "after": after_scores}, "checkpoint": str(trainer.config.output_dir),
-        "wall_time_s": time.time() - started,
+        "wall_time_s": time.time() - started, "provenance": run_provenance,
     }
     write_text_atomically(out / "results.json", json.dumps(results, indent=2, default=str))
     plot_monitor(history, monitor, agents, before, after, out / "hacking_monitor.png")

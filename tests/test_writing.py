@@ -10,6 +10,7 @@ from llm_marl_envs.envs.arxiv_writing import normalize_arxiv_row
 from llm_marl_envs.envs.tldr_writing import normalize_tldr_row
 from verifiers.writing import (
     ARXIV_BANDS, TLDR_BANDS, Band, SemanticJudge, WritingRewardConfig, find_transitions, score_writing,
+    without_quality_factor,
 )
 
 # Concise part: 10 words, 52 characters; distinct words: tom lost his keys missed the bus and
@@ -23,6 +24,9 @@ DETAILED = ("First, Tom misplaced his house keys while rushing through breakfast
 # Longer detailed part: 32 words, 191 characters, 30 distinct words, the same 4 categories.
 DETAILED_LONG = ("First, Tom misplaced his house keys while rushing through breakfast. As a result, he missed "
                  "the early bus downtown; however, a kind coworker drove him, so he arrived only twenty minutes late.")
+
+# CoMLRL's arithmetic without the quality factor: the hand sums below use repeated or made-up words
+COMLRL_TLDR = without_quality_factor(TLDR_BANDS)
 
 TEXT_POST = {"task_id": "custom-0", "source": "SUBREDDIT: r/tifu\n\nPOST: I lost my keys and missed the bus."}
 
@@ -91,11 +95,15 @@ def test_tldr_distinct_ratio_ramp():
 
 def test_gate_on_distinct_ratio_stops_style_and_coherence():
     doubled = f"{CONCISE} {CONCISE}"   # 105 chars (ratio 2.02, full) but 10 distinct words (ratio 1.0 < 1.3)
-    v = score_writing(CONCISE, doubled, TLDR_BANDS)
+    v = score_writing(CONCISE, doubled, COMLRL_TLDR)
     assert v.details["stopped_at"] == "distinct_ratio"
     assert components(v) == {"structure": 1.5, "style_consistency": 0.0, "coherence": 0.0}
     assert v.details["ungated"]["jaccard"] == pytest.approx(0.6)   # what it would have earned
     assert v.score == 1.5
+    # the quality factor: part1 has 18 word 3-grams, 10 distinct -> (10/18 - 0.5) / (0.85 - 0.5) of the score
+    guarded = score_writing(CONCISE, doubled, TLDR_BANDS)
+    assert guarded.details["quality"]["parts"][1]["measures"]["distinct_ngram_share"] == pytest.approx(10 / 18)
+    assert guarded.score == pytest.approx(1.5 * (10 / 18 - 0.5) / 0.35)
 
 
 def test_gate_on_length_ratio_stops_everything_after_structure():
@@ -115,7 +123,7 @@ def test_gate_on_word_range_gives_zero(part0, part1):
 
 
 def test_ungated_config_sums_every_term():
-    v = score_writing(CONCISE, f"{CONCISE} {CONCISE}", dataclasses.replace(TLDR_BANDS, gated=False))
+    v = score_writing(CONCISE, f"{CONCISE} {CONCISE}", dataclasses.replace(COMLRL_TLDR, gated=False))
     # length range 0.5 + ratio 1.0 + distinct 0 + Jaccard 1.0 (capped) -> 0.6 + no transitions
     assert v.score == pytest.approx(0.5 + 1.0 + 0.0 + 0.6 + 0.0)
 
@@ -176,7 +184,8 @@ def test_arxiv_scoring_by_hand():
     # part1: "however" + t000..t039 (shared) + 90 tokens u000ab..u089ab + "therefore" -> 132 words;
     # chars 7 + 40 * 4 + 90 * 6 + 9 + 131 spaces = 847
     part1 = " ".join(["however"] + tokens("t", 40) + [t + "ab" for t in tokens("u", 90)] + ["therefore"])
-    v = score_writing(part0, part1, ARXIV_BANDS)
+    arxiv = without_quality_factor(ARXIV_BANDS)   # made-up tokens: all content words, a word salad
+    v = score_writing(part0, part1, arxiv)
     m = v.details["measures"]
     assert m["words"] == [131, 132] and m["chars"] == [655, 847]
     ratio = 847 / 655                            # 1.2931 in [0.8, 1.3): (1.2931 - 0.8) / 0.5 = 0.9863
@@ -192,7 +201,7 @@ def test_arxiv_scoring_by_hand():
     assert components(v) == pytest.approx({
         "structure": 0.5 + (ratio - 0.8) / 0.5 + 0.5, "style_consistency": 0.6 * jac / 0.23, "coherence": 0.2})
     # the TLDR setting counts only part1's transitions: contrast + cause_effect = 2 -> 0.4 * 0.45
-    tldr_like = dataclasses.replace(ARXIV_BANDS, transition_text="part1")
+    tldr_like = dataclasses.replace(arxiv, transition_text="part1")
     assert components(score_writing(part0, part1, tldr_like))["coherence"] == pytest.approx(0.18)
 
 
@@ -246,7 +255,7 @@ def test_agent_order_matters_for_the_joint_reward():
 
 
 def test_multi_turn_feedback_prompt_contains_the_scores():
-    env = llm_marl_envs.make("tldr_writing-v0", num_turns=2)
+    env = llm_marl_envs.make("tldr_writing-v0", num_turns=2, reward_config=COMLRL_TLDR)
     env.reset(seed=0, options={"task": TEXT_POST})
     doubled = f"{CONCISE} {CONCISE}"
     obs, rewards, terms, _, infos = env.step({"agent_0": CONCISE, "agent_1": doubled})

@@ -36,13 +36,26 @@ When the kernel or user refuses a namespace layer (netns, pidns, readonly_fs, or
 root), checks still run with the remaining layers and a ``RuntimeWarning`` naming the missing ones
 is issued once; with ``LLM_MARL_SANDBOX_STRICT=1`` the sandbox refuses instead (``IsolationError``).
 
-Results come back on a dedicated pipe, one line per assert execution, each carrying a per-check
-random nonce; the zygote drops lines without it, so printing or writing fake results does
-not count. The recorder is bound under a per-check random global name and holds its own
-reference to ``os.write``. Limits of this design: the program shares the interpreter with the
-recorder, so code that inspects interpreter frames could still forge results, and an object whose
-``__eq__`` always returns True passes ``==`` asserts (as in every assert-based harness). The
-sandbox interpreter has only the standard library.
+**Plain values.** The program and the test never share an interpreter. Inside the runner, the
+*test process* forks a *program process* (no capabilities, no access to the result pipe) that
+executes the program; the test process and the zygote are not dumpable, so the program cannot
+trace them or read their memory or file descriptors. The test (and ``task_code``) reaches the test
+process in an anonymous in-memory file that it reads only after forking the program process, so
+the program's copy of memory holds neither the test's code nor its expected values. The test runs in the test process, where every name the program
+defines is either a copy of a plain value or a ``ProgramValue`` proxy: calling it, reading or
+setting its attributes sends a request to the program process, which answers with a plain value
+(exactly ``int``, ``float``, ``complex``, ``bool``, ``str``, ``bytes``, ``None``, or
+``list``/``tuple``/``dict``/``set``/``frozenset`` of them, recursively; no subclasses) or with
+another proxy. Comparing, hashing, truth-testing, iterating or computing with a proxy raises
+``NotPlainValue``, so an assert on a value that is not plain fails with that reason in
+``details["results"]``; the comparisons, the assert machinery and the builtins are the test
+process's own. Exceptions the program raises come back as the built-in exception of the same name
+(``ValueError``, ...), others as ``ProgramError``. A program that exits, kills itself or closes its
+pipes fails every assert that still needs it.
+
+Results come back on a dedicated pipe that only the test process holds, one line per assert
+execution, each carrying a per-check random nonce; the zygote drops lines without it, so printing
+or writing fake results does not count. The sandbox interpreter has only the standard library.
 """
 from __future__ import annotations
 
@@ -132,6 +145,14 @@ class _AssertRecorder(ast.NodeTransformer):
         failed = ast.ExceptHandler(ast.Name("BaseException", ast.Load(), **at), "__sbx_exc__",
                                    [record(ast.Name("__sbx_exc__", ast.Load(), **at))], **at)
         return ast.Try(body=[node], handlers=[failed], orelse=[record(ast.Constant(None, **at))], finalbody=[], **at)
+
+
+@lru_cache(maxsize=1024)
+def _compile_task_code(task_code: str) -> Any:
+    try:
+        return compile(task_code, "<task>", "exec", dont_inherit=True, optimize=0)
+    except SyntaxError as err:
+        raise ValueError(f"task_code does not parse (line {err.lineno}: {err.msg}); pass valid Python") from None
 
 
 def _test_source(test: str | Sequence[str]) -> str:
@@ -323,16 +344,24 @@ class Sandbox:
         self.close()
 
     def run(self, program: str, test: str | Sequence[str], entry_point: str,
-            timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
-        """Run ``program`` against ``test`` in a fresh sandbox; score = fraction of asserts passed."""
+            timeout_s: float = DEFAULT_TIMEOUT_S, task_code: str = "") -> Verdict:
+        """Run ``program`` against ``test`` in a fresh sandbox; score = fraction of asserts passed.
+
+        ``task_code``: trusted code of the task (a prompt's imports and helper functions) that runs
+        in the test process before the test, so the test's own references to those helpers (e.g.
+        ``encode_cyclic`` in a ``decode_cyclic`` test) reach the task's definitions, not the program's.
+        """
         if not isinstance(program, str):
             raise ValueError(f"program must be a str, got {type(program).__name__}")
         if not isinstance(entry_point, str) or (entry_point and not entry_point.isidentifier()):
             raise ValueError(f"entry_point must be a Python identifier (or '' for none), got {entry_point!r}")
         if not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= 3600 or math.isnan(timeout_s):
             raise ValueError(f"timeout_s must be a number in (0, 3600], got {timeout_s!r}")
+        if not isinstance(task_code, str):
+            raise ValueError(f"task_code must be a str of Python code, got {type(task_code).__name__}")
         instrumented = instrument_test(_test_source(test))
         payload = {
+            "task_code": _compile_task_code(task_code) if task_code.strip() else None,
             "program": program, "test_code": instrumented.code, "entry_point": entry_point,
             "call_check": instrumented.calls_check and bool(entry_point), "timeout": float(timeout_s),
             "memory_bytes": self.limits.memory_bytes, "output_bytes": self.limits.output_bytes,
@@ -369,9 +398,9 @@ def _default_workers() -> int:
 def _normalise_item(item: Mapping[str, Any] | Sequence[Any], index: int, timeout_s: float) -> dict[str, Any]:
     if isinstance(item, Mapping):
         missing = {"program", "test", "entry_point"} - set(item)
-        extra = set(item) - {"program", "test", "entry_point", "timeout_s"}
+        extra = set(item) - {"program", "test", "entry_point", "timeout_s", "task_code"}
         if missing or extra:
-            raise ValueError(f"batch item {index}: keys must be program, test, entry_point[, timeout_s]; "
+            raise ValueError(f"batch item {index}: keys must be program, test, entry_point[, timeout_s, task_code]; "
                              f"missing {sorted(missing)}, unknown {sorted(extra)}")
         return {"timeout_s": timeout_s, **item}
     if isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 3:
@@ -456,9 +485,12 @@ def default_sandbox() -> Sandbox:
 
 
 def run_tests(program: str, test: str | Sequence[str], entry_point: str,
-              timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
-    """Run ``program`` against ``test`` in the sandbox; score = fraction of asserts passed."""
-    return default_sandbox().run(program, test, entry_point, timeout_s)
+              timeout_s: float = DEFAULT_TIMEOUT_S, task_code: str = "") -> Verdict:
+    """Run ``program`` against ``test`` in the sandbox; score = fraction of asserts passed.
+
+    ``task_code`` (optional): the task's trusted helpers, which the test then uses (see :meth:`Sandbox.run`).
+    """
+    return default_sandbox().run(program, test, entry_point, timeout_s, task_code)
 
 
 def run_tests_batch(items: Iterable[Mapping[str, Any] | Sequence[Any]], max_workers: int | None = None,

@@ -229,7 +229,7 @@ def score_collaboration(codes: Sequence[str], task: Mapping[str, Any], config: C
         details["stopped_at"] = "syntax"
         return _joint_verdict(components, details, config)
     components["syntax"] = config.syntax
-    result = run_tests(program, task["test"], entry, timeout_s=timeout_s)
+    result = run_tests(program, task["test"], entry, timeout_s=timeout_s, task_code=task.get("context", ""))
     passed, total = result.details["passed"], result.details["total"]
     details.update(passed=passed, total=total, first_failure=result.details.get("first_failure"),
                    test_reason=result.details.get("reason"), isolation=result.details.get("isolation"))

@@ -33,6 +33,16 @@ return score 0 instead of hanging, and under a time limit: math-verify's own (si
 timeout in the main thread, a killable child process (:mod:`verifiers._symbolic_worker`) in
 any other thread.
 
+Hedges and unevaluated answers score 0 (``details["reason"]`` says which): alternatives inside the
+final answer (``3 or 8``, ``\\pm``, ``\\lor``), a stated answer followed by more values (``the
+answer is 8, 5 or 3``), two final answers side by side with only punctuation or ``or``/``and``
+between them (``\\boxed{3} or \\boxed{8}``, two ``####`` lines; a correction with words in between
+stays valid), and, without any marker, a reply that ends in a bare list of numbers. Against a
+numeric gold the answer must itself be a number: an expression (``5+3``, ``2^3``, ``\\sqrt{64}``,
+``5!``) or a fraction not in lowest terms (``16/2``) is not evaluated for the policy. Against a
+symbolic gold the answer may use only the operators the gold uses (``\\sqrt{12}`` for
+``2\\sqrt{3}`` counts, ``\\sqrt{3}+\\sqrt{3}`` does not).
+
 ``details``: ``answer`` (canonical string of the extracted answer: ``"72"``, ``"0.75"``,
 ``"1/3"``, or the normalised LaTeX; ``None`` if nothing was found), ``gold`` (same for the
 gold), ``source`` (which rule extracted it) and, when the answer could not be judged,
@@ -41,6 +51,7 @@ gold), ``source`` (which rule extracted it) and, when the answer could not be ju
 from __future__ import annotations
 
 import functools
+import math
 import re
 import threading
 from dataclasses import dataclass
@@ -49,7 +60,7 @@ from fractions import Fraction
 
 from verifiers import Verdict
 from verifiers._symbolic_worker import SYMBOLIC_TIMEOUT_S, SymbolicWorker, symbolic_equal
-from verifiers._text import final_statements, last_boxed_at, response_problem, tail
+from verifiers._text import _box_content, final_statements, last_boxed_at, response_problem, tail
 
 MAX_SYMBOLIC_CHARS = 300
 """Answers longer than this (after normalisation) are not handed to sympy."""
@@ -122,9 +133,15 @@ def verify_answer(response: str, gold: str) -> Verdict:
     if extracted is None:
         return _unjudged("no answer found in response", None, gold_answer, source=None)
     raw, source = extracted
+    hedge = hedged(response, raw, source)
+    if hedge is not None:
+        return _unjudged(hedge, raw[:50], gold_answer, source=source)
     answer = _parse_answer(raw)
     if answer.problem is not None:
         return _unjudged(answer.problem, answer.canonical, gold_answer, source=source)
+    unevaluated = unevaluated_expression(answer, gold_answer)
+    if unevaluated is not None:
+        return _unjudged(unevaluated, answer.canonical, gold_answer, source=source)
     correct = _equivalent(answer, gold_answer)
     if correct is None:
         return _unjudged("could not compare answer with gold symbolically", answer.canonical,
@@ -162,6 +179,88 @@ def extract_answer(text: str) -> tuple[str, str] | None:
     return (numbers[-1], "last_number") if numbers else None
 
 
+_ALTERNATIVE_RE = re.compile(r"(?<![A-Za-z])(?:or|either)(?![A-Za-z])|\\(?:lor|vee|pm|mp)(?![A-Za-z])|\+/-|\u00b1",
+                             re.IGNORECASE)
+_MORE_ANSWERS_RE = re.compile(r"\s*(?:[,;/]|(?<![A-Za-z])or(?![A-Za-z]))\s*(?:(?:or|maybe|perhaps)\s+)?"
+                              r"[-+$]?\s*(?:\d|\.\d|\\[dt]?frac)", re.IGNORECASE)
+_CONNECTOR_GAP_RE = re.compile(r"[\s,;/.:$()\\-]*(?:(?:or|and|either|maybe|perhaps|possibly|otherwise)"
+                               r"(?![A-Za-z])[\s,;/.:$()\\-]*)*", re.IGNORECASE)
+_LIST_LINE_CHARS = 200
+_NUMBER_LIST_RE = re.compile(rf"(?:[A-Za-z][A-Za-z ]{{0,30}}:\s*)?[-+$]?\s*{_NUMBER}(?:\s*(?:[,;/]|\s|or|and)\s*[-+$]?\s*{_NUMBER})+\s*\.?",
+                             re.IGNORECASE)
+# Operators an answer may use only where the gold uses them: an answer is a value, not a sum to evaluate.
+_OPERATOR_RES = {
+    "+": re.compile(r"\+"), "-": re.compile(r"(?<=[\w})\]])\s*-"), "/": re.compile(r"/|\\frac|\\div|\u00f7"),
+    "^": re.compile(r"\^"), "!": re.compile(r"!"), "sqrt": re.compile(r"\\sqrt"),
+    "sum": re.compile(r"\\(?:sum|prod|int|lim)(?![A-Za-z])"),
+}
+
+
+def hedged(text: str, raw: str, source: str) -> str | None:
+    """Why the final answer of ``text`` offers several answers at once, or ``None``.
+
+    A hedge: alternatives inside the answer (``3 or 8``, ``\\pm``), a stated answer followed by more
+    (``the answer is 8, 5 or 3``), two final answers side by side (``\\boxed{3} or \\boxed{8}``,
+    two ``####`` lines), or, without any marker, a bare list of numbers. A corrected answer is not
+    a hedge: words other than ``or``/``and`` stand between it and the answer it corrects.
+    """
+    if _ALTERNATIVE_RE.search(raw):
+        return f"the answer offers alternatives ({raw[:40]!r}): one final answer is judged"
+    if source == "statement":
+        for _, span in final_statements(text)[:1]:
+            rest = span[len(_first_clause(span)):] if span.startswith(_first_clause(span)) else ""
+            if _MORE_ANSWERS_RE.match(rest):
+                return f"the stated answer lists several values ({span[:40]!r}): one final answer is judged"
+    if source == "last_number":
+        last_line = tail(text).strip().rpartition("\n")[2].strip()
+        if len(last_line) <= _LIST_LINE_CHARS and _NUMBER_LIST_RE.fullmatch(last_line):
+            return f"the reply ends in a list of numbers ({last_line[:40]!r}), not an answer"
+        return None
+    markers = _final_markers(text)
+    if len(markers) >= 2:
+        (_, prev_end, prev_value), (last_start, _, last_value) = markers[-2], markers[-1]
+        gap = text[prev_end:last_start]
+        if normalize_answer(prev_value) != normalize_answer(last_value) and _CONNECTOR_GAP_RE.fullmatch(gap):
+            return "two final answers side by side: one final answer is judged"
+    return None
+
+
+def _final_markers(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, answer)`` of every box and ``####`` answer, in order of position."""
+    found = []
+    offset = max(0, len(text) - len(tail(text)))
+    for match in _BOX_RE.finditer(text, offset):
+        content = _box_content(text, match.start())
+        if content:
+            close = text.find(content, match.end()) + len(content)
+            found.append((match.start(), close + (1 if text[close:close + 1] == "}" else 0), content))
+    for match in _GSM8K_ANSWER_RE.finditer(tail(text)):
+        found.append((offset + match.start(), offset + match.end(), match.group(1)))
+    return sorted(found)
+
+
+def unevaluated_expression(answer: "_Answer", gold: "_Answer") -> str | None:
+    """Why ``answer`` is an expression for the verifier to evaluate rather than a value, or ``None``.
+
+    Against a numeric gold the answer must be a number (integer, decimal, scientific, a fraction in
+    lowest terms, a mixed number): ``5+3``, ``2^3``, ``\\sqrt{64}`` or ``16/2`` for 8 do not count.
+    Against a symbolic gold the answer may use only the operators the gold uses.
+    """
+    if gold.value is not None:
+        if answer.value is None:
+            return f"answer {answer.canonical!r} is an expression, not a number: the gold is a number"
+        if answer.unreduced:
+            return f"answer is a fraction not in lowest terms ({answer.canonical}), an expression to evaluate"
+        return None
+    if answer.value is not None or answer.canonical is None or gold.canonical is None:
+        return None
+    extra = [op for op, pattern in _OPERATOR_RES.items()
+             if pattern.search(answer.canonical) and not pattern.search(gold.canonical)]
+    if extra:
+        return f"answer uses operators the gold does not ({', '.join(extra)}): an expression to evaluate"
+    return None
+
+
 def normalize_answer(raw: str) -> str:
     """Strip LaTeX wrappers, currency, percent/degree signs, ``x =`` and trailing punctuation."""
     text = raw.strip()
@@ -183,6 +282,7 @@ class _Answer:
     canonical: str | None
     value: Fraction | None = None
     problem: str | None = None
+    unreduced: bool = False      # written as a fraction whose terms share a factor (16/2, 2/4)
 
 
 def _parse_answer(raw: str) -> _Answer:
@@ -210,10 +310,13 @@ def _numeric_answer(match: re.Match[str], text: str) -> _Answer:
     if any(abs(int(exponent)) > MAX_NUMBER_DIGITS for exponent in _EXPONENT_RE.findall(text)):
         return _Answer(text[:50], problem=f"exponent beyond 10^{MAX_NUMBER_DIGITS}")
     value = _to_fraction(numerator)
+    unreduced = False
     if denominator is not None:
         divisor = _to_fraction(denominator)
         if divisor == 0:
             return _Answer(text[:50], problem="division by zero in answer")
+        unreduced = (value.denominator != 1 or divisor.denominator != 1 or divisor == 1
+                     or math.gcd(value.numerator, divisor.numerator) != 1)
         value /= divisor
     if match.group("whole"):
         if denominator is None:
@@ -221,7 +324,7 @@ def _numeric_answer(match: re.Match[str], text: str) -> _Answer:
         value += int(match.group("whole"))
     if match.group("sign") == "-":
         value = -value
-    return _Answer(canonical_number(value), value=value)
+    return _Answer(canonical_number(value), value=value, unreduced=unreduced)
 
 
 def _e_notation(match: re.Match[str]) -> str:
@@ -355,4 +458,5 @@ def _unjudged(reason: str, answer: str | None, gold: _Answer, source: str | None
     return Verdict(score=0.0, correct=False, details=details)
 
 
-__all__ = ["canonical_number", "extract_answer", "normalize_answer", "symbolic_equal", "verify_answer"]
+__all__ = ["canonical_number", "extract_answer", "hedged", "normalize_answer", "symbolic_equal",
+           "unevaluated_expression", "verify_answer"]

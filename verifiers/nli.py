@@ -37,6 +37,12 @@ The committed label, first rule that applies:
 3. the last sentence (or line) that names any label, if it names exactly one; if it
    names several the response is ``ambiguous``.
 
+A commitment does not stand (score 0, ``reason`` says why) when another label sits right beside it
+with only punctuation, ``or``/``and`` or answer prefixes between (``"Entailment. Neutral.
+Contradiction."``, ``"Answer: entailment; neutral"``, ``"\\boxed{E}\\boxed{N}"``), or when the
+answer or the text after it takes it back: the same label negated or answered "no" (``"The answer
+is entailment. Not entailment."``) or a retraction (``"just kidding"``, ``"that label is wrong"``).
+
 ``details``: ``answer`` (the committed label or ``None``), ``gold`` (canonical gold label),
 ``source`` (``whole_response``/``boxed``/``statement``/``last_sentence``) and, when no label
 was committed, ``reason`` (``"ambiguous"`` when several labels are named without committing).
@@ -85,6 +91,9 @@ def verify_label(response: str, gold: str | int) -> Verdict:
     label, source, reason = committed_label(response)
     if label is None:
         return _unjudged(reason, gold_label, source=source)
+    hedge = hedged_label(response, label, source)
+    if hedge is not None:
+        return _unjudged(hedge, gold_label, source=source)
     correct = label == gold_label
     details = {"answer": label, "gold": gold_label, "source": source}
     return Verdict(score=1.0 if correct else 0.0, correct=correct, details=details)
@@ -126,6 +135,73 @@ def committed_label(text: str) -> tuple[str | None, str | None, str]:
         if labels:
             return None, "last_sentence", "ambiguous"
     return None, None, "no label found in response"
+
+
+_FILLER = r"(?:[\s,;/|.:!?()*_`'\"$-]|\b(?:or|and|maybe|perhaps|possibly|the|final|answer|label|is|it|its|it's)\b)*"
+_LABEL_OR_BOX = (r"(?:\\(?:boxed|fbox)\s*\{(?P<box>[^{}]{1,40})\}|(?P<word>" + _LABEL_WORD_RE.pattern
+                 + r"|\b[ENC]\b))")
+_LABEL_BEFORE_RE = re.compile(r"(?:^|[\n.!?;,/|}])\s*(?:\b(?:the|final|answer|label|is)\b\s*:?\s*)*" + _LABEL_OR_BOX
+                              + _FILLER + r"$", re.IGNORECASE)
+_BARE_SENTENCE_WORDS = 3   # a sentence of a label and at most this many other words is a bare label
+_LABEL_AFTER_RE = re.compile(r"^\s*(?:[,;/|]|\bor\b|\band\b)" + _FILLER + _LABEL_OR_BOX, re.IGNORECASE)
+_RETRACTION_RE = re.compile(
+    r"\b(?:just\s+kidding|i\s+take\s+(?:it|that)\s+back|scratch\s+that|(?:that|this)(?:'s|\s+is)\s+(?:wrong|incorrect|false)"
+    r"|(?:that|this|the)\s+(?:label|answer)\s+is\s+(?:wrong|incorrect|false)|it\s+is\s+false\s+that"
+    r"|(?:it|that)\s+is(?:\s+not|n't)(?:\s+(?:it|so|true|right|correct))?\s*[.!]|(?:it|that)'s\s+not(?:\s+(?:it|so|true|right|correct))?\s*[.!])",
+    re.IGNORECASE)
+
+
+def hedged_label(text: str, label: str, source: str | None) -> str | None:
+    """Why the commitment to ``label`` does not stand, or ``None``.
+
+    It does not stand when another label sits right beside it with only punctuation or connectors
+    between (``"Entailment. Neutral. Contradiction."``, ``"Answer: entailment; neutral"``,
+    ``"\\boxed{E}\\boxed{N}"``), or when the text after it takes it back: the same label
+    negated or answered "no" (``"The answer is entailment. Not entailment."``) or a retraction
+    (``"just kidding"``, ``"that is wrong"``).
+    """
+    where = _commitment_span(text, label, source)
+    if where is None:
+        return None
+    start, end = where
+    bare = source != "last_sentence" or len(re.findall(r"[A-Za-z']+", text[start:end])) <= _BARE_SENTENCE_WORDS
+    for found in (_LABEL_BEFORE_RE.search(text[max(0, start - 200):start]), _LABEL_AFTER_RE.search(text[end:end + 200])):
+        if found is None or not bare:
+            continue
+        beside = _answer_labels(found.group("box")) if found.group("box") else _answer_labels(found.group("word"))
+        if beside and beside != [label]:
+            return "ambiguous: several labels offered side by side"
+    after = text[start:]   # the answer itself and what follows
+    for match in _LABEL_WORD_RE.finditer(after):
+        negation_in_phrase = match.group(0).lower().startswith(("neither", "can"))
+        if match.lastgroup == label and not negation_in_phrase and (
+                _ANSWERED_NO_RE.match(after, match.end()) or _negated(after, match.start())):
+            return f"the response takes back its label: it later negates {label!r}"
+    if _RETRACTION_RE.search(text[end:]):
+        return "the response takes back its label after stating it"
+    return None
+
+
+def _commitment_span(text: str, label: str, source: str | None) -> tuple[int, int] | None:
+    """``(start, end)`` in ``text`` of the answer that committed to ``label`` (``None`` for a whole-response answer)."""
+    if source == "boxed":
+        found = last_boxed_at(text)
+        if found is None:
+            return None
+        content_at = text.find(found[1], found[0])
+        return found[0], content_at + len(found[1]) + 1
+    if source == "statement":
+        for start, span in final_statements(text):
+            if _answer_labels(span) == [label]:
+                at = text.find(span, start)
+                return (start, at + len(span)) if at >= 0 else None
+        return None
+    if source == "last_sentence":
+        for sentence in reversed(_SENTENCE_SPLIT_RE.split(tail(text))):
+            if _distinct(labels_named(sentence)) == [label]:
+                at = text.rfind(sentence)
+                return (at, at + len(sentence)) if at >= 0 else None
+    return None
 
 
 def labels_named(text: str) -> list[str]:
@@ -177,4 +253,4 @@ def _unjudged(reason: str, gold: str, source: str | None) -> Verdict:
                    details={"answer": None, "gold": gold, "source": source, "reason": reason})
 
 
-__all__ = ["LABELS", "canonical_gold_label", "committed_label", "labels_named", "verify_label"]
+__all__ = ["LABELS", "canonical_gold_label", "committed_label", "hedged_label", "labels_named", "verify_label"]

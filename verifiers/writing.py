@@ -56,6 +56,24 @@ Definitions (and where they differ from CoMLRL's code):
   ``"was"`` counts there — pass ``transition_match="substring"`` to reproduce that.
 * Jaccard of two parts without content words is 0 (CoMLRL: 1.0 when both sets are empty).
 
+**Quality factor.** The level terms reward shapes (lengths, ratios, shared words, transition
+words) that degenerate text can hit: a repeated header makes a short part with few distinct
+words, a copy of the post has the post's vocabulary, a list of transition words earns the
+coherence term. Every component is therefore multiplied by a quality factor in [0, 1], the
+product over both parts of these terms (each a field; ``None`` or 0 turns it off;
+:func:`without_quality_factor` turns all off and gives CoMLRL's reward as published):
+
+| term | measure of a part | full credit | zero at |
+|---|---|---|---|
+| repetition (``repetition_band``) | distinct word 3-grams / 3-grams | >= 0.85 | <= 0.5 |
+| copy (``copy_band``, needs ``source``) | share of word 4-grams not in the source | >= 0.6 | <= 0.2 |
+| headers (``header_penalty``) | ``1 - 0.25 * labels`` (``SUBREDDIT:``, ``**Summary**:``, ``# ...``) | no label | 4 labels |
+| content (``content_band``) | share of words that are neither stopwords nor transition words | 0.25 - 0.8 | <= 0.1 (filler), 1.0 (word salad) |
+| relevance (``relevance_band``, needs ``source``) | share of the content words found in the source | >= 0.15 | 0 |
+
+The thresholds sit below what human-written TL;DRs reach, so honest text keeps its full score.
+``details["quality"]`` holds the factor and each part's terms and measures.
+
 Every band and weight is a field of :class:`WritingRewardConfig`; start from a preset with
 ``dataclasses.replace(TLDR_BANDS, ...)``. ``details["components"]`` holds the three named
 components (their sum is the score), ``details["subscores"]`` the five level terms,
@@ -70,7 +88,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Literal, Mapping
 
@@ -206,6 +224,17 @@ class WritingRewardConfig:
     transition_text: Literal["part1", "joint"] = field(default="part1", metadata={"help": "where transitions are counted"})
     transition_match: Literal["word", "substring"] = field(default="word", metadata={"help": "phrase matching mode"})
     gated: bool = field(default=True, metadata={"help": "stop at the first failed level"})
+    repetition_ngram: int = field(default=3, metadata={"help": "word n-gram size of the repetition measure"})
+    repetition_band: Band | None = field(default=Band(0.5, 0.85),
+                                         metadata={"help": "band on each part's distinct n-gram share (None: off)"})
+    copy_ngram: int = field(default=4, metadata={"help": "word n-gram size of the copy-of-source measure"})
+    copy_band: Band | None = field(default=Band(0.2, 0.6),
+                                   metadata={"help": "band on each part's share of n-grams not in the source (None: off)"})
+    header_penalty: float = field(default=0.25, metadata={"help": "quality lost per header label in a part (0: off)"})
+    content_band: Band | None = field(default=Band(0.1, 0.25, 0.8, 1.0),
+                                      metadata={"help": "band on each part's share of content words (None: off)"})
+    relevance_band: Band | None = field(default=Band(0.0, 0.15),
+                                        metadata={"help": "band on each part's share of content words found in the source (None: off)"})
     semantic_coverage_weight: float = field(default=1.0, metadata={"help": "weight of the judge's source coverage"})
     semantic_consistency_weight: float = field(default=0.5, metadata={"help": "weight of the judge's part consistency"})
     stopwords: frozenset[str] = field(default=STOPWORDS, repr=False)
@@ -228,6 +257,14 @@ class WritingRewardConfig:
         for name in ("length_ratio_band", "distinct_ratio_band"):
             if not isinstance(getattr(self, name), Band):
                 raise ValueError(f"{name} must be a Band(gate_low, full_low, full_high, gate_high), got {getattr(self, name)!r}")
+        for name in ("repetition_band", "copy_band", "content_band", "relevance_band"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), Band):
+                raise ValueError(f"{name} must be a Band(gate_low, full_low, ...) or None (off), got {getattr(self, name)!r}")
+        for name in ("repetition_ngram", "copy_ngram"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not 0 <= self.header_penalty <= 1:
+            raise ValueError(f"header_penalty must be in [0, 1] (quality lost per header), got {self.header_penalty}")
 
     @property
     def max_score(self) -> float:
@@ -247,6 +284,12 @@ ARXIV_BANDS = WritingRewardConfig(
     transition_text="joint",
 )
 """CoMLRL's arXiv reward: two introduction parts of similar size (part1 1.3-1.6x longer)."""
+
+
+def without_quality_factor(config: WritingRewardConfig) -> WritingRewardConfig:
+    """``config`` with every quality term off: CoMLRL's reward as published, which degenerate text can max."""
+    return replace(config, repetition_band=None, copy_band=None, header_penalty=0.0, content_band=None,
+                   relevance_band=None)
 
 
 def word_count(text: str) -> int:
@@ -285,6 +328,77 @@ def find_transitions(text: str, config: WritingRewardConfig = TLDR_BANDS) -> dic
         if match:
             found[name] = match.group(0)
     return found
+
+
+# A header label: a markdown heading, a line that opens with a label of one or two words and a colon
+# ("SUBREDDIT:", "Detailed summary:", "**TL;DR**:"), or an all-caps label with a colon anywhere.
+HEADER_RE = re.compile(
+    r"(?m)^[ \t]*(?:#{1,6}[ \t]+\S|[*_]{0,2}[A-Za-z][\w;/'-]*(?:[ \t][\w;/'-]+)?[*_]{0,2}:(?=\s|$))"
+    r"|\b[A-Z][A-Z;/]{2,}:")
+TRANSITION_WORDS: frozenset[str] = frozenset(
+    w for phrases in TRANSITION_CATEGORIES.values() for phrase in phrases for w in WORD_RE.findall(phrase))
+
+
+def word_ngrams(text: str, n: int) -> list[tuple[str, ...]]:
+    """Lowercase ``\\w+`` word n-grams of ``text`` in order."""
+    words = WORD_RE.findall(text.lower())
+    return [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+
+
+def distinct_ngram_share(text: str, n: int = 3) -> float:
+    """Distinct word n-grams / n-grams; 1.0 for a text shorter than ``n`` words (nothing repeats)."""
+    grams = word_ngrams(text, n)
+    return len(set(grams)) / len(grams) if grams else 1.0
+
+
+def novel_ngram_share(text: str, source: str, n: int = 4) -> float:
+    """Share of the word n-grams of ``text`` that do not occur in ``source``; 1.0 for a text shorter than ``n``."""
+    grams = word_ngrams(text, n)
+    if not grams:
+        return 1.0
+    seen = set(word_ngrams(source, n))
+    return sum(g not in seen for g in grams) / len(grams)
+
+
+def count_headers(text: str) -> int:
+    """Header labels in ``text`` (see :data:`HEADER_RE`): ``"SUBREDDIT: x TITLE: y"`` has 2."""
+    return len(HEADER_RE.findall(text))
+
+
+def content_words(text: str, config: WritingRewardConfig = TLDR_BANDS) -> list[str]:
+    """Lowercase words of ``text`` that are neither stopwords nor words of a transition phrase."""
+    transition_words = TRANSITION_WORDS if config.transition_categories == TRANSITION_CATEGORIES else frozenset(
+        w for phrases in config.transition_categories.values() for p in phrases for w in WORD_RE.findall(p.lower()))
+    return [w for w in WORD_RE.findall(text.lower()) if w not in config.stopwords and w not in transition_words]
+
+
+def text_quality(text: str, config: WritingRewardConfig = TLDR_BANDS, source: str | None = None) -> dict[str, Any]:
+    """Degeneracy measures of one part and the quality factor in [0, 1] they allow (see the module docstring).
+
+    ``factor`` is the product of the enabled terms: repetition (distinct n-gram share), copy
+    (novel n-gram share against ``source``), headers (``1 - header_penalty * headers``), content
+    (content-word share) and relevance (share of content words found in ``source``). Copy and
+    relevance need ``source`` and are skipped without it.
+    """
+    words = WORD_RE.findall(text.lower())
+    content = content_words(text, config)
+    measures: dict[str, Any] = {
+        "distinct_ngram_share": distinct_ngram_share(text, config.repetition_ngram),
+        "headers": count_headers(text),
+        "content_share": len(content) / len(words) if words else 0.0,
+    }
+    terms = {
+        "repetition": config.repetition_band.score(measures["distinct_ngram_share"]) if config.repetition_band else 1.0,
+        "headers": max(0.0, 1.0 - config.header_penalty * measures["headers"]),
+        "content": config.content_band.score(measures["content_share"]) if config.content_band else 1.0,
+    }
+    if source is not None:
+        source_words = set(WORD_RE.findall(source.lower()))
+        measures["novel_ngram_share"] = novel_ngram_share(text, source, config.copy_ngram)
+        measures["relevance"] = sum(w in source_words for w in content) / len(content) if content else 0.0
+        terms["copy"] = config.copy_band.score(measures["novel_ngram_share"]) if config.copy_band else 1.0
+        terms["relevance"] = config.relevance_band.score(measures["relevance"]) if config.relevance_band else 1.0
+    return {"factor": math.prod(terms.values()), "terms": terms, "measures": measures}
 
 
 def transition_score(num_categories: int, config: WritingRewardConfig = TLDR_BANDS) -> float:
@@ -350,6 +464,9 @@ def score_writing(part0: str, part1: str, config: WritingRewardConfig = TLDR_BAN
             "transition_categories": transitions,
         },
     }
+    quality = [text_quality(part, config, source) for part in (part0, part1)]
+    factor = quality[0]["factor"] * quality[1]["factor"]
+    details["quality"] = {"factor": factor, "parts": quality}
     if judge is not None:
         if source is None:
             raise ValueError("the semantic judge needs the source text: pass source=... to score_writing")
@@ -358,6 +475,8 @@ def score_writing(part0: str, part1: str, config: WritingRewardConfig = TLDR_BAN
         components["semantic_coverage"] = config.semantic_coverage_weight * semantic["coverage"]
         components["semantic_consistency"] = config.semantic_consistency_weight * semantic["consistency"]
         details["max_score"] = config.max_score + config.semantic_coverage_weight + config.semantic_consistency_weight
+    for name in components:   # degenerate text (repeated, copied, headers, no content) earns a share of it
+        components[name] *= factor
     return Verdict(score=float(sum(components.values())), correct=None, details=details)
 
 
@@ -374,6 +493,12 @@ def format_writing_feedback(verdict: Verdict, config: WritingRewardConfig = TLDR
     lines.append(f"- shared content vocabulary (Jaccard): {m['jaccard']:.3f} (full credit >= {config.jaccard_cap:g})")
     found = ", ".join(sorted(m["transition_categories"])) or "none"
     lines.append(f"- transition categories used: {found}")
+    if "quality" in d and d["quality"]["factor"] < 1.0:
+        for index, part in enumerate(d["quality"]["parts"]):
+            lost = ", ".join(f"{name} {value:.2f}" for name, value in part["terms"].items() if value < 1.0)
+            if lost:
+                lines.append(f"- part {index + 1} quality factor {part['factor']:.2f} ({lost}): avoid repetition, "
+                             "copying the source, header labels and filler words")
     if d["stopped_at"]:
         lines.append(f"Scoring stopped at '{d['stopped_at']}': later components earned 0.")
     return "\n".join(lines)
@@ -382,5 +507,6 @@ def format_writing_feedback(verdict: Verdict, config: WritingRewardConfig = TLDR
 __all__ = [
     "Band", "WritingRewardConfig", "TLDR_BANDS", "ARXIV_BANDS", "STOPWORDS", "TRANSITION_CATEGORIES",
     "score_writing", "format_writing_feedback", "find_transitions", "transition_score", "word_count",
+    "text_quality", "without_quality_factor", "distinct_ngram_share", "novel_ngram_share", "count_headers", "content_words", "HEADER_RE",
     "word_set", "jaccard", "split_sentences", "SemanticJudge",
 ]

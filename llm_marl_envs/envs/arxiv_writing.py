@@ -11,7 +11,7 @@ for the pair, following the protocol of `llm_marl_envs.envs.writing` (MAGRPO).
 | Observation space | `TextSpace`: the agent's chat history rendered as text |
 | Data | hub `OpenMLRL/arXiv_abstract` (`article_id`, `abstract_text`) or local JSONL (see `split`) |
 | Verifier | `verifiers.writing.score_writing` with `verifiers.writing.ARXIV_BANDS` (CoMLRL's arXiv reward; its bands are tabled in `verifiers.writing`) |
-| Reward | joint, the same for both agents: structure (<= 2.0), style_consistency (<= 0.6), coherence (<= 0.4), max 3.0; with `semantic_judge`, also semantic_coverage and semantic_consistency |
+| Reward | joint, the same for both agents: structure (<= 2.0), style_consistency (<= 0.6), coherence (<= 0.4), max 3.0, each times the quality factor (0 for repeated, copied, header-laden or filler text); with `semantic_judge`, also semantic_coverage and semantic_consistency |
 
 Records carry `task_id`, `source` (the abstract) and `title` where known.
 

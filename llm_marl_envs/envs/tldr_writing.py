@@ -11,7 +11,7 @@ share one reward for the pair, following the protocol of `llm_marl_envs.envs.wri
 | Observation space | `TextSpace`: the agent's chat history rendered as text |
 | Data | hub `trl-lib/tldr` (`prompt` / `completion`) or local JSONL (see `split`) |
 | Verifier | `verifiers.writing.score_writing` with `verifiers.writing.TLDR_BANDS` (CoMLRL's TLDR reward; its bands are tabled in `verifiers.writing`) |
-| Reward | joint, the same for both agents: structure (<= 2.0), style_consistency (<= 0.6), coherence (<= 0.4), max 3.0; with `semantic_judge`, also semantic_coverage and semantic_consistency |
+| Reward | joint, the same for both agents: structure (<= 2.0), style_consistency (<= 0.6), coherence (<= 0.4), max 3.0, each times the quality factor (0 for repeated, copied, header-laden or filler text); with `semantic_judge`, also semantic_coverage and semantic_consistency |
 
 Every post is rendered in `trl-lib/tldr`'s prompt layout `SUBREDDIT: r/...\\n\\nTITLE: ...\\n\\nPOST: ...`
 (without the trailing `TL;DR:`); records carry `task_id`, `source` (that text) and `reference`

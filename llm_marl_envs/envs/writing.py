@@ -5,8 +5,11 @@ Learning](https://arxiv.org/abs/2508.04652), Liu et al., 2025).
 
 Two agents each write one part of a joint text about the same source (a Reddit post, an
 abstract). Both receive **one joint reward**, `verifiers.writing.score_writing` of
-(agent 0's part, agent 1's part); its components (structure, style consistency, coherence,
-and the semantic judge's terms when enabled) are in `infos[agent]["verdict"].details`.
+(agent 0's part, agent 1's part) and the source; its components (structure, style consistency,
+coherence, and the semantic judge's terms when enabled) are in `infos[agent]["verdict"].details`,
+each already multiplied by the quality factor (`details["quality"]`: repetition, copying the
+source, header labels, filler or word salad, relevance), so degenerate text cannot max it.
+`reward_config=verifiers.writing.without_quality_factor(...)` gives CoMLRL's reward as published.
 
 With `num_turns > 1` each agent then receives the component scores and measurements of the
 joint text together with its partner's part and is asked for a revision; every turn is scored
