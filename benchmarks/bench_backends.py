@@ -34,9 +34,9 @@ short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch o
 
 import torch  # noqa: E402
 
+from llm_marl.backends import load_policy  # noqa: E402
 from llm_marl.benchmark import BenchConfig, run_benchmark  # noqa: E402
 from llm_marl.hardware import free_cores  # noqa: E402
-from llm_marl.backends import load_policy  # noqa: E402
 
 
 def episodes_per_second(config: BenchConfig, policy) -> tuple[float, float, dict]:

@@ -61,8 +61,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 # Ours runs as the `llm-marl` CLI runs it: the library's OpenMP wait (a short spin, set before torch loads).
 # The peer runs in the environment the user started this script in: a wait policy costs comlrl ~20-35% on

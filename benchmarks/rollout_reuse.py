@@ -44,10 +44,10 @@ short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch o
 import torch  # noqa: E402
 
 import llm_marl_envs  # noqa: E402
+from llm_marl.backends import llamacpp_weights  # noqa: E402
 from llm_marl.backends.hf import HFPolicy  # noqa: E402
 from llm_marl.backends.llamacpp import LlamaCppPolicy  # noqa: E402
 from llm_marl.backends.prefix_cache import CacheStats  # noqa: E402
-from llm_marl.backends import llamacpp_weights  # noqa: E402
 from llm_marl.models import load, tiny_model  # noqa: E402
 from llm_marl.policy import SamplingParams  # noqa: E402
 from llm_marl.rollout import RolloutEngine  # noqa: E402

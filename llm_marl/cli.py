@@ -19,8 +19,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
@@ -73,8 +74,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run (or resume) a benchmark, or several baselines on the same tasks, and write the report."""
     from .benchmark import BenchConfig, run_benchmark
     from .compare import compare_baselines, format_comparison, parse_baselines
-    from .team_checkpoint import (check_base_models, check_models, find_checkpoint, manifest_models, read_manifest,
-                                  relocate_base)
+    from .team_checkpoint import (
+        check_base_models,
+        check_models,
+        find_checkpoint,
+        manifest_models,
+        read_manifest,
+        relocate_base,
+    )
 
     models = [m.strip() for m in args.models.split(",")] if args.models else [args.model or DEFAULT_MODEL]
     # --model with --models is refused by argparse (a mutually exclusive group)
@@ -121,7 +128,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def format_summary(summary: dict[str, Any], out: Path) -> str:
     """A few lines for the terminal: headline metrics and where the report is."""
     from .benchmark import REPORT_FILE
-    from .report import REPORT_HTML as HTML_REPORT, format_ci as _fmt
+    from .report import REPORT_HTML as HTML_REPORT
+    from .report import format_ci as _fmt
 
     turns = ", ".join(_fmt(e) for e in summary["accuracy_per_turn"])
     lines = [f"{summary['env_id']} | {summary['baseline']} | {', '.join(summary['models'])} | "

@@ -43,7 +43,7 @@ def _probe_line() -> str:
     """The cached probe verdict for the embedded model's llama.cpp weights (its F16 conversion), without probing."""
     if probe_disabled():
         return f"skipped ({PROBE_ENV}={os.environ[PROBE_ENV]})"
-    from .backends import EMBEDDED_LLAMACPP_WEIGHTS   # imports torch: only when the report is made
+    from .backends import EMBEDDED_LLAMACPP_WEIGHTS  # imports torch: only when the report is made
 
     choice = llamacpp_extra_buffers(cpu_info().flags)
     try:

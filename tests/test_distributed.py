@@ -15,12 +15,27 @@ from accelerate.utils import DistributedType
 from safetensors.torch import load_file
 
 from llm_marl.models import tiny_model
-from tests.ddp_worker import build_mappo, build_trainer, mappo_trainable, run_mappo_update, run_update, strip_envs, trainable
-from tests.toy_env import SayNumberEnv
 from llm_marl.team import Team
+from tests.ddp_worker import (
+    build_mappo,
+    build_trainer,
+    mappo_trainable,
+    run_mappo_update,
+    run_update,
+    strip_envs,
+    trainable,
+)
+from tests.toy_env import SayNumberEnv
 from trainers.common.checkpoint import load_checkpoint, rng_state, save_checkpoint
-from trainers.common.distributed import (DistributedTraining, build_accelerator, clip_gradients, local_launch_command,
-                                         merge_reports, place_team, shard)
+from trainers.common.distributed import (
+    DistributedTraining,
+    build_accelerator,
+    clip_gradients,
+    local_launch_command,
+    merge_reports,
+    place_team,
+    shard,
+)
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig
 

@@ -10,8 +10,14 @@ from llm_marl.models import tiny_model
 from llm_marl.team import Team
 from tests.toy_env import SayNumberEnv
 from trainers.common.evaluation import EvalResult
-from trainers.common.experiment import (compare, fix_rate, held_out_scores, merged_history, scores_from,
-                                        train_and_compare)
+from trainers.common.experiment import (
+    compare,
+    fix_rate,
+    held_out_scores,
+    merged_history,
+    scores_from,
+    train_and_compare,
+)
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 

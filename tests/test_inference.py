@@ -61,7 +61,7 @@ class FlakyServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "FlakyServer":
+    def __enter__(self) -> FlakyServer:
         self.thread.start()
         return self
 

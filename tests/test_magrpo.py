@@ -1,5 +1,4 @@
 """MAGRPO: advantages, returns, joint actions, per-agent updates, KL, checkpoint resume after SIGKILL."""
-import json
 import math
 import os
 import signal
@@ -12,13 +11,12 @@ import pytest
 import torch
 
 from llm_marl.models import tiny_model
-from tests.toy_env import SayNumberEnv
-from llm_marl.rollout import RolloutEngine
+from llm_marl.policy import SamplingParams
+from llm_marl.rollout import Expansion, RolloutEngine, joint_actions
 from llm_marl.team import Team
+from tests.toy_env import SayNumberEnv
 from trainers.common.checkpoint import latest_checkpoint, resolve_checkpoint
 from trainers.common.logging import read_metrics
-from llm_marl.policy import SamplingParams
-from llm_marl.rollout import Expansion, joint_actions
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer, group_advantages
 from trainers.magrpo.trainer import TreeNode, sample_values
 

@@ -3,11 +3,10 @@ import pytest
 import torch
 
 from llm_marl.models import tiny_model
-from llm_marl_envs.testing import text_env_api_test
 from llm_marl.team import Team
+from llm_marl_envs.testing import text_env_api_test
 from tests.scripts import load_script
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
-
 
 bench = load_script("benchmarks/magrpo_vs_comlrl.py")
 example = load_script("examples/magrpo_tldr.py")

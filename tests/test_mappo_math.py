@@ -17,7 +17,6 @@ from trainers.mappo.ppo_math import (
 )
 from trainers.mappo.rewards import IncentiveWeights, incentive_bonuses, influence_aware_returns, turn_rewards
 
-
 # ---------------------------------------------------------------- influence-aware returns
 SCORES_3_TURNS = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]    # s[t][i]; team means s̄ = 0.5, 0.5, 1.0
 

@@ -12,9 +12,9 @@ import torch
 
 import llm_marl_envs
 from llm_marl.models import tiny_model
+from llm_marl.team import Team
 from trainers.common.checkpoint import latest_checkpoint
 from trainers.common.logging import read_metrics
-from llm_marl.team import Team
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 from verifiers.reward_model import RewardModel
 from verifiers.reward_server import RewardClient, RewardServer

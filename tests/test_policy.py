@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from llm_marl.models import tiny_model
 from llm_marl.backends.hf import HFPolicy
+from llm_marl.models import tiny_model
 from llm_marl.policy import SamplingParams
 from llm_marl.team import Team
 

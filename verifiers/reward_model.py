@@ -30,9 +30,10 @@ import json
 import os
 import random
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -50,7 +51,7 @@ class RewardExample:
     correct: bool
 
     @classmethod
-    def from_dict(cls, record: Mapping[str, Any]) -> "RewardExample":
+    def from_dict(cls, record: Mapping[str, Any]) -> RewardExample:
         """Build from ``{"question": str, "answer": str, "correct": bool}``; refuses anything else."""
         missing = [k for k in ("question", "answer", "correct") if k not in record]
         if missing:
@@ -120,7 +121,7 @@ class RewardModel:
 
     # ---------------------------------------------------------------- construction
     @classmethod
-    def from_pretrained(cls, name_or_path: str | os.PathLike, max_length: int = 1024) -> "RewardModel":
+    def from_pretrained(cls, name_or_path: str | os.PathLike, max_length: int = 1024) -> RewardModel:
         """Load a saved reward model (a :meth:`save` directory), or put a fresh scalar head on a causal LM.
 
         ``name_or_path`` is a local directory or a hub id. For an embedded model name, load it with
@@ -137,7 +138,7 @@ class RewardModel:
         return cls(model, tokenizer, max_length=max_length, name=str(name_or_path))
 
     @classmethod
-    def from_causal_lm(cls, causal_lm: torch.nn.Module, tokenizer: Any, seed: int = 0, max_length: int = 1024) -> "RewardModel":
+    def from_causal_lm(cls, causal_lm: torch.nn.Module, tokenizer: Any, seed: int = 0, max_length: int = 1024) -> RewardModel:
         """Reuse an in-memory causal LM's backbone weights under a fresh, seeded scalar head."""
         from transformers import AutoModelForSequenceClassification
 

@@ -42,10 +42,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import Verdict
 
@@ -140,7 +141,7 @@ class RewardServer:
         """Connections that failed at the socket level (the client reset or left mid-reply)."""
         return self._httpd.num_connection_errors
 
-    def start(self) -> "RewardServer":
+    def start(self) -> RewardServer:
         """Serve in background threads (returns self; use as a context manager to stop)."""
         self._threads = [
             threading.Thread(target=self._httpd.serve_forever, name="reward-http", daemon=True),
@@ -158,7 +159,7 @@ class RewardServer:
         for thread in self._threads:
             thread.join(timeout=5)
 
-    def __enter__(self) -> "RewardServer":
+    def __enter__(self) -> RewardServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -260,7 +261,7 @@ class _ScoreRequestHandler(BaseHTTPRequestHandler):
     server: _HTTPServer
 
     @property
-    def reward_server(self) -> "RewardServer":
+    def reward_server(self) -> RewardServer:
         """The :class:`RewardServer` this connection belongs to."""
         return self.server.reward_server
 

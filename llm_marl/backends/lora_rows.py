@@ -27,7 +27,8 @@ and the caller keeps PEFT's own path.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -38,8 +39,8 @@ class AdapterRows:
     """Installs, for the duration of :meth:`rows`, a stacked mixed-adapter forward on every LoRA linear layer."""
 
     def __init__(self, model) -> None:
-        from peft.tuners.lora.layer import LoraLayer
         from peft.tuners.lora.layer import Linear as LoraLinear
+        from peft.tuners.lora.layer import LoraLayer
 
         lora = [m for m in model.modules() if isinstance(m, LoraLayer)]
         self.layers = [m for m in lora if type(m) is LoraLinear]

@@ -34,8 +34,7 @@ from typing import Any
 
 from verifiers import Verdict
 from verifiers.code import DEFAULT_TIMEOUT_S
-from verifiers.coding import (CodingRewardConfig, extract_code, format_coding_feedback, helper_names,
-                              score_collaboration)
+from verifiers.coding import CodingRewardConfig, extract_code, format_coding_feedback, helper_names, score_collaboration
 
 from ..core import TextEnv
 from ..data import Record

@@ -39,7 +39,7 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..data import DatasetSpec, Record, load_records
 from .coding import CodingCollabEnv

@@ -42,7 +42,7 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from verifiers.coding import code_context, function_signature
 

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..common.config import TrainerConfig, require, trainer_default
 from llm_marl.rollout import JOINT_MODES
+
+from ..common.config import TrainerConfig, require, trainer_default
 from .counterfactual import TEAM_OUTCOMES
 
 ADVANTAGE_MODES = ("mean", "rloo", "max", "raw")

@@ -38,8 +38,9 @@ processes make the update one process would make on the whole batch.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,6 +49,10 @@ from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
+from llm_marl.backends.hf import HFPolicy
+from llm_marl.policy import SamplingParams
+from llm_marl.rollout import Expansion, RolloutEngine
+from llm_marl.team import Team
 from llm_marl_envs.core import TextEnv
 
 from ..common.checkpoint import latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
@@ -55,10 +60,6 @@ from ..common.distributed import prepare_training
 from ..common.evaluation import EvalResult, eval_report_path, evaluate_episodes, held_out_tasks
 from ..common.logging import MetricsLogger
 from ..common.losses import kl_per_token, sequence_means
-from llm_marl.backends.hf import HFPolicy
-from llm_marl.policy import SamplingParams
-from llm_marl.rollout import Expansion, RolloutEngine
-from llm_marl.team import Team
 from .config import MAGRPOConfig
 from .counterfactual import CounterfactualBatch, MessageReplay, collect_counterfactual, team_outcome
 
@@ -70,7 +71,7 @@ class TreeNode:
     turn: int
     expansion: Expansion
     joint_rewards: list[float]                                  # r per joint action
-    children: list["TreeNode | None"] = field(default_factory=list)  # expansion of each joint action's child
+    children: list[TreeNode | None] = field(default_factory=list)  # expansion of each joint action's child
     returns: list[float] = field(default_factory=list)          # R per joint action
 
 

@@ -17,7 +17,8 @@ The critic is centralized only during training; the actors still see only their 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 

@@ -19,7 +19,7 @@ holds the masked mean and the entropy these losses share with MAGRPO (re-exporte
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

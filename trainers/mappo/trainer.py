@@ -33,24 +33,31 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from llm_marl_envs.core import render_messages
-from trainers.common.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
-from trainers.common.distributed import prepare_training
 from llm_marl.episode import Episode
-from trainers.common.evaluation import EvalResult, eval_report_path, evaluate_episodes, held_out_tasks
-from trainers.common.logging import MetricsLogger
-from trainers.common.losses import kl_per_token, masked_mean
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
 from llm_marl.sharding import shard_optimizer_state
+from llm_marl_envs.core import render_messages
+from trainers.common.checkpoint import (
+    checkpoint_dir,
+    latest_checkpoint,
+    load_checkpoint,
+    resolve_checkpoint,
+    save_checkpoint,
+)
+from trainers.common.distributed import prepare_training
+from trainers.common.evaluation import EvalResult, eval_report_path, evaluate_episodes, held_out_tasks
+from trainers.common.logging import MetricsLogger
+from trainers.common.losses import kl_per_token, masked_mean
 
 from .config import MAPPOConfig
 from .critic import CentralizedCritic, critic_context_parts

@@ -1,7 +1,7 @@
 """Putting each agent's policy on its device (``agent_devices``), in one process."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 

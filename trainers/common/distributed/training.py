@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from typing import Any, Iterable, Mapping, Sequence, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import torch
 from accelerate import Accelerator
