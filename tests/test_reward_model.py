@@ -33,7 +33,9 @@ def reward_model():
 
 
 def test_balance_examples_per_question_then_overall():
-    ex = lambda q, c, n: [RewardExample(q, f"{q}-{c}-{k}", c) for k in range(n)]
+    def ex(q, c, n):
+        return [RewardExample(q, f"{q}-{c}-{k}", c) for k in range(n)]
+
     data = ex("q1", True, 3) + ex("q1", False, 1) + ex("q2", False, 2) + ex("q3", True, 1)
     balanced = balance_examples(data, seed=0)
     per_question = Counter((e.question, e.correct) for e in balanced)

@@ -115,8 +115,8 @@ def test_no_network_connection_reaches_a_local_listener():
     listener.listen(1)
     listener.settimeout(0.5)
     port = listener.getsockname()[1]
-    program = ("import socket\ndef add(a, b):\n    s = socket.create_connection(('127.0.0.1', %d), timeout=1)\n"
-               "    s.sendall(b'hello')\n    return a + b\n" % port)
+    program = (f"import socket\ndef add(a, b):\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+               "    s.sendall(b'hello')\n    return a + b\n")
     try:
         details = _assert_contained(program)
         with pytest.raises(socket.timeout):
@@ -128,8 +128,9 @@ def test_no_network_connection_reaches_a_local_listener():
 
 def test_environment_secrets_are_not_readable(monkeypatch):
     monkeypatch.setenv("LLM_MARL_TEST_SECRET", "hunter2-secret")
-    program = ("import os\ndef add(a, b):\n    text = open('/proc/%d/environ').read() if os.path.exists('/proc/%d') else ''\n"
-               "    assert 'hunter2' not in text\n    return os.environ['LLM_MARL_TEST_SECRET']\n" % (os.getpid(), os.getpid()))
+    pid = os.getpid()
+    program = (f"import os\ndef add(a, b):\n    text = open('/proc/{pid}/environ').read() if os.path.exists('/proc/{pid}') else ''\n"
+               "    assert 'hunter2' not in text\n    return os.environ['LLM_MARL_TEST_SECRET']\n")
     details = _assert_contained(program)
     assert "hunter2" not in str(details)
 
