@@ -307,12 +307,16 @@ def build_parser() -> argparse.ArgumentParser:
                        "from moved (a team trained on one base model); every baseline runs it")
     bench.add_argument("--episodes", type=int, default=20, help="number of episodes (tasks) (default: 20)")
     add_env_arguments(bench)
-    bench.add_argument("--seed", type=int, default=0, help="seed of task order, sampling and bootstrap CIs (default: 0)")
+    bench.add_argument(
+        "--seed", type=int, default=0, help="seed of task order, sampling and bootstrap CIs (default: 0)"
+    )
     bench.add_argument("--out", default=None, help="run directory (default: runs/bench/ENV-BASELINES-seedSEED)")
     bench.add_argument("--max-new-tokens", type=int, default=256, help="tokens per answer (default: 256)")
     bench.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, 0 = greedy (default: 0.7)")
     bench.add_argument("--top-p", type=float, default=0.9, help="nucleus sampling mass (default: 0.9)")
-    bench.add_argument("--episodes-per-batch", type=int, default=4, help="episodes advanced together per batch (default: 4)")
+    bench.add_argument(
+        "--episodes-per-batch", type=int, default=4, help="episodes advanced together per batch (default: 4)"
+    )
     bench.add_argument("--threads", type=int, default=None,
                        help="llamacpp threads (default: cores not busy with other processes)")
     bench.add_argument("--weights", choices=["shipped", "f16", "q8_0", "f32"], default=None,
@@ -326,7 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
                                        "single fields (values parsed as YAML).")
     train.add_argument("algorithm", choices=sorted(TRAINERS), help="training algorithm")
     train.add_argument("env", help="environment id (see `llm-marl envs`)")
-    train.add_argument("--model", default=DEFAULT_MODEL, help=f"base model: embedded name or local HF directory (default: {DEFAULT_MODEL})")
+    train.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"base model: embedded name or local HF directory (default: {DEFAULT_MODEL})",
+    )
     train.add_argument("--config", default=None, help="YAML file of config fields")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config field (repeatable)")
     train.add_argument("--out", default=None, help="output directory (overrides the config's output_dir)")

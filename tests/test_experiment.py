@@ -29,8 +29,16 @@ def result_of(correct_per_episode, answers_per_episode=None) -> EvalResult:
         if answers is None:
             answers = [["1" if c else "0" for c in turn] for turn in correct]
         records.append({"correct": correct, "answers": answers})
-    return EvalResult(num_episodes=len(records), team_reward=0.0, team_reward_ci=(0.0, 0.0), rewards=[0.0] * len(records),
-                      accuracy_per_turn=None, accuracy_per_turn_ci=None, episodes=records, num_turns=2)
+    return EvalResult(
+        num_episodes=len(records),
+        team_reward=0.0,
+        team_reward_ci=(0.0, 0.0),
+        rewards=[0.0] * len(records),
+        accuracy_per_turn=None,
+        accuracy_per_turn_ci=None,
+        episodes=records,
+        num_turns=2,
+    )
 
 
 def test_scores_average_samples_per_task_and_agents_at_the_last_turn():

@@ -59,8 +59,12 @@ def test_std_normalisation_and_floor():
 
 
 def test_cross_mode_sample_values_average_over_partners():
-    node = TreeNode(0, Expansion(None, {}, {"agent_0": [], "agent_1": []}, joint_actions(2, 2, "cross"), [], [], [], []),
-                    joint_rewards=[1, 2, 3, 4], returns=[1.0, 2.0, 3.0, 4.0])
+    node = TreeNode(
+        0,
+        Expansion(None, {}, {"agent_0": [], "agent_1": []}, joint_actions(2, 2, "cross"), [], [], [], []),
+        joint_rewards=[1, 2, 3, 4],
+        returns=[1.0, 2.0, 3.0, 4.0],
+    )
     # joint actions (0,0) (0,1) (1,0) (1,1) with returns 1 2 3 4
     assert sample_values(node, 0, 2).tolist() == [1.5, 3.5]
     assert sample_values(node, 1, 2).tolist() == [2.0, 3.0]
@@ -226,5 +230,7 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_loss(tmp_path):
     for process in (straight, resumed):
         assert process.wait(timeout=600) == 0, process.stderr.read().decode()[-2000:]
     for step in range(resumed_from + 1, steps + 1):
-        assert loss_at(tmp_path / "killed", step) == pytest.approx(loss_at(tmp_path / "straight", step), rel=1e-6, abs=1e-9)
+        assert loss_at(tmp_path / "killed", step) == pytest.approx(
+            loss_at(tmp_path / "straight", step), rel=1e-6, abs=1e-9
+        )
     assert loss_at(tmp_path / "straight", steps) != 0.0

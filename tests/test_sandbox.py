@@ -92,7 +92,9 @@ def test_infinite_loop_is_killed_at_the_timeout():
 
 
 def test_memory_bomb_is_contained():
-    details = _assert_contained("def add(a, b):\n    blocks = []\n    while True:\n        blocks.append(bytearray(1 << 26))\n")
+    details = _assert_contained(
+        "def add(a, b):\n    blocks = []\n    while True:\n        blocks.append(bytearray(1 << 26))\n"
+    )
     assert "MemoryError" in str(details["first_failure"]["error"]) or details["signal"] or details["timed_out"]
 
 
@@ -129,8 +131,10 @@ def test_no_network_connection_reaches_a_local_listener():
 def test_environment_secrets_are_not_readable(monkeypatch):
     monkeypatch.setenv("LLM_MARL_TEST_SECRET", "hunter2-secret")
     pid = os.getpid()
-    program = (f"import os\ndef add(a, b):\n    text = open('/proc/{pid}/environ').read() if os.path.exists('/proc/{pid}') else ''\n"
-               "    assert 'hunter2' not in text\n    return os.environ['LLM_MARL_TEST_SECRET']\n")
+    program = (
+        f"import os\ndef add(a, b):\n    text = open('/proc/{pid}/environ').read() if os.path.exists('/proc/{pid}') else ''\n"
+        "    assert 'hunter2' not in text\n    return os.environ['LLM_MARL_TEST_SECRET']\n"
+    )
     details = _assert_contained(program)
     assert "hunter2" not in str(details)
 
@@ -143,8 +147,10 @@ def test_killing_the_parent_does_not_kill_the_caller():
 
 def test_flood_of_stdout_is_capped():
     start = time.monotonic()
-    details = _assert_contained("import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
-                                "def add(a, b):\n    return a + b\n")
+    details = _assert_contained(
+        "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
+        "def add(a, b):\n    return a + b\n"
+    )
     assert len(details["output"]) <= SandboxLimits().output_keep
     assert time.monotonic() - start < HOSTILE_TIMEOUT_S + 2.0
 

@@ -231,10 +231,16 @@ class RewardServer:
         if not items:
             raise _BadRequest(400, '"items" is empty; send at least one {"question", "answer"} object')
         if len(items) > self.max_items_per_request:
-            raise _BadRequest(413, f'{len(items)} items exceed max_items_per_request={self.max_items_per_request}; split the request')
+            raise _BadRequest(
+                413, f'{len(items)} items exceed max_items_per_request={self.max_items_per_request}; split the request'
+            )
         pairs = []
         for index, item in enumerate(items):
-            if not isinstance(item, dict) or not isinstance(item.get("question"), str) or not isinstance(item.get("answer"), str):
+            if (
+                not isinstance(item, dict)
+                or not isinstance(item.get("question"), str)
+                or not isinstance(item.get("answer"), str)
+            ):
                 raise _BadRequest(400, f'items[{index}] must be {{"question": str, "answer": str}}, got {item!r:.120}')
             pairs.append((item["question"], item["answer"]))
         return pairs
@@ -397,7 +403,9 @@ class RewardClient:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {url!r}")
         if timeout_s <= 0 or retries < 0 or backoff_s < 0:
-            raise ValueError(f"timeout_s must be > 0, retries and backoff_s >= 0; got {timeout_s}, {retries}, {backoff_s}")
+            raise ValueError(
+                f"timeout_s must be > 0, retries and backoff_s >= 0; got {timeout_s}, {retries}, {backoff_s}"
+            )
         self.url, self.timeout_s, self.retries, self.backoff_s = url.rstrip("/"), timeout_s, retries, backoff_s
 
     def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -414,8 +422,10 @@ class RewardClient:
                     return json.loads(response.read())
             except urllib.error.HTTPError as error:
                 message = error.read().decode(errors="replace")
-                if error.code < 500:       # the request itself is wrong: retrying cannot help
-                    raise RewardServerError(f"reward server {self.url} refused {method} {path} with {error.code}: {message}") from error
+                if error.code < 500:  # the request itself is wrong: retrying cannot help
+                    raise RewardServerError(
+                        f"reward server {self.url} refused {method} {path} with {error.code}: {message}"
+                    ) from error
                 retry_after = _seconds(error.headers.get("Retry-After"), cap=self.timeout_s)
                 last_error = RewardServerError(f"{error.code}: {message}")
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
@@ -434,7 +444,9 @@ class RewardClient:
         reply = self._request("POST", "/score", {"items": [{"question": q, "answer": a} for q, a in pairs]})
         verdicts = reply.get("verdicts")
         if not isinstance(verdicts, list) or len(verdicts) != len(pairs):
-            raise RewardServerError(f"reward server {self.url} sent a malformed reply for {len(pairs)} items: {reply!r:.200}")
+            raise RewardServerError(
+                f"reward server {self.url} sent a malformed reply for {len(pairs)} items: {reply!r:.200}"
+            )
         return [Verdict(float(v["score"]), v["correct"], dict(v.get("details") or {})) for v in verdicts]
 
     def score(self, question: str, answer: str) -> Verdict:

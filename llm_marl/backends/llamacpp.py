@@ -344,7 +344,9 @@ class LlamaCppPolicy(InferenceBackend):
             self._fill_batch(streams)
             status = self._llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
             if status != 0:
-                raise RuntimeError(f"llama_decode failed with status {status} prefilling {len(streams)} shared prefixes")
+                raise RuntimeError(
+                    f"llama_decode failed with status {status} prefilling {len(streams)} shared prefixes"
+                )
         keys = set()
         for seq, stream in enumerate(streams):
             self._store(seq, stream)

@@ -98,7 +98,9 @@ def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimi
     try:
         (tmp / "agents").mkdir()
         for agent in optimizers:
-            save_file({k: v.contiguous() for k, v in weights[agent].items()}, str(tmp / "agents" / f"{agent}.safetensors"))
+            save_file(
+                {k: v.contiguous() for k, v in weights[agent].items()}, str(tmp / "agents" / f"{agent}.safetensors")
+            )
         torch.save(dict(optimizer_states), tmp / "optimizers.pt")
         torch.save({a: s.state_dict() for a, s in schedulers.items()}, tmp / "schedulers.pt")
         process_rng = list(process_rng) if process_rng is not None else [rng_state()]

@@ -152,4 +152,11 @@ def evaluate_episodes(engine: RolloutEngine, distributed: Any | None, accelerato
     return result
 
 
-__all__ = ["EvalResult", "evaluate_episodes", "EVAL_PARALLEL", "eval_report_path", "held_out_tasks", "BOOTSTRAP_RESAMPLES"]
+__all__ = [
+    "EvalResult",
+    "evaluate_episodes",
+    "EVAL_PARALLEL",
+    "eval_report_path",
+    "held_out_tasks",
+    "BOOTSTRAP_RESAMPLES",
+]

@@ -311,7 +311,9 @@ class MAGRPOTrainer:
             node_kls = kls[turn] or [None] * len(nodes)
             advantages = [self.compute_advantages(node, kl) for node, kl in zip(nodes, node_kls)]
             if kls[turn]:
-                metrics[f"turn{turn}/kl_sum_mean"] = float(torch.cat([v for kl in node_kls for v in kl.values()]).mean())
+                metrics[f"turn{turn}/kl_sum_mean"] = float(
+                    torch.cat([v for kl in node_kls for v in kl.values()]).mean()
+                )
             for agent in self.agents:
                 rows = [(g.prompt_ids, g.completion_ids, float(a))
                         for node, adv in zip(nodes, advantages)
@@ -322,8 +324,14 @@ class MAGRPOTrainer:
                 rewards = [r[agent] for node in nodes for r in node.expansion.rewards]
                 values = torch.cat([adv[agent] for adv in advantages])
                 prefix = f"turn{turn}/{agent}"
-                metrics.update({f"{prefix}/reward_mean": float(np.mean(rewards)), f"{prefix}/reward_std": float(np.std(rewards)),
-                                f"{prefix}/advantage_mean": float(values.mean()), f"{prefix}/advantage_std": float(values.std())})
+                metrics.update(
+                    {
+                        f"{prefix}/reward_mean": float(np.mean(rewards)),
+                        f"{prefix}/reward_std": float(np.std(rewards)),
+                        f"{prefix}/advantage_mean": float(values.mean()),
+                        f"{prefix}/advantage_std": float(values.std()),
+                    }
+                )
                 metrics.update({f"{prefix}/{k}": v for k, v in sample_diagnostics(
                     [g for node in nodes for g in node.expansion.samples[agent]], [adv[agent] for adv in advantages]
                 ).items()})
@@ -406,7 +414,10 @@ class MAGRPOTrainer:
         for _ in bar:
             self.step += 1
             started = time.perf_counter()
-            with self.accelerator.autocast(), self.distributed.full_weights():   # sharded weights are gathered for sampling
+            with (
+                self.accelerator.autocast(),
+                self.distributed.full_weights(),
+            ):  # sharded weights are gathered for sampling
                 batch = self.collect_counterfactual() if cfg.credit == "counterfactual" else self.collect()
             rollout_time = time.perf_counter() - started
             if cfg.credit == "counterfactual":

@@ -74,7 +74,9 @@ def generalized_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE over the tokens of each response: returns ``(advantages, value_targets)``, both masked."""
     if rewards.shape != values.shape or rewards.shape != mask.shape:
-        raise ValueError(f"rewards {tuple(rewards.shape)}, values {tuple(values.shape)} and mask {tuple(mask.shape)} must match")
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)}, values {tuple(values.shape)} and mask {tuple(mask.shape)} must match"
+        )
     last_token_index(mask)   # validates right padding
     mask = mask.to(values.dtype)
     values = values * mask
@@ -90,7 +92,11 @@ def generalized_advantages(
 
 
 def clipped_policy_loss(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float = 0.2,
     tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped surrogate ``E[max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))]``, ρ = π/π_old; returns (loss, stats).
