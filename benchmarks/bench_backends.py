@@ -71,7 +71,9 @@ def main() -> None:
     print(
         f"env={args.env} model={args.model} episodes={args.episodes} agents={args.num_agents} "
         f"turns={args.num_turns} max_new_tokens={args.max_new_tokens} seed={args.seed} cores={os.cpu_count()} "
-        f"free_cores={free_cores()} load={os.getloadavg()[0]:.1f} OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')} GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')} "
+        f"free_cores={free_cores()} load={os.getloadavg()[0]:.1f} "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')} "
+        f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')} "
         f"threads={args.threads} episodes_per_batch={args.episodes_per_batch} llamacpp_max_batch={max_batch}"
     )
     results = {}

@@ -358,7 +358,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(
             f"prompts={args.prompts} agents=2 G={args.generations} new_tokens={args.new_tokens} turns={turns} "
             f"full fine-tune fp32 torch_threads={torch.get_num_threads()} load={os.getloadavg()[0]:.1f} "
-            f"OpenMP wait: ours {OURS_OPENMP}, comlrl {' '.join(f'{k}={v}' for k, v in PEER_OPENMP.items()) or 'unset'}",
+            f"OpenMP wait: ours {OURS_OPENMP}, "
+            f"comlrl {' '.join(f'{k}={v}' for k, v in PEER_OPENMP.items()) or 'unset'}",
             flush=True,
         )
         ours_runs, peer_runs = [], []

@@ -138,7 +138,8 @@ def main() -> None:
         mean = lambda values: sum(values) / max(len(values), 1)    # noqa: E731
         print(
             f"step {int(metrics['step'])}: {len(captured)} responses; tokens per response: prompt "
-            f"{mean([len(r.prompt_ids) for r in captured]):.0f}, completion {mean([len(r.completion_ids) for r in captured]):.0f}, "
+            f"{mean([len(r.prompt_ids) for r in captured]):.0f}, "
+            f"completion {mean([len(r.completion_ids) for r in captured]):.0f}, "
             f"critic context {mean([len(r.critic_ids) for r in captured]):.0f}; load {os.getloadavg()[0]:.2f}"
         )
         print(f"  {'phase':<22} {'wall s':>8} {'CPU s':>8}")

@@ -338,7 +338,7 @@ def assert_same_update(split: dict, whole: dict, weight_atol: float) -> None:
 
 
 def assert_resumed_run_ends_alike(out: Path, straight: str, resumed: str, atol: float) -> dict[str, torch.Tensor]:
-    """The final weights (main process's ``weights.pt``) of a resumed run equal the straight run's; returns the latter."""
+    """The final weights (main process's ``weights.pt``) of a resumed run equal the straight run's; returns those."""
     final, final_resumed = (torch.load(out / run / "weights.pt") for run in (straight, resumed))
     assert final_resumed.keys() == final.keys()
     for name, weight in final.items():

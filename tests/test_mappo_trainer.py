@@ -1,4 +1,4 @@
-"""MAPPOTrainer end to end on a tiny random model: a step, the update direction, the critic input, resume after SIGKILL."""
+"""MAPPOTrainer end to end on a tiny random model: a step, the update direction, the critic input, SIGKILL resume."""
 
 import dataclasses
 import os

@@ -50,7 +50,8 @@ def test_partial_credit_counts_each_assert_and_reports_first_failure():
 def test_mbpp_style_assert_list_and_loop_asserts():
     program = "def square(x):\n    return x * x if x < 3 else 0\n"
     assert run_tests(program, ["assert square(2) == 4", "assert square(5) == 25"], "square").score == 0.5
-    looped = "def check(candidate):\n    for x in range(5):\n        assert candidate(x) == x * x\n    assert candidate(1) == 1\n"
+    looped = ("def check(candidate):\n    for x in range(5):\n        assert candidate(x) == x * x\n"
+              "    assert candidate(1) == 1\n")
     verdict = run_tests(program, looped, "square")
     assert verdict.details["total"] == 2 and verdict.score == 0.5  # the loop assert fails on x=3
 
@@ -132,7 +133,8 @@ def test_environment_secrets_are_not_readable(monkeypatch):
     monkeypatch.setenv("LLM_MARL_TEST_SECRET", "hunter2-secret")
     pid = os.getpid()
     program = (
-        f"import os\ndef add(a, b):\n    text = open('/proc/{pid}/environ').read() if os.path.exists('/proc/{pid}') else ''\n"
+        f"import os\ndef add(a, b):\n"
+        f"    text = open('/proc/{pid}/environ').read() if os.path.exists('/proc/{pid}') else ''\n"
         "    assert 'hunter2' not in text\n    return os.environ['LLM_MARL_TEST_SECRET']\n"
     )
     details = _assert_contained(program)

@@ -96,7 +96,8 @@ class MAGRPOConfig(TrainerConfig):
     prompts_per_step: int = field(
         default=1,
         metadata={
-            "help": "Tasks (tree roots) per training step, over all processes (split between them under accelerate launch)."
+            "help": "Tasks (tree roots) per training step, over all processes "
+            "(split between them under accelerate launch)."
         },
     )
     update_order: str = field(default="last_turn_first", metadata={

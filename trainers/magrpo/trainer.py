@@ -159,7 +159,7 @@ class MAGRPOTrainer:
 
     # ------------------------------------------------------------------ 1. collect
     def collect(self) -> list[TreeNode]:
-        """Expand this process's share of the step's ``prompts_per_step`` task trees level by level; returns the roots."""
+        """Expand this process's share of the step's ``prompts_per_step`` task trees level by level; the roots."""
         cfg = self.config
         frontier = self.step_roots()
         parents: list[tuple[TreeNode, int] | None] = [None] * len(frontier)
@@ -220,7 +220,7 @@ class MAGRPOTrainer:
 
     # ------------------------------------------------------------------ 3. advantages
     def compute_advantages(self, node: TreeNode, kl: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-        """Per agent: the G advantages of its samples at ``node`` (``kl[agent]``: Σ_t k3 per sample, enters as -β·kl)."""
+        """Per agent: the G advantages of its samples at ``node`` (``kl[agent]``: Σ_t k3 per sample, adds -β·kl)."""
         cfg = self.config
         agents = list(node.expansion.samples)
         advantages = {}
@@ -263,7 +263,7 @@ class MAGRPOTrainer:
             yield (chunks[index], True) if index < len(chunks) else (idle, False)
 
     def node_kls(self, nodes: Sequence[TreeNode]) -> list[dict[str, torch.Tensor]] | None:
-        """Per node, per agent: Σ_t k3 of its G samples (``kl_placement="reward"`` with ``kl_coef > 0``), else ``None``."""
+        """Per node and agent: Σ_t k3 of its G samples (``kl_placement="reward"``, ``kl_coef > 0``), else ``None``."""
         if self.config.kl_coef == 0 or self.config.kl_placement != "reward":
             return None
         per_node: list[dict[str, torch.Tensor]] = [{} for _ in nodes]
@@ -278,7 +278,7 @@ class MAGRPOTrainer:
     # ------------------------------------------------------------------ 4. loss and update
     def loss(self, agent: str, prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]],
              advantages: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """REINFORCE on summed token log-probs (+ β·k3 KL when ``kl_placement="loss"``) of one micro-batch; ``(loss, kl)``."""
+        """REINFORCE on a micro-batch's summed token log-probs (+ β·k3 KL if ``kl_placement="loss"``); (loss, kl)."""
         policy, adapter = self.team.policy(agent), self.team.adapter(agent)
         logp, mask = policy.token_logprobs(prompt_ids, completion_ids, adapter=adapter,
                                            temperature=self.config.temperature)

@@ -84,14 +84,16 @@ class MAPPOConfig(TrainerConfig):
     episodes_per_step: int = field(
         default=4,
         metadata={
-            "help": "Debate episodes collected per training step, over all processes (split between them under accelerate launch)."
+            "help": "Debate episodes collected per training step, over all processes "
+            "(split between them under accelerate launch)."
         },
     )
     ppo_epochs: int = field(default=2, metadata={"help": "Passes over each step's responses."})
     minibatch_size: int = field(
         default=4,
         metadata={
-            "help": "Responses (agent-turns) per gradient step, over all processes; also the forward batch of the advantage pass."
+            "help": "Responses (agent-turns) per gradient step, over all processes; "
+            "also the forward batch of the advantage pass."
         },
     )
     critic_learning_rate: float = field(

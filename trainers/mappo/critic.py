@@ -114,7 +114,8 @@ class CentralizedCritic(torch.nn.Module):
             return
         if policy.tokenizer.get_vocab() != self.policy.tokenizer.get_vocab():
             raise ValueError(
-                f"{agent}'s model {policy.name!r} has a different tokenizer from the critic's base {self.policy.name!r}: "
+                f"{agent}'s model {policy.name!r} has a different tokenizer from the critic's base "
+                f"{self.policy.name!r}: "
                 "the centralized critic reads every agent's completion token ids, so a team of models with different "
                 "vocabularies cannot share it. Use models with one tokenizer (e.g. fine-tunes of one base), or MAGRPO, "
                 "which has no critic."

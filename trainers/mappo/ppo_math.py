@@ -124,7 +124,7 @@ def clipped_value_loss(
     values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, clip_range: float = 0.2,
     tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """``½·E[max((V-G)², (V_old + clip(V-V_old, ±c) - G)²)]`` (over ``tokens`` tokens when given); returns (loss, stats).
+    """``½·E[max((V-G)², (V_old + clip(V-V_old, ±c) - G)²)]`` (over ``tokens`` tokens if given); (loss, stats).
 
     Where ``|V - V_old| <= c`` the clip does nothing and the error is ``(V-G)²`` exactly (``V_old + (V - V_old)``
     can differ from ``V`` by a rounding step); ``vf_clipfrac`` counts the tokens whose clipped error is in force.

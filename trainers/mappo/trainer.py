@@ -221,7 +221,7 @@ class MAPPOTrainer:
         )
 
     def collect(self, step: int) -> list[Episode]:
-        """Play this process's share of the step's episodes (tasks drawn from ``(seed, step)``) through the rollout engine."""
+        """Play this process's share of the step's episodes (tasks drawn from ``(seed, step)``) through the engine."""
         rng = np.random.default_rng(_step_seed(self.config.seed, step, 2))
         draws = rng.integers(len(self.train_tasks), size=self.config.episodes_per_step)    # global, same everywhere
         tasks = [self.train_tasks[i] for i in draws]
@@ -301,7 +301,7 @@ class MAPPOTrainer:
 
     @torch.no_grad()
     def compute_advantages(self, responses: Sequence[Response]) -> dict[str, float]:
-        """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response (kept on the CPU)."""
+        """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response (on the CPU)."""
         c = self.config
         if not responses:
             return {}
@@ -326,7 +326,7 @@ class MAPPOTrainer:
                 "response_tokens": float(np.mean([len(r.completion_ids) for r in responses]))}
 
     def old_logprobs(self, responses: Sequence[Response]) -> list[torch.Tensor]:
-        """``log π_old`` of every completion token: the sampler's own log-probs, else recomputed under each agent's adapter.
+        """``log π_old`` of each completion token: the sampler's log-probs, else recomputed under the agent's adapter.
 
         The sampler computes the same quantity (the temperature-scaled distribution of the weights that
         sampled, before top-p) while it samples, so a second forward is needed only when a backend
@@ -355,7 +355,7 @@ class MAPPOTrainer:
                                                                           [r.completion_ids for r in chunk])[0])
 
     def _scored(self, responses: Sequence[Response], key, score, critic: bool = False) -> list[torch.Tensor]:
-        """``score(agent, chunk)`` ``[B, L]`` over chunks of at most ``minibatch_size`` responses sharing ``key(response)``.
+        """``score(agent, chunk)`` ``[B, L]`` over chunks of <= ``minibatch_size`` responses sharing ``key(response)``.
 
         Chunks are :func:`length_buckets` (the critic's when ``critic``: its context is the prefix), so
         they pad little; returns one CPU row per response, in the order given.
@@ -375,7 +375,7 @@ class MAPPOTrainer:
         return [rows[id(r)] for r in responses]
 
     def whiten_advantages(self, responses: Sequence[Response]) -> None:
-        """Whiten advantages over every process's tokens: per (turn, agent) group, or all together (``whiten_scope``)."""
+        """Whiten advantages over all processes' tokens: per (turn, agent) group, or all together (``whiten_scope``)."""
         if self.config.whiten_scope == "all":
             groups = {None: list(responses)}
         else:   # the same groups, in the same order, on every process (some may be empty here)
@@ -436,7 +436,7 @@ class MAPPOTrainer:
         return loss, stats
 
     def update(self, responses: Sequence[Response], step: int) -> dict[str, float]:
-        """``ppo_epochs`` passes of clipped-PPO minibatch updates over every process's responses; returns averaged stats.
+        """``ppo_epochs`` passes of clipped-PPO minibatch updates over all processes' responses; the averaged stats.
 
         Minibatches are chunks of ONE shuffle of the global response list (the same on every
         process); a process computes the loss of its own members of each minibatch, normalised by
@@ -486,7 +486,7 @@ class MAPPOTrainer:
 
     def _loss_passes(self, agent: str, group: Sequence[Response], weight: float, loss_of, critic: bool = False
                      ) -> list[tuple[dict[str, float], int]]:
-        """Forward and backward ``weight · loss_of(part)`` over the group's length buckets; ``(stats, tokens)`` per part."""
+        """Forward and backward ``weight · loss_of(part)`` over the group's length buckets; (stats, tokens) per part."""
         parts = length_buckets(group, critic=critic)
         passes = self.distributed.lockstep(len(parts))          # the most any process has, under sharded weights
         done = []
