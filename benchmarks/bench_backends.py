@@ -34,9 +34,9 @@ short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch o
 
 import torch  # noqa: E402
 
+from llm_marl.backends import load_policy  # noqa: E402
 from llm_marl.benchmark import BenchConfig, run_benchmark  # noqa: E402
 from llm_marl.hardware import free_cores  # noqa: E402
-from llm_marl.backends import load_policy  # noqa: E402
 
 
 def episodes_per_second(config: BenchConfig, policy) -> tuple[float, float, dict]:
@@ -68,10 +68,14 @@ def main() -> None:
     args = parser.parse_args()
     max_batch = args.max_batch or args.episodes_per_batch * args.num_agents
     torch.set_num_threads(args.threads)
-    print(f"env={args.env} model={args.model} episodes={args.episodes} agents={args.num_agents} "
-          f"turns={args.num_turns} max_new_tokens={args.max_new_tokens} seed={args.seed} cores={os.cpu_count()} "
-          f"free_cores={free_cores()} load={os.getloadavg()[0]:.1f} OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')} GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')} "
-          f"threads={args.threads} episodes_per_batch={args.episodes_per_batch} llamacpp_max_batch={max_batch}")
+    print(
+        f"env={args.env} model={args.model} episodes={args.episodes} agents={args.num_agents} "
+        f"turns={args.num_turns} max_new_tokens={args.max_new_tokens} seed={args.seed} cores={os.cpu_count()} "
+        f"free_cores={free_cores()} load={os.getloadavg()[0]:.1f} "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')} "
+        f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')} "
+        f"threads={args.threads} episodes_per_batch={args.episodes_per_batch} llamacpp_max_batch={max_batch}"
+    )
     results = {}
     for backend in ("llamacpp", "hf"):
         config = BenchConfig(env_id=args.env, models=[args.model], backend=backend, episodes=args.episodes,

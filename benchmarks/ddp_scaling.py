@@ -1,9 +1,9 @@
 """MAGRPO training steps per second with 1 vs 2 processes (``accelerate launch``), same settings, on this machine.
 
-    python benchmarks/ddp_scaling.py                                           # SmolLM2-135M
-    python benchmarks/ddp_scaling.py --model tiny --steps 4                    # a 2-layer random model, quick
-    python benchmarks/ddp_scaling.py --fsdp                                    # 2 processes sharding the team (FSDP2)
-    python benchmarks/ddp_scaling.py --fsdp --full-finetune                    # ... each agent a whole model, all trained
+    python benchmarks/ddp_scaling.py                                  # SmolLM2-135M
+    python benchmarks/ddp_scaling.py --model tiny --steps 4           # a 2-layer random model, quick
+    python benchmarks/ddp_scaling.py --fsdp                           # 2 processes sharding the team (FSDP2)
+    python benchmarks/ddp_scaling.py --fsdp --full-finetune           # ... each agent a whole model, all trained
 
 Both runs train the same team (2 agents sharing one base, one LoRA adapter each) on the same env with
 the same GLOBAL batch (``prompts_per_step`` tasks per step, split between the processes), so a step
@@ -102,11 +102,15 @@ def worker(args: argparse.Namespace) -> None:
 def main() -> None:
     """Time 1 and 2 processes and print the ratio."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2-135m", help="embedded name, local HF dir, or 'tiny' (random 2-layer)")
+    parser.add_argument(
+        "--model", default="smollm2-135m", help="embedded name, local HF dir, or 'tiny' (random 2-layer)"
+    )
     parser.add_argument("--env", default="arithmetic_debate-v0")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
-    parser.add_argument("--prompts-per-step", type=int, default=4, help="GLOBAL tasks per step (split between processes)")
+    parser.add_argument(
+        "--prompts-per-step", type=int, default=4, help="GLOBAL tasks per step (split between processes)"
+    )
     parser.add_argument("--num-generations", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--num-turns", type=int, default=1)
@@ -126,10 +130,15 @@ def main() -> None:
     if args.model != "tiny":
         from llm_marl.models import resolve
 
-        resolve(args.model)                           # convert/cache the embedded model once, before the launches
-    print(f"model={args.model} {'full fine-tune' if args.full_finetune else 'LoRA'} env={args.env} agents=2 turns={args.num_turns} prompts_per_step={args.prompts_per_step} "
-          f"G={args.num_generations} max_new_tokens={args.max_new_tokens} steps={args.steps}+{args.warmup} warm-up "
-          f"cores={cores} load={os.getloadavg()[0]:.1f} OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')} GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}", flush=True)
+        resolve(args.model)  # convert/cache the embedded model once, before the launches
+    print(
+        f"model={args.model} {'full fine-tune' if args.full_finetune else 'LoRA'} env={args.env} agents=2 "
+        f"turns={args.num_turns} prompts_per_step={args.prompts_per_step} "
+        f"G={args.num_generations} max_new_tokens={args.max_new_tokens} steps={args.steps}+{args.warmup} warm-up "
+        f"cores={cores} load={os.getloadavg()[0]:.1f} OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')} "
+        f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}",
+        flush=True,
+    )
     results = {}
     for num_processes in (1, 2):
         threads = max(1, cores // num_processes)

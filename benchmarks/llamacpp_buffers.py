@@ -21,9 +21,9 @@ from llm_marl.hardware import short_openmp_spin  # noqa: E402
 
 short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch or llama.cpp start their runtime
 
+from llm_marl.backends import LlamaCppPolicy  # noqa: E402
 from llm_marl.hardware import cpu_info, free_cores, llamacpp_extra_buffers  # noqa: E402
 from llm_marl.models import gguf_path  # noqa: E402
-from llm_marl.backends import LlamaCppPolicy  # noqa: E402
 from llm_marl.policy import SamplingParams  # noqa: E402
 
 PROMPTS = [[{"role": "user", "content": f"What is {a} + {b}? Think step by step, then answer."}]

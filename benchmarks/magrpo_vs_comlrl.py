@@ -61,8 +61,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 # Ours runs as the `llm-marl` CLI runs it: the library's OpenMP wait (a short spin, set before torch loads).
 # The peer runs in the environment the user started this script in: a wait policy costs comlrl ~20-35% on
@@ -284,8 +285,13 @@ def memory_worker(kind: str, agents: int, new_tokens: int, generations: int) -> 
 def run_worker(what: str, *args: str) -> dict[str, float]:
     """Run this script with the hidden worker ``args`` in a fresh subprocess; its last stdout line, parsed as JSON."""
     command = [sys.executable, str(Path(__file__).resolve()), *args]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+    )
     if done.returncode != 0:
         raise SystemExit(f"{what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -349,20 +355,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--turns must be a positive integer or a comma list of them, got {args.turns!r}")
     ratios = {}
     for turns in turn_counts:
-        print(f"prompts={args.prompts} agents=2 G={args.generations} new_tokens={args.new_tokens} turns={turns} "
-              f"full fine-tune fp32 torch_threads={torch.get_num_threads()} load={os.getloadavg()[0]:.1f} "
-              f"OpenMP wait: ours {OURS_OPENMP}, comlrl {' '.join(f'{k}={v}' for k, v in PEER_OPENMP.items()) or 'unset'}",
-              flush=True)
+        print(
+            f"prompts={args.prompts} agents=2 G={args.generations} new_tokens={args.new_tokens} turns={turns} "
+            f"full fine-tune fp32 torch_threads={torch.get_num_threads()} load={os.getloadavg()[0]:.1f} "
+            f"OpenMP wait: ours {OURS_OPENMP}, "
+            f"comlrl {' '.join(f'{k}={v}' for k, v in PEER_OPENMP.items()) or 'unset'}",
+            flush=True,
+        )
         ours_runs, peer_runs = [], []
         for _ in range(args.repeats):
             ours = time_ours_fresh(args.prompts, args.new_tokens, args.generations, turns)
             ours_runs.append(ours["s_per_prompt"])
-            print(f"ours    s_per_prompt={ours['s_per_prompt']:.2f} (train {ours['seconds']:.1f} s for {ours['prompts']} "
-                  f"prompts: rollout {ours['rollout_s']:.1f} s at {ours['tokens_per_s']:.0f} tok/s, update "
-                  f"{ours['update_s']:.1f} s (by step {ours['updates_s']}; the first pays for fresh memory: "
-                  f"{ours['page_faults']} page faults in train()); final checkpoint {ours['checkpoint_s']:.1f} s "
-                  f"not counted) "
-                  f"joint_reward={ours['joint_reward']:.2f}", flush=True)
+            print(
+                f"ours    s_per_prompt={ours['s_per_prompt']:.2f} (train {ours['seconds']:.1f} s for {ours['prompts']} "
+                f"prompts: rollout {ours['rollout_s']:.1f} s at {ours['tokens_per_s']:.0f} tok/s, update "
+                f"{ours['update_s']:.1f} s (by step {ours['updates_s']}; the first pays for fresh memory: "
+                f"{ours['page_faults']} page faults in train()); final checkpoint {ours['checkpoint_s']:.1f} s "
+                f"not counted) "
+                f"joint_reward={ours['joint_reward']:.2f}",
+                flush=True,
+            )
             if python is not None:
                 peer = time_comlrl(python, args.prompts, args.new_tokens, args.generations, turns)
                 peer_runs.append(peer["s_per_prompt"])
@@ -381,10 +393,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         plain = measure_memory("plain", 1, args.new_tokens, args.generations)
         generate_only = measure_memory("generate", 1, args.new_tokens, args.generations)
         lora1 = measure_memory("team", 1, args.new_tokens, args.generations)
-        print(f"memory  peak RSS: {args.memory_agents}-agent shared-base LoRA team {team['peak_mib']:.0f} MiB; one plain "
-              f"model {plain['peak_mib']:.0f} MiB (full fine-tune step), {generate_only['peak_mib']:.0f} MiB (load + "
-              f"generate only); 1-agent LoRA team {lora1['peak_mib']:.0f} MiB; imports alone "
-              f"{plain['after_imports_mib']:.0f} MiB")
+        print(
+            f"memory  peak RSS: {args.memory_agents}-agent shared-base LoRA team {team['peak_mib']:.0f} MiB; one plain "
+            f"model {plain['peak_mib']:.0f} MiB (full fine-tune step), {generate_only['peak_mib']:.0f} MiB (load + "
+            f"generate only); 1-agent LoRA team {lora1['peak_mib']:.0f} MiB; imports alone "
+            f"{plain['after_imports_mib']:.0f} MiB"
+        )
         print(f"memory_ratio={team['peak_mib'] / plain['peak_mib']:.2f} (team / plain model, same work per agent); "
               f"team / plain generate-only {team['peak_mib'] / generate_only['peak_mib']:.2f}; "
               f"team / 1-agent LoRA {team['peak_mib'] / lora1['peak_mib']:.2f}")

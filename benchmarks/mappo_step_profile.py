@@ -101,7 +101,9 @@ def main() -> None:
     parser.add_argument("--minibatch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tiny", action="store_true", help="a tiny random model instead of SmolLM2 (checks the script)")
+    parser.add_argument(
+        "--tiny", action="store_true", help="a tiny random model instead of SmolLM2 (checks the script)"
+    )
     parser.add_argument("--out", default="outputs/mappo_step_profile")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -134,9 +136,12 @@ def main() -> None:
         phases.reset()
         metrics = trainer.train_step()
         mean = lambda values: sum(values) / max(len(values), 1)    # noqa: E731
-        print(f"step {int(metrics['step'])}: {len(captured)} responses; tokens per response: prompt "
-              f"{mean([len(r.prompt_ids) for r in captured]):.0f}, completion {mean([len(r.completion_ids) for r in captured]):.0f}, "
-              f"critic context {mean([len(r.critic_ids) for r in captured]):.0f}; load {os.getloadavg()[0]:.2f}")
+        print(
+            f"step {int(metrics['step'])}: {len(captured)} responses; tokens per response: prompt "
+            f"{mean([len(r.prompt_ids) for r in captured]):.0f}, "
+            f"completion {mean([len(r.completion_ids) for r in captured]):.0f}, "
+            f"critic context {mean([len(r.critic_ids) for r in captured]):.0f}; load {os.getloadavg()[0]:.2f}"
+        )
         print(f"  {'phase':<22} {'wall s':>8} {'CPU s':>8}")
         for name in phases.seconds:
             print(f"  {name:<22} {phases.seconds[name]:8.2f} {phases.cpu[name]:8.2f}")

@@ -22,7 +22,7 @@ import json
 import statistics
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from verifiers import Verdict

@@ -44,10 +44,10 @@ short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch o
 import torch  # noqa: E402
 
 import llm_marl_envs  # noqa: E402
+from llm_marl.backends import llamacpp_weights  # noqa: E402
 from llm_marl.backends.hf import HFPolicy  # noqa: E402
 from llm_marl.backends.llamacpp import LlamaCppPolicy  # noqa: E402
 from llm_marl.backends.prefix_cache import CacheStats  # noqa: E402
-from llm_marl.backends import llamacpp_weights  # noqa: E402
 from llm_marl.models import load, tiny_model  # noqa: E402
 from llm_marl.policy import SamplingParams  # noqa: E402
 from llm_marl.rollout import RolloutEngine  # noqa: E402
@@ -167,7 +167,9 @@ def main() -> None:
     parser.add_argument("--env", default="arithmetic_debate-v0")
     parser.add_argument("--backend", default="both", choices=[*sorted(BACKENDS), "both"])
     parser.add_argument("--model", default="smollm2-135m", help='embedded name, local path, or "tiny" (HF test model)')
-    parser.add_argument("--no-lora", action="store_true", help="HF: one plain policy instead of one LoRA adapter per agent")
+    parser.add_argument(
+        "--no-lora", action="store_true", help="HF: one plain policy instead of one LoRA adapter per agent"
+    )
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--parallel", type=int, default=None, help="episodes advanced together (default: all)")
     parser.add_argument("--num-agents", type=int, default=2)

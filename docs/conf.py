@@ -53,7 +53,7 @@ html_css_files = ["custom.css"]
 def adapt_docstring(app, what, name, obj, options, lines):
     """Env modules' docstrings are Markdown pages of their own (the environment pages); the rest is adapted to reST."""
     if what == "module" and gen_env_pages.is_markdown_docstring(name):
-        lines[:] = [f"Documented on the environment pages (generated from this module's docstring)."]
+        lines[:] = ["Documented on the environment pages (generated from this module's docstring)."]
         return
     lines[:] = docstring_rst.to_rst(lines)
 

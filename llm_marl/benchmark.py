@@ -30,9 +30,10 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -231,7 +232,7 @@ def build_team(config: BenchConfig, agents: Sequence[str], policies: dict[str, A
                trained: Team | None = None) -> Team:
     """One policy per distinct model (loaded once, shared by the agents that use it), seated per agent; for the
     ``checkpoint`` baseline, ``trained`` or else the checkpoint's team loaded for ``agents``."""
-    from llm_marl.team import Team                   # torch and transformers load only when a run needs them
+    from llm_marl.team import Team  # torch and transformers load only when a run needs them
     from llm_marl.team_checkpoint import load_team
 
     if config.baseline == "checkpoint":

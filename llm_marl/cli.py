@@ -19,8 +19,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
@@ -73,8 +74,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run (or resume) a benchmark, or several baselines on the same tasks, and write the report."""
     from .benchmark import BenchConfig, run_benchmark
     from .compare import compare_baselines, format_comparison, parse_baselines
-    from .team_checkpoint import (check_base_models, check_models, find_checkpoint, manifest_models, read_manifest,
-                                  relocate_base)
+    from .team_checkpoint import (
+        check_base_models,
+        check_models,
+        find_checkpoint,
+        manifest_models,
+        read_manifest,
+        relocate_base,
+    )
 
     models = [m.strip() for m in args.models.split(",")] if args.models else [args.model or DEFAULT_MODEL]
     # --model with --models is refused by argparse (a mutually exclusive group)
@@ -121,7 +128,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def format_summary(summary: dict[str, Any], out: Path) -> str:
     """A few lines for the terminal: headline metrics and where the report is."""
     from .benchmark import REPORT_FILE
-    from .report import REPORT_HTML as HTML_REPORT, format_ci as _fmt
+    from .report import REPORT_HTML as HTML_REPORT
+    from .report import format_ci as _fmt
 
     turns = ", ".join(_fmt(e) for e in summary["accuracy_per_turn"])
     lines = [f"{summary['env_id']} | {summary['baseline']} | {', '.join(summary['models'])} | "
@@ -299,12 +307,16 @@ def build_parser() -> argparse.ArgumentParser:
                        "from moved (a team trained on one base model); every baseline runs it")
     bench.add_argument("--episodes", type=int, default=20, help="number of episodes (tasks) (default: 20)")
     add_env_arguments(bench)
-    bench.add_argument("--seed", type=int, default=0, help="seed of task order, sampling and bootstrap CIs (default: 0)")
+    bench.add_argument(
+        "--seed", type=int, default=0, help="seed of task order, sampling and bootstrap CIs (default: 0)"
+    )
     bench.add_argument("--out", default=None, help="run directory (default: runs/bench/ENV-BASELINES-seedSEED)")
     bench.add_argument("--max-new-tokens", type=int, default=256, help="tokens per answer (default: 256)")
     bench.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, 0 = greedy (default: 0.7)")
     bench.add_argument("--top-p", type=float, default=0.9, help="nucleus sampling mass (default: 0.9)")
-    bench.add_argument("--episodes-per-batch", type=int, default=4, help="episodes advanced together per batch (default: 4)")
+    bench.add_argument(
+        "--episodes-per-batch", type=int, default=4, help="episodes advanced together per batch (default: 4)"
+    )
     bench.add_argument("--threads", type=int, default=None,
                        help="llamacpp threads (default: cores not busy with other processes)")
     bench.add_argument("--weights", choices=["shipped", "f16", "q8_0", "f32"], default=None,
@@ -318,7 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
                                        "single fields (values parsed as YAML).")
     train.add_argument("algorithm", choices=sorted(TRAINERS), help="training algorithm")
     train.add_argument("env", help="environment id (see `llm-marl envs`)")
-    train.add_argument("--model", default=DEFAULT_MODEL, help=f"base model: embedded name or local HF directory (default: {DEFAULT_MODEL})")
+    train.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"base model: embedded name or local HF directory (default: {DEFAULT_MODEL})",
+    )
     train.add_argument("--config", default=None, help="YAML file of config fields")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config field (repeatable)")
     train.add_argument("--out", default=None, help="output directory (overrides the config's output_dir)")

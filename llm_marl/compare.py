@@ -25,8 +25,9 @@ import dataclasses
 import itertools
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -100,7 +100,7 @@ class Episode:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Episode":
+    def from_dict(cls, data: dict[str, Any]) -> Episode:
         """Inverse of :meth:`to_dict`."""
         turns = [{a: AgentTurn(**record) for a, record in turn.items()} for turn in data["turns"]]
         return cls(env=data["env"], task_id=data["task_id"], seed=data["seed"], task_index=data["task_index"],

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def write_file_atomically(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:

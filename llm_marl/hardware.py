@@ -23,8 +23,8 @@ import ctypes
 import os
 import platform
 import time
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, MutableMapping
 
 EXTRA_BUFFERS_ENV = "LLM_MARL_LLAMACPP_EXTRA_BUFFERS"
 # CPU flags (as Linux names them) that make llama.cpp pick its AMX buffer type.

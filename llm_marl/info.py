@@ -43,7 +43,7 @@ def _probe_line() -> str:
     """The cached probe verdict for the embedded model's llama.cpp weights (its F16 conversion), without probing."""
     if probe_disabled():
         return f"skipped ({PROBE_ENV}={os.environ[PROBE_ENV]})"
-    from .backends import EMBEDDED_LLAMACPP_WEIGHTS   # imports torch: only when the report is made
+    from .backends import EMBEDDED_LLAMACPP_WEIGHTS  # imports torch: only when the report is made
 
     choice = llamacpp_extra_buffers(cpu_info().flags)
     try:
@@ -85,23 +85,31 @@ def environment_report() -> list[tuple[str, str]]:
     rows = [("python", f"{sys.version.split()[0]} ({platform.python_implementation()}, {sys.executable})"),
             ("platform", platform.platform())]
     rows += [(name, _version(name)) for name in PACKAGES]
-    rows += [("cpu", cpu.model),
-             ("cpu features", " ".join(cpu.relevant_flags) or "none of " + ", ".join(("avx2", "avx512f", "amx_tile"))),
-             ("cores", f"{os.cpu_count()} online, {free} free now (load {os.getloadavg()[0]:.1f})"),
-             ("threads", f"torch {torch.get_num_threads()}, llama.cpp {free} (the free cores), "
-                         f"OpenMP wait: OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
-                         f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}"),
-             ("heap", f"HF policies: {heap_plan().reason}"),
-             ("cuda", f"{torch.cuda.device_count()} device(s)" if torch.cuda.is_available() else "none"),
-             ("llama.cpp build", _llamacpp_build()),
-             ("llama.cpp buffers", f"use_extra_bufts={buffers.use_extra_bufts}: {buffers.reason}"),
-             ("llama.cpp probe", _probe_line()),
-             ("default backend", "llamacpp for embedded/.gguf models, hf otherwise"),
-             ("data dir", f"{os.environ.get(DATA_DIR_ENV) or 'unset'} (${DATA_DIR_ENV})"),
-             ("cache dir", str(cache_root())),
-             ("sandbox", _sandbox_line()),
-             ("overrides", f"{EXTRA_BUFFERS_ENV}={os.environ.get(EXTRA_BUFFERS_ENV, 'auto')}, "
-                           f"{PROBE_ENV}={os.environ.get(PROBE_ENV, 'on')}, {HEAP_ENV}={os.environ.get(HEAP_ENV, 'keep')}")]
+    rows += [
+        ("cpu", cpu.model),
+        ("cpu features", " ".join(cpu.relevant_flags) or "none of " + ", ".join(("avx2", "avx512f", "amx_tile"))),
+        ("cores", f"{os.cpu_count()} online, {free} free now (load {os.getloadavg()[0]:.1f})"),
+        (
+            "threads",
+            f"torch {torch.get_num_threads()}, llama.cpp {free} (the free cores), "
+            f"OpenMP wait: OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+            f"GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', 'unset')}",
+        ),
+        ("heap", f"HF policies: {heap_plan().reason}"),
+        ("cuda", f"{torch.cuda.device_count()} device(s)" if torch.cuda.is_available() else "none"),
+        ("llama.cpp build", _llamacpp_build()),
+        ("llama.cpp buffers", f"use_extra_bufts={buffers.use_extra_bufts}: {buffers.reason}"),
+        ("llama.cpp probe", _probe_line()),
+        ("default backend", "llamacpp for embedded/.gguf models, hf otherwise"),
+        ("data dir", f"{os.environ.get(DATA_DIR_ENV) or 'unset'} (${DATA_DIR_ENV})"),
+        ("cache dir", str(cache_root())),
+        ("sandbox", _sandbox_line()),
+        (
+            "overrides",
+            f"{EXTRA_BUFFERS_ENV}={os.environ.get(EXTRA_BUFFERS_ENV, 'auto')}, "
+            f"{PROBE_ENV}={os.environ.get(PROBE_ENV, 'on')}, {HEAP_ENV}={os.environ.get(HEAP_ENV, 'keep')}",
+        ),
+    ]
     return rows
 
 

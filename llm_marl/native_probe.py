@@ -54,7 +54,15 @@ def probe_key(model_path: str | os.PathLike, choice: BufferChoice) -> str:
     cpu = cpu_info()
     path = Path(model_path)
     size = path.stat().st_size if path.is_file() else -1
-    parts = ["llamacpp", version, cpu.model, " ".join(sorted(cpu.flags)), str(choice.use_extra_bufts), path.name, str(size)]
+    parts = [
+        "llamacpp",
+        version,
+        cpu.model,
+        " ".join(sorted(cpu.flags)),
+        str(choice.use_extra_bufts),
+        path.name,
+        str(size),
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

@@ -8,8 +8,9 @@ may offer ``clear_cache()``; the rollout engine calls it when the episodes or tr
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -41,7 +42,7 @@ class SamplingParams:
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
 
-    def for_call(self, *keys: int) -> "SamplingParams":
+    def for_call(self, *keys: int) -> SamplingParams:
         """These settings with a seed derived from ``(seed, *keys)``: distinct keys give independent noise.
 
         Without a seed the backend draws fresh noise from its own generator anyway: ``self`` is returned.

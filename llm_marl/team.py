@@ -13,8 +13,9 @@ Three layouts, one class:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .backends.hf import HFPolicy
 from .policy import Policy
@@ -78,7 +79,7 @@ class Team:
     # ------------------------------------------------------------------ constructors
     @classmethod
     def shared_lora(cls, model, tokenizer, agents: int | Sequence[str] = 2, lora_config=None,
-                    name: str | None = None) -> "Team":
+                    name: str | None = None) -> Team:
         """One frozen base shared by all agents with one LoRA adapter per agent (adapter name = agent name)."""
         names = _agent_names(agents)
         policy = HFPolicy(with_adapters(model, names, lora_config), tokenizer, name=name)
@@ -86,7 +87,7 @@ class Team:
 
     @classmethod
     def separate(cls, models: Sequence[tuple[Any, Any]], agents: Sequence[str] | None = None,
-                 lora_config=None, names: Sequence[str] | None = None) -> "Team":
+                 lora_config=None, names: Sequence[str] | None = None) -> Team:
         """One ``(model, tokenizer)`` per agent (full fine-tune, or a LoRA adapter each when ``lora_config``).
 
         ``names``: each model's name as given to :func:`llm_marl.models.load` (recorded in checkpoints; default:
@@ -111,7 +112,7 @@ class Team:
         return cls(members)
 
     @classmethod
-    def from_policies(cls, policies: Mapping[str, Policy | tuple[Policy, str | None]]) -> "Team":
+    def from_policies(cls, policies: Mapping[str, Policy | tuple[Policy, str | None]]) -> Team:
         """Seat any policies: ``{agent: policy}`` or ``{agent: (policy, adapter)}``."""
         members = {}
         for agent, value in policies.items():

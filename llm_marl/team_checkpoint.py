@@ -29,8 +29,9 @@ from __future__ import annotations
 import enum
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .backends.hf import HFPolicy
 from .models import load

@@ -4,10 +4,10 @@
     >>> env = llm_marl_envs.make("gsm8k_debate-v0", num_agents=3, num_turns=2)
     >>> obs, infos = env.reset(seed=0)
 """
+from . import envs as _envs  # registers the built-in environments  # noqa: F401
 from .core import TextEnv, TextSpace, render_messages
 from .data import DATA_DIR_ENV, DataNotFoundError, DatasetSpec, load_records
 from .registry import EnvSpec, EnvSummary, list_envs, make, register, spec
-from . import envs as _envs  # registers the built-in environments  # noqa: F401
 
 __all__ = [
     "TextEnv", "TextSpace", "render_messages", "DATA_DIR_ENV", "DataNotFoundError", "DatasetSpec",

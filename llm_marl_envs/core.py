@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -259,7 +260,7 @@ class TextEnv(ParallelEnv):
                 lines.append(f"{agent} (score {v.score:.3g}, correct={v.correct}):\n{text}")
         return "\n".join(lines)
 
-    def clone(self) -> "TextEnv":
+    def clone(self) -> TextEnv:
         """An independent copy of the env mid-episode (shares the read-only task list).
 
         A clone of an env that has not loaded its tasks yet loads them through that env when it needs

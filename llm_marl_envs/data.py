@@ -18,10 +18,11 @@ import hashlib
 import json
 import os
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 DATA_DIR_ENV = "LLM_MARL_DATA_DIR"
 

@@ -19,8 +19,9 @@ import importlib
 import inspect
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .core import TextEnv
 

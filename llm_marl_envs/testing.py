@@ -16,7 +16,7 @@ and no task of one in the other, compared by content (:func:`task_text`), not by
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 

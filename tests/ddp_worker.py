@@ -33,9 +33,9 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from llm_marl.models import tiny_model
-from tests.toy_env import SayNumberEnv
-from llm_marl.team import Team
 from llm_marl.sharding import full_tensor
+from llm_marl.team import Team
+from tests.toy_env import SayNumberEnv
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -68,7 +69,7 @@ class TornLineFile:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._handle, name)
 
-    def __enter__(self) -> "TornLineFile":
+    def __enter__(self) -> TornLineFile:
         return self
 
     def __exit__(self, *exc: Any) -> None:

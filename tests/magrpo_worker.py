@@ -7,8 +7,8 @@ import sys
 import torch
 
 from llm_marl.models import tiny_model
-from tests.toy_env import SayNumberEnv
 from llm_marl.team import Team
+from tests.toy_env import SayNumberEnv
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 

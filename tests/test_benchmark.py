@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from llm_marl_envs import metrics
 from llm_marl.benchmark import BenchConfig, read_episodes, run_benchmark, summarize, task_schedule
+from llm_marl_envs import metrics
 
 T, F = True, False
 
@@ -116,8 +116,8 @@ def test_bench_config_validates():
 @pytest.fixture(scope="module")
 def tiny_policy():
     """An HF policy on a tiny random Llama with the real SmolLM2 tokenizer."""
-    from llm_marl.models import tiny_model
     from llm_marl.backends.hf import HFPolicy
+    from llm_marl.models import tiny_model
 
     model, tokenizer = tiny_model(seed=0)
     return HFPolicy(model, tokenizer, name="tiny")
@@ -202,8 +202,8 @@ def test_baselines_run_on_the_same_tasks(tiny_policy, tmp_path, baseline, shape)
 
 
 def test_mixed_team_seats_one_model_per_agent(tiny_policy, tmp_path):
-    from llm_marl.models import tiny_model
     from llm_marl.backends.hf import HFPolicy
+    from llm_marl.models import tiny_model
 
     other = HFPolicy(*tiny_model(seed=1), name="tiny-b")
     summary = run_benchmark(tiny_config(models=["tiny", "tiny-b"], num_agents=None, episodes=1), tmp_path,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from llm_marl.cli import UserError, build_config, main, parse_overrides
 from llm_marl_envs import list_envs
-from llm_marl.cli import build_config, main, parse_overrides, UserError
 
 
 @pytest.mark.parametrize("argv", [[], ["envs"], ["bench"], ["train"], ["report"]])

@@ -144,7 +144,9 @@ def test_reward_weights_are_parameters():
     config = CodingRewardConfig(tests=2.0, not_wrapper=0.0)
     env = llm_marl_envs.make("humaneval_coding-v0", reward_config=config)
     reward, details = _episode_step(env, [AUX_DISTANCE, ENTRY_USES_AUX])
-    assert reward == pytest.approx(1.0 + 0.5 + 2.0 + 0.5) and details["max_score"] == pytest.approx(0.4 + 0.6 + 0.5 + 2.0 + 0.5)
+    assert reward == pytest.approx(1.0 + 0.5 + 2.0 + 0.5) and details["max_score"] == pytest.approx(
+        0.4 + 0.6 + 0.5 + 2.0 + 0.5
+    )
     with pytest.raises(ValueError, match="syntax"):
         CodingRewardConfig(syntax=-1)
     with pytest.raises(ValueError, match="num_agents"):
@@ -181,7 +183,9 @@ def test_datasets_and_splits(data_dir):
     assert ids("coophumaneval_coding-v0", "test") == [f"CoopHumanEval/{n}" for n in range(16)]
     assert ids("coophumaneval_coding-v0", "train") == [f"CoopHumanEval/{n}" for n in range(16, 82)]
     assert len(ids("coophumaneval_coding-v0", "all")) == 82
-    sizes = {split: len(llm_marl_envs.make("mbpp_coding-v0", split=split).tasks) for split in ("train", "validation", "test")}
+    sizes = {
+        split: len(llm_marl_envs.make("mbpp_coding-v0", split=split).tasks) for split in ("train", "validation", "test")
+    }
     assert sizes == {"train": 374, "validation": 90, "test": 500}
     for env_id in ("humaneval_coding-v0", "coophumaneval_coding-v0"):
         with pytest.raises(ValueError, match=r"has the splits \['test', 'train', 'all'\], got split='validation'"):
@@ -203,8 +207,10 @@ def test_reference_solutions_pass_as_the_entry_point(env_id):
 
 def test_decorators_and_extra_helpers_are_kept():
     task = llm_marl_envs.make("humaneval_coding-v0").tasks[0]
-    aux = ("```python\nimport functools\n\ndef _gap(a, b):\n    return abs(a - b)\n\n@functools.lru_cache(maxsize=None)\n"
-           "def aux(a, b):\n    return _gap(a, b)\n\nprint('example run')\n```")
+    aux = (
+        "```python\nimport functools\n\ndef _gap(a, b):\n    return abs(a - b)\n\n@functools.lru_cache(maxsize=None)\n"
+        "def aux(a, b):\n    return _gap(a, b)\n\nprint('example run')\n```"
+    )
     verdict = score_collaboration([extract_code(aux), extract_code(ENTRY_USES_AUX)], task)
     program = verdict.details["program"]
     assert "@functools.lru_cache(maxsize=None)\ndef aux" in program and "def _gap" in program

@@ -15,12 +15,27 @@ from accelerate.utils import DistributedType
 from safetensors.torch import load_file
 
 from llm_marl.models import tiny_model
-from tests.ddp_worker import build_mappo, build_trainer, mappo_trainable, run_mappo_update, run_update, strip_envs, trainable
-from tests.toy_env import SayNumberEnv
 from llm_marl.team import Team
+from tests.ddp_worker import (
+    build_mappo,
+    build_trainer,
+    mappo_trainable,
+    run_mappo_update,
+    run_update,
+    strip_envs,
+    trainable,
+)
+from tests.toy_env import SayNumberEnv
 from trainers.common.checkpoint import load_checkpoint, rng_state, save_checkpoint
-from trainers.common.distributed import (DistributedTraining, build_accelerator, clip_gradients, local_launch_command,
-                                         merge_reports, place_team, shard)
+from trainers.common.distributed import (
+    DistributedTraining,
+    build_accelerator,
+    clip_gradients,
+    local_launch_command,
+    merge_reports,
+    place_team,
+    shard,
+)
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig
 
@@ -36,14 +51,21 @@ def test_scaling_fields_are_validated_with_the_fix_in_the_message(config_cls):
         config_cls(gradient_checkpointing="yes")
     with pytest.raises(ValueError, match="fsdp must be true or false"):
         config_cls(fsdp="yes")
-    with pytest.raises(ValueError, match=r"agent_devices\['agent_1'\] = 'gpu1' is not a device; use 'cpu', 'cuda' or 'cuda:N'"):
+    with pytest.raises(
+        ValueError, match=r"agent_devices\['agent_1'\] = 'gpu1' is not a device; use 'cpu', 'cuda' or 'cuda:N'"
+    ):
         config_cls(agent_devices={"agent_0": "cpu", "agent_1": "gpu1"})
     with pytest.raises(ValueError, match="device type 'meta' is not supported"):
         config_cls(agent_devices={"agent_0": "meta"})
     with pytest.raises(ValueError, match="agent_devices must be a non-empty mapping"):
         config_cls(agent_devices={})
-    config = config_cls(mixed_precision="bf16", gradient_checkpointing=True, agent_devices={"agent_0": "cuda", "agent_1": "cpu"})
-    assert config.agent_devices == {"agent_0": "cuda:0", "agent_1": "cpu"}      # canonical; availability is checked at build
+    config = config_cls(
+        mixed_precision="bf16", gradient_checkpointing=True, agent_devices={"agent_0": "cuda", "agent_1": "cpu"}
+    )
+    assert config.agent_devices == {
+        "agent_0": "cuda:0",
+        "agent_1": "cpu",
+    }  # canonical; availability is checked at build
     assert config.to_dict()["mixed_precision"] == "bf16"
 
 
@@ -52,7 +74,9 @@ def test_fp16_and_launch_precision_mismatch_are_refused(monkeypatch):
         with pytest.raises(ValueError, match="fp16' needs a CUDA GPU.*use mixed_precision='bf16'"):
             build_accelerator(MAGRPOConfig(mixed_precision="fp16"))
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
-    with pytest.raises(ValueError, match="launched with --mixed_precision bf16 but the config says mixed_precision='no'"):
+    with pytest.raises(
+        ValueError, match="launched with --mixed_precision bf16 but the config says mixed_precision='no'"
+    ):
         build_accelerator(MAGRPOConfig())
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")       # the launcher's default: the config decides
     with pytest.raises(ValueError, match="the accelerator given uses mixed_precision='no' but the config says 'bf16'"):
@@ -68,8 +92,12 @@ def test_fp16_and_launch_precision_mismatch_are_refused(monkeypatch):
 def test_launches_the_trainers_cannot_honour_are_refused_with_the_supported_ones_named(engine, fsdp_version, match):
     from types import SimpleNamespace
 
-    launched = SimpleNamespace(distributed_type=engine, state=SimpleNamespace(fsdp_plugin=SimpleNamespace(fsdp_version=fsdp_version)),
-                               num_processes=1, gradient_accumulation_steps=1)
+    launched = SimpleNamespace(
+        distributed_type=engine,
+        state=SimpleNamespace(fsdp_plugin=SimpleNamespace(fsdp_version=fsdp_version)),
+        num_processes=1,
+        gradient_accumulation_steps=1,
+    )
     with pytest.raises(ValueError, match=match):
         DistributedTraining(launched)
 
@@ -91,7 +119,7 @@ def test_shards_are_contiguous_balanced_and_cover_the_global_batch(n, num_proces
     parts = [shard(items, rank, num_processes) for rank in range(num_processes)]
     assert sum(parts, []) == items                                        # every task once, in order
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
-    assert [len(p) for p in parts] == sorted((len(p) for p in parts), reverse=True)   # the first processes get the extra
+    assert [len(p) for p in parts] == sorted((len(p) for p in parts), reverse=True)  # the first processes get the extra
     with pytest.raises(ValueError, match="rank must be in"):
         shard(items, num_processes, num_processes)
 
@@ -110,12 +138,16 @@ def test_gradient_clipping_matches_torch_clip_grad_norm(max_norm):
     for got, want in zip(grads, expected):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
     if max_norm == 0.5:
-        assert float(torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in grads]))) == pytest.approx(0.5, rel=1e-4)
+        assert float(torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in grads]))) == pytest.approx(
+            0.5, rel=1e-4
+        )
 
 
 def test_merged_metrics_sum_partial_losses_and_average_the_rest():
-    reports = [{"turn0/agent_0/loss": 0.25, "turn0/agent_0/reward_mean": 1.0, "step_s": 3.0, "turn1/agent_0/reward_mean": 0.5},
-               {"turn0/agent_0/loss": 0.5, "turn0/agent_0/reward_mean": 0.0, "step_s": 5.0}]
+    reports = [
+        {"turn0/agent_0/loss": 0.25, "turn0/agent_0/reward_mean": 1.0, "step_s": 3.0, "turn1/agent_0/reward_mean": 0.5},
+        {"turn0/agent_0/loss": 0.5, "turn0/agent_0/reward_mean": 0.0, "step_s": 5.0},
+    ]
     merged = merge_reports(reports, sums=("/loss",), maxima=("step_s",))
     assert merged == {"turn0/agent_0/loss": 0.75, "turn0/agent_0/reward_mean": 0.5, "step_s": 5.0,
                       "turn1/agent_0/reward_mean": 0.5}                   # a key one process lacks: the others' mean
@@ -133,7 +165,9 @@ def test_agent_devices_place_separate_models_and_explain_the_shared_base_restric
         {"agent_0": torch.device("cpu"), "agent_1": torch.device("cpu")}
     model, tokenizer = tiny_model(seed=0)
     shared = Team.shared_lora(model, tokenizer, 2)
-    with pytest.raises(ValueError, match=r"share one base model \(Team.shared_lora.*Team.separate \(one model per agent\)"):
+    with pytest.raises(
+        ValueError, match=r"share one base model \(Team.shared_lora.*Team.separate \(one model per agent\)"
+    ):
         place_team(shared, agents, {"agent_0": "cuda:0", "agent_1": "cuda:1"}, torch.device("cpu"))
     with pytest.raises(ValueError, match=r"unknown agent\(s\) \['agent_7'\]"):
         place_team(shared, agents, {"agent_7": "cpu"}, torch.device("cpu"))
@@ -184,7 +218,9 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradients(tmp_pa
     MAGRPOTrainer(SayNumberEnv(), team, MAGRPOConfig(num_generations=2, eval_tasks=2, output_dir=str(tmp_path),
                                                      progress=False, gradient_checkpointing=True))
     checkpointed_calls, checkpointed_grads = layer_calls_and_grads(policy, prompts, completions)
-    _, checkpointed_shared_grads = layer_calls_and_grads(policy, [prompts[0]] * 2, completions)   # falls back to whole rows
+    _, checkpointed_shared_grads = layer_calls_and_grads(
+        policy, [prompts[0]] * 2, completions
+    )  # falls back to whole rows
     layers = len(policy.model.get_base_model().model.layers)
     assert plain_calls == layers and checkpointed_calls == 2 * layers     # each layer re-run in the backward pass
     for plain, checkpointed in zip(plain_grads, checkpointed_grads):
@@ -209,8 +245,13 @@ def test_bf16_runs_the_loss_forward_in_bfloat16(tmp_path, one_torch_thread):
         torch.manual_seed(0)
         model, tokenizer = tiny_model(seed=0)
         team = Team.shared_lora(model, tokenizer, 2)
-        trainer = MAGRPOTrainer(SayNumberEnv(), team, MAGRPOConfig(num_generations=2, eval_tasks=2, output_dir=str(tmp_path),
-                                                                   progress=False, mixed_precision="bf16"))
+        trainer = MAGRPOTrainer(
+            SayNumberEnv(),
+            team,
+            MAGRPOConfig(
+                num_generations=2, eval_tasks=2, output_dir=str(tmp_path), progress=False, mixed_precision="bf16"
+            ),
+        )
         dtypes = []
         layer = team.policy("agent_0").model.get_base_model().model.layers[0].mlp.down_proj
         hook = layer.register_forward_hook(lambda _m, _i, out: dtypes.append(out.dtype))
@@ -282,16 +323,22 @@ def assert_same_update(split: dict, whole: dict, weight_atol: float) -> None:
     # Adam's step is lr * g / (|g| + eps), eps = 1e-8: where |g| is within a few eps of 0, rounding in the
     # gradient's sum moves the weight by a visible part of lr (seen: g 7.5e-9 in one process, 9.4e-9 in two,
     # 1.9e-4 apart at lr 5e-3). Those elements must agree within one step; all others within weight_atol.
-    step = max((w - whole["initial"][n]).abs().max().item() for n, w in whole["weights"].items() if n in whole["initial"])
+    step = max(
+        (w - whole["initial"][n]).abs().max().item() for n, w in whole["weights"].items() if n in whole["initial"]
+    )
     for name, weight in whole["weights"].items():
-        near_zero = whole["gradients"][name].abs() < 100 * ADAM_EPS if name in whole["gradients"] else torch.zeros_like(weight, dtype=torch.bool)
+        near_zero = (
+            whole["gradients"][name].abs() < 100 * ADAM_EPS
+            if name in whole["gradients"]
+            else torch.zeros_like(weight, dtype=torch.bool)
+        )
         difference = (split["weights"][name] - weight).abs()
         assert largest(difference[~near_zero]) <= weight_atol, (name, largest(difference[~near_zero]))
         assert largest(difference[near_zero]) <= step, (name, largest(difference[near_zero]), step)
 
 
 def assert_resumed_run_ends_alike(out: Path, straight: str, resumed: str, atol: float) -> dict[str, torch.Tensor]:
-    """The final weights (main process's ``weights.pt``) of a resumed run equal the straight run's; returns the latter."""
+    """The final weights (main process's ``weights.pt``) of a resumed run equal the straight run's; returns those."""
     final, final_resumed = (torch.load(out / run / "weights.pt") for run in (straight, resumed))
     assert final_resumed.keys() == final.keys()
     for name, weight in final.items():
@@ -361,7 +408,9 @@ def test_magrpo_on_two_processes_matches_one_process_stays_identical_and_resumes
     resumed_metrics = [json.loads(line) for line in (out / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in resumed_metrics] == [1, 2, 3]
     for step in (2, 3):
-        assert summed_loss(resumed_metrics[step - 1]) == pytest.approx(summed_loss(metrics[step - 1]), rel=1e-6, abs=1e-9)
+        assert summed_loss(resumed_metrics[step - 1]) == pytest.approx(
+            summed_loss(metrics[step - 1]), rel=1e-6, abs=1e-9
+        )
     assert_resumed_run_ends_alike(out, "straight", "resumed", atol=1e-7)
 
 
@@ -393,7 +442,9 @@ def test_magrpo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
     # 1. every LoRA weight is a DTensor of which each process holds about half
     assert split[0]["sharded"] == sorted(whole["gradients"]) and len(split[0]["sharded"]) == 56
     assert [s["numel"] for s in split] == [whole_numel := sum(w.numel() for w in whole["weights"].values())] * 2
-    assert sum(s["local_numel"] for s in split) == whole_numel and max(s["local_numel"] for s in split) < 0.6 * whole_numel
+    assert (
+        sum(s["local_numel"] for s in split) == whole_numel and max(s["local_numel"] for s in split) < 0.6 * whole_numel
+    )
 
     # 2. one update on the fixed batch (2 trees + 1 tree) with sharded weights = the whole-batch update in one process
     assert [s["roots"] for s in split] == [2, 1]
@@ -401,7 +452,10 @@ def test_magrpo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
 
     # sharding and agent_devices (whole models placed inside one process) exclude each other
     for r in range(2):
-        assert "fsdp shards each model over the processes; agent_devices" in (out / f"fsdp-agent-devices-rank{r}.txt").read_text()
+        assert (
+            "fsdp shards each model over the processes; agent_devices"
+            in (out / f"fsdp-agent-devices-rank{r}.txt").read_text()
+        )
 
     # 3. training: rollouts on gathered weights, lockstep losses, evaluation
     straight = reports(out / "fsdp-straight")

@@ -59,7 +59,7 @@ def test_env_page_links_protocols_and_api():
 
 
 def test_docstring_adapter():
-    """Markdown tables become list-tables, hanging indents join their entry, glued literals and text bars are escaped."""
+    """Markdown tables become list-tables, hanging indents join their entry, glued literals and bars are escaped."""
     lines = ["Intro:", "", "| a | b |", "|---|---|", "| 1 | ``x`` |", "", "Group:",
              "    name: a long entry that", "        continues here.", "", "``DTensor``s and |a ∩ b|."]
     out = docstring_rst.to_rst(lines)

@@ -36,8 +36,10 @@ def test_registered_env_describes_itself(env_id):
     doc = inspect.getmodule(env_cls).__doc__
     rows = re.findall(r"^\| ([^|]+?) \|", doc, re.MULTILINE)
     assert tuple(rows) == TABLE_ROWS, f"{env_id}: the docstring table must have the rows {TABLE_ROWS}, got {rows}"
-    newest = newest_version(env_id)            # an older version is documented in its newest version's module
-    assert f'| Import | `llm_marl_envs.make("{newest}")` |\n|---|---|\n' in doc, f"{env_id}: table must open with Import"
+    newest = newest_version(env_id)  # an older version is documented in its newest version's module
+    assert f'| Import | `llm_marl_envs.make("{newest}")` |\n|---|---|\n' in doc, (
+        f"{env_id}: table must open with Import"
+    )
     version = env_id.rsplit("-", 1)[1]
     history = doc.split("### Version History", 1)
     assert len(history) == 2 and re.search(rf"^\* {version}: ", history[1], re.MULTILINE), \

@@ -10,8 +10,14 @@ from llm_marl.models import tiny_model
 from llm_marl.team import Team
 from tests.toy_env import SayNumberEnv
 from trainers.common.evaluation import EvalResult
-from trainers.common.experiment import (compare, fix_rate, held_out_scores, merged_history, scores_from,
-                                        train_and_compare)
+from trainers.common.experiment import (
+    compare,
+    fix_rate,
+    held_out_scores,
+    merged_history,
+    scores_from,
+    train_and_compare,
+)
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 
@@ -23,8 +29,16 @@ def result_of(correct_per_episode, answers_per_episode=None) -> EvalResult:
         if answers is None:
             answers = [["1" if c else "0" for c in turn] for turn in correct]
         records.append({"correct": correct, "answers": answers})
-    return EvalResult(num_episodes=len(records), team_reward=0.0, team_reward_ci=(0.0, 0.0), rewards=[0.0] * len(records),
-                      accuracy_per_turn=None, accuracy_per_turn_ci=None, episodes=records, num_turns=2)
+    return EvalResult(
+        num_episodes=len(records),
+        team_reward=0.0,
+        team_reward_ci=(0.0, 0.0),
+        rewards=[0.0] * len(records),
+        accuracy_per_turn=None,
+        accuracy_per_turn_ci=None,
+        episodes=records,
+        num_turns=2,
+    )
 
 
 def test_scores_average_samples_per_task_and_agents_at_the_last_turn():

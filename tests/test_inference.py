@@ -44,9 +44,15 @@ class FlakyServer:
                     self.end_headers()
                     self.wfile.write(b"temporarily broken")
                     return
-                reply = {"choices": [{"message": {"role": "assistant", "content": f"echo {body['messages'][-1]['content']}"},
-                                      "finish_reason": "stop"}],
-                         "usage": {"completion_tokens": min(7, body["max_tokens"])}}   # a server honours max_tokens
+                reply = {
+                    "choices": [
+                        {
+                            "message": {"role": "assistant", "content": f"echo {body['messages'][-1]['content']}"},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"completion_tokens": min(7, body["max_tokens"])},
+                }   # a server honours max_tokens
                 payload = json.dumps(reply).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -61,7 +67,7 @@ class FlakyServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "FlakyServer":
+    def __enter__(self) -> FlakyServer:
         self.thread.start()
         return self
 

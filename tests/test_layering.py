@@ -97,7 +97,9 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles_between_modules():
     # a package's __init__ re-exporting its own submodules is not a cycle of ideas: leave those edges out
-    graph = {m: {t for t in targets if not (GRAPH_IS_INIT[m] and t.startswith(m + "."))} for m, targets in GRAPH.items()}
+    graph = {
+        m: {t for t in targets if not (GRAPH_IS_INIT[m] and t.startswith(m + "."))} for m, targets in GRAPH.items()
+    }
     assert strongly_connected(graph) == []
 
 

@@ -1,5 +1,4 @@
 """MAGRPO: advantages, returns, joint actions, per-agent updates, KL, checkpoint resume after SIGKILL."""
-import json
 import math
 import os
 import signal
@@ -12,13 +11,12 @@ import pytest
 import torch
 
 from llm_marl.models import tiny_model
-from tests.toy_env import SayNumberEnv
-from llm_marl.rollout import RolloutEngine
+from llm_marl.policy import SamplingParams
+from llm_marl.rollout import Expansion, RolloutEngine, joint_actions
 from llm_marl.team import Team
+from tests.toy_env import SayNumberEnv
 from trainers.common.checkpoint import latest_checkpoint, resolve_checkpoint
 from trainers.common.logging import read_metrics
-from llm_marl.policy import SamplingParams
-from llm_marl.rollout import Expansion, joint_actions
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer, group_advantages
 from trainers.magrpo.trainer import TreeNode, sample_values
 
@@ -61,8 +59,12 @@ def test_std_normalisation_and_floor():
 
 
 def test_cross_mode_sample_values_average_over_partners():
-    node = TreeNode(0, Expansion(None, {}, {"agent_0": [], "agent_1": []}, joint_actions(2, 2, "cross"), [], [], [], []),
-                    joint_rewards=[1, 2, 3, 4], returns=[1.0, 2.0, 3.0, 4.0])
+    node = TreeNode(
+        0,
+        Expansion(None, {}, {"agent_0": [], "agent_1": []}, joint_actions(2, 2, "cross"), [], [], [], []),
+        joint_rewards=[1, 2, 3, 4],
+        returns=[1.0, 2.0, 3.0, 4.0],
+    )
     # joint actions (0,0) (0,1) (1,0) (1,1) with returns 1 2 3 4
     assert sample_values(node, 0, 2).tolist() == [1.5, 3.5]
     assert sample_values(node, 1, 2).tolist() == [2.0, 3.0]
@@ -228,5 +230,7 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_loss(tmp_path):
     for process in (straight, resumed):
         assert process.wait(timeout=600) == 0, process.stderr.read().decode()[-2000:]
     for step in range(resumed_from + 1, steps + 1):
-        assert loss_at(tmp_path / "killed", step) == pytest.approx(loss_at(tmp_path / "straight", step), rel=1e-6, abs=1e-9)
+        assert loss_at(tmp_path / "killed", step) == pytest.approx(
+            loss_at(tmp_path / "straight", step), rel=1e-6, abs=1e-9
+        )
     assert loss_at(tmp_path / "straight", steps) != 0.0

@@ -3,11 +3,10 @@ import pytest
 import torch
 
 from llm_marl.models import tiny_model
-from llm_marl_envs.testing import text_env_api_test
 from llm_marl.team import Team
+from llm_marl_envs.testing import text_env_api_test
 from tests.scripts import load_script
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
-
 
 bench = load_script("benchmarks/magrpo_vs_comlrl.py")
 example = load_script("examples/magrpo_tldr.py")
@@ -27,7 +26,9 @@ def test_length_ratio_env_passes_the_text_env_checks():
 def test_length_ratio_env_prompts_and_joint_reward():
     env = bench.LengthRatioEnv(num_tasks=2)
     _, infos = env.reset(seed=0, options={"task_index": 1})
-    assert infos["agent_0"]["messages"] == [{"role": "user", "content": "Summarize in one sentence:\n" + bench.PEER_TEXT}]
+    assert infos["agent_0"]["messages"] == [
+        {"role": "user", "content": "Summarize in one sentence:\n" + bench.PEER_TEXT}
+    ]
     assert infos["agent_1"]["messages"][0]["content"].startswith("Write a detailed summary:\n")
     _, rewards, terminations, _, infos = env.step({"agent_0": "short", "agent_1": "a much longer text"})
     assert rewards == {"agent_0": 3.0, "agent_1": 3.0} and all(terminations.values())   # 18/5 chars, capped at 3

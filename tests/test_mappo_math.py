@@ -17,7 +17,6 @@ from trainers.mappo.ppo_math import (
 )
 from trainers.mappo.rewards import IncentiveWeights, incentive_bonuses, influence_aware_returns, turn_rewards
 
-
 # ---------------------------------------------------------------- influence-aware returns
 SCORES_3_TURNS = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]    # s[t][i]; team means s̄ = 0.5, 0.5, 1.0
 
@@ -51,7 +50,9 @@ def test_influence_aware_stops_at_last_turn_reached():
 
 def test_other_return_rules():
     np.testing.assert_allclose(influence_aware_returns(SCORES_3_TURNS, rule="current_turn"), SCORES_3_TURNS)
-    np.testing.assert_allclose(influence_aware_returns([[0.0, 1.0], [1.0, 0.0]], rule="last_turn"), [[1.0, 0.0], [1.0, 0.0]])
+    np.testing.assert_allclose(
+        influence_aware_returns([[0.0, 1.0], [1.0, 0.0]], rule="last_turn"), [[1.0, 0.0], [1.0, 0.0]]
+    )
     # γ = 0 reduces the influence-aware rule to the current turn
     np.testing.assert_allclose(influence_aware_returns(SCORES_3_TURNS, gamma=0.0), SCORES_3_TURNS)
 

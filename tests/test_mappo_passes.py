@@ -38,8 +38,12 @@ def one_at_a_time(trainer, responses):
     with torch.no_grad():
         for r in responses:
             policy, adapter = trainer.team.policy(r.agent), trainer.team.adapter(r.agent)
-            logp, mask = policy.token_logprobs([r.prompt_ids], [r.completion_ids], adapter=adapter, temperature=c.temperature)
-            ref, _ = policy.token_logprobs([r.prompt_ids], [r.completion_ids], temperature=c.temperature, reference=True)
+            logp, mask = policy.token_logprobs(
+                [r.prompt_ids], [r.completion_ids], adapter=adapter, temperature=c.temperature
+            )
+            ref, _ = policy.token_logprobs(
+                [r.prompt_ids], [r.completion_ids], temperature=c.temperature, reference=True
+            )
             values, _ = trainer.critic.values([r.critic_ids], [r.completion_ids])
             mask = mask.float()
             kl = kl_per_token(logp, ref, c.kl_estimator) * mask

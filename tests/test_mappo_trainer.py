@@ -1,4 +1,5 @@
-"""MAPPOTrainer end to end on a tiny random model: a step, the update direction, the critic input, resume after SIGKILL."""
+"""MAPPOTrainer end to end on a tiny random model: a step, the update direction, the critic input, SIGKILL resume."""
+
 import dataclasses
 import os
 import signal
@@ -12,9 +13,9 @@ import torch
 
 import llm_marl_envs
 from llm_marl.models import tiny_model
+from llm_marl.team import Team
 from trainers.common.checkpoint import latest_checkpoint
 from trainers.common.logging import read_metrics
-from llm_marl.team import Team
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 from verifiers.reward_model import RewardModel
 from verifiers.reward_server import RewardClient, RewardServer
@@ -98,7 +99,9 @@ def test_critic_reads_the_other_agents_answers_of_the_episode(tmp_path):
     assert "agent_1 answered" in critic_text
     examples = trainer.reward_examples([episode])         # rollout data for a learned verifier
     assert len(examples) == 4 and examples[0].question == trainer.env.tasks[episode.task_index]["question"]
-    assert [e.correct for e in examples] == [bool(turn[a].correct) for turn in episode.turns for a in ("agent_0", "agent_1")]
+    assert [e.correct for e in examples] == [
+        bool(turn[a].correct) for turn in episode.turns for a in ("agent_0", "agent_1")
+    ]
 
 
 def test_learned_verifier_served_over_http(tmp_path):
@@ -137,7 +140,11 @@ def test_resume_after_sigkill_reproduces_the_next_step_loss(tmp_path):
     killed = tmp_path / "killed"
     child = subprocess.Popen(
         [sys.executable, "-c", f"from tests.test_mappo_trainer import run_child; run_child({str(killed)!r})"],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 600
     while latest_checkpoint(killed) is None:
         if child.poll() is not None:

@@ -25,7 +25,9 @@ def test_tiny_model_uses_the_real_tokenizer_and_is_seeded():
     assert tokenizer.eos_token == "<|im_end|>"
     a, b, c = (next(m.parameters()) for m in (model, again, other))
     assert torch.equal(a, b) and not torch.equal(a, c)
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "2+2?"}], add_generation_prompt=True, return_dict=False)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "2+2?"}], add_generation_prompt=True, return_dict=False
+    )
     logits = model(torch.tensor([list(ids)])).logits
     assert logits.shape == (1, len(ids), 49152)
 

@@ -14,8 +14,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 from urllib.parse import urlsplit
 
 import pytest
@@ -132,7 +132,7 @@ class MisbehavingServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "MisbehavingServer":
+    def __enter__(self) -> MisbehavingServer:
         self.thread.start()
         return self
 
@@ -303,7 +303,7 @@ class ForwardingProxy:
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> "ForwardingProxy":
+    def __enter__(self) -> ForwardingProxy:
         self.thread.start()
         return self
 

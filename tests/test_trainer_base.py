@@ -6,15 +6,15 @@ import pytest
 import torch
 
 import llm_marl_envs
-from llm_marl.models import tiny_model
-from trainers.common.config import TrainerConfig
+from llm_marl.backends.hf import completion_targets
 from llm_marl.episode import AgentTurn, Episode
+from llm_marl.models import tiny_model
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
+from llm_marl.team import Team
+from trainers.common.config import TrainerConfig
 from trainers.common.evaluation import EvalResult, evaluate_episodes
 from trainers.common.losses import entropy_from_logits
-from llm_marl.backends.hf import completion_targets
-from llm_marl.team import Team
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 from trainers.mappo.logprobs_entropy import token_logprobs_with_entropy

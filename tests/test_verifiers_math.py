@@ -148,7 +148,9 @@ def test_gold_from_gsm8k_solution_is_canonical() -> None:
 
 
 def test_consensus_strings_agree_across_notations() -> None:
-    answers = {verify_answer(text, "1").details["answer"] for text in ("\\boxed{\\frac{1}{3}}", "Answer: 1/3", "#### 1/3")}
+    answers = {
+        verify_answer(text, "1").details["answer"] for text in ("\\boxed{\\frac{1}{3}}", "Answer: 1/3", "#### 1/3")
+    }
     assert answers == {"1/3"}
 
 

@@ -82,7 +82,9 @@ def test_bad_gold_raises_value_error(gold: object) -> None:
         verify_label("The answer is neutral.", gold)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("response", "reason"), [("", "empty"), ("  ", "empty"), (None, "not a string"), (1, "not a string")])
+@pytest.mark.parametrize(
+    ("response", "reason"), [("", "empty"), ("  ", "empty"), (None, "not a string"), (1, "not a string")]
+)
 def test_unjudgeable_response_scores_zero(response: object, reason: str) -> None:
     verdict = verify_label(response, "neutral")  # type: ignore[arg-type]
     assert (verdict.score, verdict.correct, verdict.details["answer"]) == (0.0, False, None)

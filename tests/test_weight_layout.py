@@ -1,5 +1,4 @@
 """HF policies store float32 CPU linear weights input-major: same shapes, values, outputs and training."""
-import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -54,7 +53,9 @@ def test_outputs_log_probs_and_gradients_do_not_depend_on_the_layout(one_torch_t
         policies[layout] = HFPolicy(model, tokenizer, input_major_weights=layout)
     assert not any(input_major(w) for w in linear_weights(policies[False].model).values())
     params = SamplingParams(max_new_tokens=12, temperature=0.0)
-    tokens = {layout: [g[0].completion_ids for g in p.generate(CONVERSATIONS, params)] for layout, p in policies.items()}
+    tokens = {
+        layout: [g[0].completion_ids for g in p.generate(CONVERSATIONS, params)] for layout, p in policies.items()
+    }
     assert tokens[True] == tokens[False] and all(tokens[True])
     scored = {}
     for layout, policy in policies.items():

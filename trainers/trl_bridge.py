@@ -45,8 +45,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 from datasets import Dataset

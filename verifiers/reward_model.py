@@ -30,9 +30,10 @@ import json
 import os
 import random
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -50,7 +51,7 @@ class RewardExample:
     correct: bool
 
     @classmethod
-    def from_dict(cls, record: Mapping[str, Any]) -> "RewardExample":
+    def from_dict(cls, record: Mapping[str, Any]) -> RewardExample:
         """Build from ``{"question": str, "answer": str, "correct": bool}``; refuses anything else."""
         missing = [k for k in ("question", "answer", "correct") if k not in record]
         if missing:
@@ -108,9 +109,13 @@ def balance_examples(examples: Sequence[RewardExample], seed: int = 0) -> list[R
 class RewardModel:
     """A sequence-classification LM (one logit) plus its tokenizer, used as a verifier."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, max_length: int = 1024, name: str = "reward_model") -> None:
+    def __init__(
+        self, model: torch.nn.Module, tokenizer: Any, max_length: int = 1024, name: str = "reward_model"
+    ) -> None:
         if getattr(model.config, "num_labels", None) != 1:
-            raise ValueError(f"reward model needs a single-logit head (num_labels=1), got num_labels={model.config.num_labels}")
+            raise ValueError(
+                f"reward model needs a single-logit head (num_labels=1), got num_labels={model.config.num_labels}"
+            )
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         model.config.pad_token_id = tokenizer.pad_token_id      # the head reads the last non-pad token
@@ -120,7 +125,7 @@ class RewardModel:
 
     # ---------------------------------------------------------------- construction
     @classmethod
-    def from_pretrained(cls, name_or_path: str | os.PathLike, max_length: int = 1024) -> "RewardModel":
+    def from_pretrained(cls, name_or_path: str | os.PathLike, max_length: int = 1024) -> RewardModel:
         """Load a saved reward model (a :meth:`save` directory), or put a fresh scalar head on a causal LM.
 
         ``name_or_path`` is a local directory or a hub id. For an embedded model name, load it with
@@ -137,7 +142,9 @@ class RewardModel:
         return cls(model, tokenizer, max_length=max_length, name=str(name_or_path))
 
     @classmethod
-    def from_causal_lm(cls, causal_lm: torch.nn.Module, tokenizer: Any, seed: int = 0, max_length: int = 1024) -> "RewardModel":
+    def from_causal_lm(
+        cls, causal_lm: torch.nn.Module, tokenizer: Any, seed: int = 0, max_length: int = 1024
+    ) -> RewardModel:
         """Reuse an in-memory causal LM's backbone weights under a fresh, seeded scalar head."""
         from transformers import AutoModelForSequenceClassification
 
@@ -150,7 +157,12 @@ class RewardModel:
         if new_keys:
             raise ValueError(f"{type(causal_lm).__name__} does not share its backbone layout with "
                              f"{type(model).__name__}: weights {new_keys[:3]} were not found")
-        return cls(model, tokenizer, max_length=max_length, name=getattr(causal_lm.config, "_name_or_path", "") or "reward_model")
+        return cls(
+            model,
+            tokenizer,
+            max_length=max_length,
+            name=getattr(causal_lm.config, "_name_or_path", "") or "reward_model",
+        )
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Save model and tokenizer (``from_pretrained(directory)`` loads them back)."""
@@ -203,10 +215,15 @@ def train_reward_model(
 ) -> dict[str, float]:
     """Fit the reward model as a binary classifier (BCE on the logit); returns training statistics."""
     if epochs < 1 or batch_size < 1 or learning_rate <= 0:
-        raise ValueError(f"epochs and batch_size must be >= 1 and learning_rate > 0, got {epochs}, {batch_size}, {learning_rate}")
+        raise ValueError(
+            f"epochs and batch_size must be >= 1 and learning_rate > 0, got {epochs}, {batch_size}, {learning_rate}"
+        )
     data = balance_examples(examples, seed) if balance else list(examples)
     if not data:
-        raise ValueError("no training examples left" + (" after class balancing: need both right and wrong answers" if balance else ""))
+        raise ValueError(
+            "no training examples left"
+            + (" after class balancing: need both right and wrong answers" if balance else "")
+        )
     model = reward_model.model
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
     rng = random.Random(seed)

@@ -42,10 +42,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import Verdict
 
@@ -140,7 +141,7 @@ class RewardServer:
         """Connections that failed at the socket level (the client reset or left mid-reply)."""
         return self._httpd.num_connection_errors
 
-    def start(self) -> "RewardServer":
+    def start(self) -> RewardServer:
         """Serve in background threads (returns self; use as a context manager to stop)."""
         self._threads = [
             threading.Thread(target=self._httpd.serve_forever, name="reward-http", daemon=True),
@@ -158,7 +159,7 @@ class RewardServer:
         for thread in self._threads:
             thread.join(timeout=5)
 
-    def __enter__(self) -> "RewardServer":
+    def __enter__(self) -> RewardServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -230,10 +231,16 @@ class RewardServer:
         if not items:
             raise _BadRequest(400, '"items" is empty; send at least one {"question", "answer"} object')
         if len(items) > self.max_items_per_request:
-            raise _BadRequest(413, f'{len(items)} items exceed max_items_per_request={self.max_items_per_request}; split the request')
+            raise _BadRequest(
+                413, f'{len(items)} items exceed max_items_per_request={self.max_items_per_request}; split the request'
+            )
         pairs = []
         for index, item in enumerate(items):
-            if not isinstance(item, dict) or not isinstance(item.get("question"), str) or not isinstance(item.get("answer"), str):
+            if (
+                not isinstance(item, dict)
+                or not isinstance(item.get("question"), str)
+                or not isinstance(item.get("answer"), str)
+            ):
                 raise _BadRequest(400, f'items[{index}] must be {{"question": str, "answer": str}}, got {item!r:.120}')
             pairs.append((item["question"], item["answer"]))
         return pairs
@@ -260,7 +267,7 @@ class _ScoreRequestHandler(BaseHTTPRequestHandler):
     server: _HTTPServer
 
     @property
-    def reward_server(self) -> "RewardServer":
+    def reward_server(self) -> RewardServer:
         """The :class:`RewardServer` this connection belongs to."""
         return self.server.reward_server
 
@@ -396,7 +403,9 @@ class RewardClient:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {url!r}")
         if timeout_s <= 0 or retries < 0 or backoff_s < 0:
-            raise ValueError(f"timeout_s must be > 0, retries and backoff_s >= 0; got {timeout_s}, {retries}, {backoff_s}")
+            raise ValueError(
+                f"timeout_s must be > 0, retries and backoff_s >= 0; got {timeout_s}, {retries}, {backoff_s}"
+            )
         self.url, self.timeout_s, self.retries, self.backoff_s = url.rstrip("/"), timeout_s, retries, backoff_s
 
     def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -413,8 +422,10 @@ class RewardClient:
                     return json.loads(response.read())
             except urllib.error.HTTPError as error:
                 message = error.read().decode(errors="replace")
-                if error.code < 500:       # the request itself is wrong: retrying cannot help
-                    raise RewardServerError(f"reward server {self.url} refused {method} {path} with {error.code}: {message}") from error
+                if error.code < 500:  # the request itself is wrong: retrying cannot help
+                    raise RewardServerError(
+                        f"reward server {self.url} refused {method} {path} with {error.code}: {message}"
+                    ) from error
                 retry_after = _seconds(error.headers.get("Retry-After"), cap=self.timeout_s)
                 last_error = RewardServerError(f"{error.code}: {message}")
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
@@ -433,7 +444,9 @@ class RewardClient:
         reply = self._request("POST", "/score", {"items": [{"question": q, "answer": a} for q, a in pairs]})
         verdicts = reply.get("verdicts")
         if not isinstance(verdicts, list) or len(verdicts) != len(pairs):
-            raise RewardServerError(f"reward server {self.url} sent a malformed reply for {len(pairs)} items: {reply!r:.200}")
+            raise RewardServerError(
+                f"reward server {self.url} sent a malformed reply for {len(pairs)} items: {reply!r:.200}"
+            )
         return [Verdict(float(v["score"]), v["correct"], dict(v.get("details") or {})) for v in verdicts]
 
     def score(self, question: str, answer: str) -> Verdict:

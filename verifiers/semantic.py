@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
 
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 

@@ -79,9 +79,15 @@ def grouped_blocks(lines: list[str]) -> list[str]:
                     and nxt and indent_of(nxt) > indent_of(line) and i + 1 < len(lines) and lines[i + 1].strip())
         if is_title and prev.strip() and indent_of(prev) == indent_of(line):
             out.append("")                                  # a definition-list term starts after a blank line
-        elif (stripped and prev.strip() and indent_of(line) > indent_of(prev) > 0
-              and not prev.rstrip().endswith(":") and not LIST_ITEM.match(prev) and not prev.strip().startswith((":", ".."))
-              and not LIST_ITEM.match(line)):
+        elif (
+            stripped
+            and prev.strip()
+            and indent_of(line) > indent_of(prev) > 0
+            and not prev.rstrip().endswith(":")
+            and not LIST_ITEM.match(prev)
+            and not prev.strip().startswith((":", ".."))
+            and not LIST_ITEM.match(line)
+        ):
             line = " " * indent_of(prev) + stripped         # a hanging-indent continuation of the entry above
         out.append(line)
         if stripped.endswith("::") or stripped.startswith(".. code-block") or stripped.startswith(".. code::"):

@@ -75,7 +75,9 @@ def llamacpp_weights(model: str, weights: str | None = None) -> Path:
     if weights == "shipped":
         return Path(model) if str(model).endswith(".gguf") else gguf_path(model)
     if weights not in GGUF_WEIGHT_TYPES:
-        raise ValueError(f"unknown llama.cpp weights {weights!r}; choose 'shipped' or one of {sorted(GGUF_WEIGHT_TYPES)}")
+        raise ValueError(
+            f"unknown llama.cpp weights {weights!r}; choose 'shipped' or one of {sorted(GGUF_WEIGHT_TYPES)}"
+        )
     if str(model).endswith(".gguf") and not Path(model).is_file():
         raise ValueError(f"GGUF file {str(model)!r} does not exist; pass the path of a .gguf model file")
     return gguf_weights(model, weights)

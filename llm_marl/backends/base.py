@@ -14,8 +14,8 @@ policy for training). Both report token counts: llama.cpp returns the real ids, 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

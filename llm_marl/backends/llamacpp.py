@@ -65,9 +65,10 @@ import os
 import threading
 import weakref
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..hardware import CoreMeter, buffer_choice, short_openmp_spin
 from ..policy import Conversation, Generation, SamplingParams
@@ -75,7 +76,7 @@ from .base import InferenceBackend, SeedSource
 from .prefix_cache import MIN_SHARED_PREFIX, AnswerSplicer, CacheStats, PrefixCache, shared_prefixes
 
 
-def _close_all(resources_ref: "weakref.ref[contextlib.ExitStack]") -> None:
+def _close_all(resources_ref: weakref.ref[contextlib.ExitStack]) -> None:
     resources = resources_ref()
     if resources is not None:
         resources.close()
@@ -343,7 +344,9 @@ class LlamaCppPolicy(InferenceBackend):
             self._fill_batch(streams)
             status = self._llama_cpp.llama_decode(self._ctx.ctx, self._batch.batch)
             if status != 0:
-                raise RuntimeError(f"llama_decode failed with status {status} prefilling {len(streams)} shared prefixes")
+                raise RuntimeError(
+                    f"llama_decode failed with status {status} prefilling {len(streams)} shared prefixes"
+                )
         keys = set()
         for seq, stream in enumerate(streams):
             self._store(seq, stream)

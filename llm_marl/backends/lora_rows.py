@@ -27,7 +27,8 @@ and the caller keeps PEFT's own path.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -38,8 +39,8 @@ class AdapterRows:
     """Installs, for the duration of :meth:`rows`, a stacked mixed-adapter forward on every LoRA linear layer."""
 
     def __init__(self, model) -> None:
-        from peft.tuners.lora.layer import LoraLayer
         from peft.tuners.lora.layer import Linear as LoraLinear
+        from peft.tuners.lora.layer import LoraLayer
 
         lora = [m for m in model.modules() if isinstance(m, LoraLayer)]
         self.layers = [m for m in lora if type(m) is LoraLinear]
@@ -58,13 +59,16 @@ class AdapterRows:
                                         for layer in self.layers)
 
     def set_rows(self, adapters: Sequence[str | None], device: torch.device) -> None:
-        """Row ``i`` of the next forwards runs under ``adapters[i]`` (``None`` or ``BASE_ADAPTER``: the base, no LoRA)."""
+        """Row ``i`` of the next forwards runs under ``adapters[i]`` (``None`` or ``BASE_ADAPTER``: the base)."""
         self.adapters = [None if a == BASE_ADAPTER else a for a in adapters]
         self._device = torch.device(device)
         self._masks = {}
 
     def mask(self, layout: tuple[tuple[str, int], ...], dtype: torch.dtype) -> torch.Tensor:
-        """``[rows, sum of ranks]``: 1 where a column belongs to the row's adapter (``layout``: the stacked adapters and ranks)."""
+        """``[rows, sum of ranks]``: 1 where a column belongs to the row's adapter.
+
+        ``layout`` is the stacked adapters and their ranks.
+        """
         key = (layout, dtype)
         mask = self._masks.get(key)
         if mask is None:
@@ -81,7 +85,7 @@ class AdapterRows:
 
     @contextlib.contextmanager
     def rows(self, adapters: Sequence[str | None], device: torch.device):
-        """Context in which forwards of the model run row ``i`` under ``adapters[i]`` (change them with :meth:`set_rows`).
+        """Context in which forwards of the model run row ``i`` under ``adapters[i]`` (changed by :meth:`set_rows`).
 
         The adapters' weights are stacked on entry: change no weight inside the context.
         """

@@ -37,8 +37,9 @@ import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from ..policy import Conversation, Generation, SamplingParams

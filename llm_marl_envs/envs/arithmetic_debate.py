@@ -53,7 +53,7 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 * v0 (splits revision): train and test split by a hash of the question (seeds 1 and 2 shared 466 of
   their 467 distinct problems); default difficulty two 2-digit numbers added (was 2-3 numbers of 1-2
   digits with + and -); new `operators` argument
-"""
+"""  # noqa: E501 (Markdown table rows cannot wrap)
 from __future__ import annotations
 
 from typing import Any

@@ -39,7 +39,7 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 ### Version History
 
 * v0: initial release
-"""
+"""  # noqa: E501 (Markdown table rows cannot wrap)
 from __future__ import annotations
 
 from verifiers.writing import ARXIV_BANDS
@@ -55,9 +55,17 @@ def _joined(text: str | list[str]) -> str:
 def normalize_arxiv_row(row: Record, index: int) -> Record:
     """Map a hub (``abstract_text``), arXiv-AI (``abstract``) or SciTLDR (``source``) row to the env's record."""
     if "abstract_text" in row:  # OpenMLRL/arXiv_abstract: sentence list (or text)
-        return {"task_id": str(row.get("article_id") or f"arxiv-{index}"), "source": _joined(row["abstract_text"]), "title": ""}
+        return {
+            "task_id": str(row.get("article_id") or f"arxiv-{index}"),
+            "source": _joined(row["abstract_text"]),
+            "title": "",
+        }
     if "abstract" in row:  # arxiv_abstracts_ai134
-        return {"task_id": f"arxiv-ai-{row.get('idx', index)}", "source": _joined(row["abstract"]), "title": row.get("title", "")}
+        return {
+            "task_id": f"arxiv-ai-{row.get('idx', index)}",
+            "source": _joined(row["abstract"]),
+            "title": row.get("title", ""),
+        }
     if "source" in row:  # SciTLDR-A: abstract as a sentence list
         return {"task_id": row["paper_id"], "source": _joined(row["source"]), "title": row.get("title", "")}
     raise ValueError(f"arXiv row {index} has none of the fields abstract_text / abstract / source: {sorted(row)}")

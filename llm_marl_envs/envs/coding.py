@@ -34,8 +34,7 @@ from typing import Any
 
 from verifiers import Verdict
 from verifiers.code import DEFAULT_TIMEOUT_S
-from verifiers.coding import (CodingRewardConfig, extract_code, format_coding_feedback, helper_names,
-                              score_collaboration)
+from verifiers.coding import CodingRewardConfig, extract_code, format_coding_feedback, helper_names, score_collaboration
 
 from ..core import TextEnv
 from ..data import Record
@@ -52,12 +51,16 @@ class CodingCollabEnv(TextEnv):
     metadata = {**TextEnv.metadata, "name": "coding_collab"}
     verifier_name = "verifiers.coding.score_collaboration (joint; tests in the verifiers.code sandbox)"
     min_agents = 2
-    system_prompt = "You are an expert Python programmer. You write one part of a program together with other programmers."
+    system_prompt = (
+        "You are an expert Python programmer. You write one part of a program together with other programmers."
+    )
 
     def __init__(self, *, num_turns: int = 2, reward_config: CodingRewardConfig | None = None,
                  test_timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any) -> None:
         if reward_config is not None and not isinstance(reward_config, CodingRewardConfig):
-            raise ValueError(f"reward_config must be a verifiers.coding.CodingRewardConfig, got {type(reward_config).__name__}")
+            raise ValueError(
+                f"reward_config must be a verifiers.coding.CodingRewardConfig, got {type(reward_config).__name__}"
+            )
         if not isinstance(test_timeout_s, (int, float)) or not 0 < test_timeout_s <= 3600:
             raise ValueError(f"test_timeout_s must be a number in (0, 3600], got {test_timeout_s!r}")
         super().__init__(num_turns=num_turns, **kwargs)

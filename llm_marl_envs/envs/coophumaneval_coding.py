@@ -36,10 +36,10 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 
 * v0: initial release
 * v0 (splits revision): `"test"` is CoMLRL's 16 held-out problems (was all 82, now `"all"`); new `"train"` split
-"""
+"""  # noqa: E501 (Markdown table rows cannot wrap)
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..data import DatasetSpec, Record, load_records
 from .coding import CodingCollabEnv

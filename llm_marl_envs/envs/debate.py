@@ -27,7 +27,8 @@ is the same (default `False`).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from verifiers import Verdict
 

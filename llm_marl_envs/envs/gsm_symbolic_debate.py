@@ -44,7 +44,8 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from verifiers.math import verify_answer
 

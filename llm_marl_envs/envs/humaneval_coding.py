@@ -39,10 +39,10 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 
 * v0: initial release
 * v0 (splits revision): `"test"` is CoMLRL's 32 held-out problems (was all 164, now `"all"`); new `"train"` split
-"""
+"""  # noqa: E501 (Markdown table rows cannot wrap)
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from verifiers.coding import code_context, function_signature
 

@@ -42,7 +42,7 @@ remaining arguments are those of every env (`llm_marl_envs.core`).
 ### Version History
 
 * v0: initial release
-"""
+"""  # noqa: E501 (Markdown table rows cannot wrap)
 from __future__ import annotations
 
 from verifiers.writing import TLDR_BANDS
@@ -68,8 +68,11 @@ def normalize_tldr_row(row: Record, index: int) -> Record:
             source = source[: -len(TLDR_SUFFIX)].rstrip()
         return {"task_id": f"tldr-{index}", "source": source, "reference": row.get("completion", "").strip()}
     if "instruction" in row:  # OpenAI TL;DR filtered test sample (DOVE field names)
-        return {"task_id": row["instruction_id"], "source": tldr_post_text(row["subreddit"], row["title"], row["instruction"]),
-                "reference": row["gold_response"].strip()}
+        return {
+            "task_id": row["instruction_id"],
+            "source": tldr_post_text(row["subreddit"], row["title"], row["instruction"]),
+            "reference": row["gold_response"].strip(),
+        }
     if "input" in row:  # Reddit TIFU via Super-NaturalInstructions task511
         post = row["input"].strip()
         post = post[len("Text:"):].strip() if post.startswith("Text:") else post

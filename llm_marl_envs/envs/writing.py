@@ -59,9 +59,13 @@ class WritingCollabEnv(TextEnv):
     def __init__(self, *, reward_config: WritingRewardConfig | None = None,
                  semantic_judge: bool | SemanticJudge = False, **kwargs: Any) -> None:
         if reward_config is not None and not isinstance(reward_config, WritingRewardConfig):
-            raise ValueError(f"reward_config must be a verifiers.writing.WritingRewardConfig, got {type(reward_config).__name__}")
+            raise ValueError(
+                f"reward_config must be a verifiers.writing.WritingRewardConfig, got {type(reward_config).__name__}"
+            )
         if not isinstance(semantic_judge, (bool, SemanticJudge)):
-            raise ValueError(f"semantic_judge must be True/False or a SemanticJudge, got {type(semantic_judge).__name__}")
+            raise ValueError(
+                f"semantic_judge must be True/False or a SemanticJudge, got {type(semantic_judge).__name__}"
+            )
         super().__init__(**kwargs)
         self.reward_config = reward_config if reward_config is not None else type(self).reward_config
         self.judge: SemanticJudge | None = SemanticJudge() if semantic_judge is True else (semantic_judge or None)

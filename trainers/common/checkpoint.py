@@ -25,8 +25,9 @@ import random
 import shutil
 import tempfile
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,8 +35,7 @@ from safetensors.torch import load_file, save_file
 
 from llm_marl.sharding import shard_optimizer_state
 from llm_marl.team import Team
-from llm_marl.team_checkpoint import (PREFIX, checkpoint_dir, latest_checkpoint,  # noqa: F401 (re-exported)
-                                     team_manifest, write_manifest)
+from llm_marl.team_checkpoint import PREFIX, checkpoint_dir, latest_checkpoint, team_manifest, write_manifest  # noqa: F401 (re-exported)
 
 
 def rng_state() -> dict[str, Any]:
@@ -98,7 +98,9 @@ def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimi
     try:
         (tmp / "agents").mkdir()
         for agent in optimizers:
-            save_file({k: v.contiguous() for k, v in weights[agent].items()}, str(tmp / "agents" / f"{agent}.safetensors"))
+            save_file(
+                {k: v.contiguous() for k, v in weights[agent].items()}, str(tmp / "agents" / f"{agent}.safetensors")
+            )
         torch.save(dict(optimizer_states), tmp / "optimizers.pt")
         torch.save({a: s.state_dict() for a, s in schedulers.items()}, tmp / "schedulers.pt")
         process_rng = list(process_rng) if process_rng is not None else [rng_state()]

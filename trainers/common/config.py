@@ -60,7 +60,9 @@ class TrainerConfig:
     max_steps: int = field(default=100, metadata={"help": "Training steps (each: one collect, then one update)."})
     seed: int = field(default=0, metadata={"help": "Seed of task sampling, generation and initialisation."})
     # --- evaluation
-    eval_every: int = field(default=0, metadata={"help": "Evaluate every N steps (0: only when .evaluate() is called)."})
+    eval_every: int = field(
+        default=0, metadata={"help": "Evaluate every N steps (0: only when .evaluate() is called)."}
+    )
     eval_tasks: int = field(default=16, metadata={"help": (
         "Held-out tasks evaluate() plays: with an eval_env (llm-marl train passes the test split) its first "
         "eval_tasks tasks; without one, the last eval_tasks tasks of the env, which training then never samples.")})
@@ -82,18 +84,26 @@ class TrainerConfig:
                 "--mixed_precision` when that is given."})
     gradient_checkpointing: bool = field(default=False, metadata={
         "help": "Recompute decoder-layer activations during the backward pass (less memory, ~30% more compute)."})
-    agent_devices: dict[str, str] | None = field(default=None, metadata={
-        "help": "Place agents on devices in one process, e.g. {agent_0: cuda:0, agent_1: cuda:1}; needs one model per "
-                "agent (Team.separate): agents sharing a base (Team.shared_lora) must share its device. Unlisted agents "
-                "use the process's device. Not combinable with several processes per machine."})
+    agent_devices: dict[str, str] | None = field(
+        default=None,
+        metadata={
+            "help": "Place agents on devices in one process, e.g. {agent_0: cuda:0, agent_1: cuda:1}; "
+            "needs one model per "
+            "agent (Team.separate): agents sharing a base (Team.shared_lora) must share its device. Unlisted agents "
+            "use the process's device. Not combinable with several processes per machine."
+        },
+    )
     fsdp: bool = field(default=False, metadata={
         "help": "Shard weights, gradients and AdamW states over the launched processes with FSDP2 (torch fully_shard); "
                 "rollouts gather the full weights once per step. Needs >= 2 processes to do anything."})
 
     def __post_init__(self) -> None:
         require(self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        require(self.temperature > 0, f"temperature must be > 0: training scores the log-probs of sampled tokens, which "
-                                      f"a greedy policy makes degenerate (got {self.temperature}); use e.g. 0.7")
+        require(
+            self.temperature > 0,
+            f"temperature must be > 0: training scores the log-probs of sampled tokens, which "
+            f"a greedy policy makes degenerate (got {self.temperature}); use e.g. 0.7",
+        )
         require(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
         require(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         require(self.max_grad_norm is None or self.max_grad_norm > 0,
@@ -114,9 +124,13 @@ class TrainerConfig:
         for name in ("gradient_checkpointing", "fsdp"):
             require(isinstance(getattr(self, name), bool), f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.agent_devices is not None:
-            require(isinstance(self.agent_devices, dict) and bool(self.agent_devices),
-                    f"agent_devices must be a non-empty mapping {{agent: device}} (or None), got {self.agent_devices!r}")
-            self.agent_devices = {str(agent): parse_device(device, agent) for agent, device in self.agent_devices.items()}
+            require(
+                isinstance(self.agent_devices, dict) and bool(self.agent_devices),
+                f"agent_devices must be a non-empty mapping {{agent: device}} (or None), got {self.agent_devices!r}",
+            )
+            self.agent_devices = {
+                str(agent): parse_device(device, agent) for agent, device in self.agent_devices.items()
+            }
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (saved with checkpoints and sent to the metric sinks)."""

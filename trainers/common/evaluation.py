@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -59,7 +60,7 @@ class EvalResult:
 
     @classmethod
     def from_episodes(cls, episodes: Sequence[Episode], num_turns: int, models: Sequence[str],
-                      wall_time_s: float | None = None) -> "EvalResult":
+                      wall_time_s: float | None = None) -> EvalResult:
         """Summarise finished episodes of an env with ``num_turns`` turns played by ``models`` (one per agent)."""
         if not episodes:
             raise ValueError("an evaluation needs at least one episode; set eval_tasks >= 1")
@@ -151,4 +152,11 @@ def evaluate_episodes(engine: RolloutEngine, distributed: Any | None, accelerato
     return result
 
 
-__all__ = ["EvalResult", "evaluate_episodes", "EVAL_PARALLEL", "eval_report_path", "held_out_tasks", "BOOTSTRAP_RESAMPLES"]
+__all__ = [
+    "EvalResult",
+    "evaluate_episodes",
+    "EVAL_PARALLEL",
+    "eval_report_path",
+    "held_out_tasks",
+    "BOOTSTRAP_RESAMPLES",
+]

@@ -24,9 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -317,7 +318,9 @@ def debate_experiment_parser(description: str, *, out: str, kl_coef: float) -> a
     parser.add_argument("--max-new-tokens", type=int, default=40, help="tokens per answer")
     parser.add_argument("--kl-coef", type=float, default=kl_coef, help="weight of the KL to the base model")
     parser.add_argument("--eval-tasks", type=int, default=200, help="held-out test tasks evaluated before and after")
-    parser.add_argument("--samples", type=int, default=4, help="sampled plays per held-out task (0: greedy evaluation only)")
+    parser.add_argument(
+        "--samples", type=int, default=4, help="sampled plays per held-out task (0: greedy evaluation only)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--out", default=out, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation, sampling and task order")
@@ -347,5 +350,19 @@ def debate_team_and_envs(args: Any, model_name: str = "smollm2-135m") -> tuple[A
     return team, env, eval_env
 
 
-__all__ = ["merged_history", "history_before", "debate_experiment_parser", "debate_team_and_envs", "train_and_compare", "HeldOutScores", "held_out_scores", "scores_from", "compare", "format_comparison", "interval",
-           "fix_rate", "transition_summary", "plot_learning_curve"]
+__all__ = [
+    "merged_history",
+    "history_before",
+    "debate_experiment_parser",
+    "debate_team_and_envs",
+    "train_and_compare",
+    "HeldOutScores",
+    "held_out_scores",
+    "scores_from",
+    "compare",
+    "format_comparison",
+    "interval",
+    "fix_rate",
+    "transition_summary",
+    "plot_learning_curve",
+]

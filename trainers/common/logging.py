@@ -5,8 +5,9 @@ import json
 import math
 import os
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from llm_marl.files import write_text_atomically
 

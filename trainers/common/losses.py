@@ -21,7 +21,9 @@ import torch
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k3")
 
 
-def kl_per_token(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: Literal["k1", "k3"] = "k1") -> torch.Tensor:
+def kl_per_token(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: Literal["k1", "k3"] = "k1"
+) -> torch.Tensor:
     """Per-token estimate of KL(π || π_ref) from the sampled tokens' log-probs (k1 or k3)."""
     log_ratio = ref_logprobs - logprobs           # log π_ref/π
     if estimator == "k1":

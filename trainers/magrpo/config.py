@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..common.config import TrainerConfig, require, trainer_default
 from llm_marl.rollout import JOINT_MODES
+
+from ..common.config import TrainerConfig, require, trainer_default
 from .counterfactual import TEAM_OUTCOMES
 
 ADVANTAGE_MODES = ("mean", "rloo", "max", "raw")
@@ -92,8 +93,13 @@ class MAGRPOConfig(TrainerConfig):
     lr_scheduler: str = field(default="constant", metadata={
         "help": "transformers scheduler name ('constant', 'linear', 'cosine', ...) over max_steps."})
     warmup_steps: int = field(default=0, metadata={"help": "Scheduler warm-up steps."})
-    prompts_per_step: int = field(default=1, metadata={
-        "help": "Tasks (tree roots) per training step, over all processes (split between them under accelerate launch)."})
+    prompts_per_step: int = field(
+        default=1,
+        metadata={
+            "help": "Tasks (tree roots) per training step, over all processes "
+            "(split between them under accelerate launch)."
+        },
+    )
     update_order: str = field(default="last_turn_first", metadata={
         "help": f"Order of the per-turn optimiser steps, one of {UPDATE_ORDERS}: 'last_turn_first' (CoMLRL's "
                 "multi-turn trainer updates the tree post-order, from the last turn back to the first) or "

@@ -38,8 +38,9 @@ processes make the update one process would make on the whole batch.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,6 +49,10 @@ from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
+from llm_marl.backends.hf import HFPolicy
+from llm_marl.policy import SamplingParams
+from llm_marl.rollout import Expansion, RolloutEngine
+from llm_marl.team import Team
 from llm_marl_envs.core import TextEnv
 
 from ..common.checkpoint import latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
@@ -55,10 +60,6 @@ from ..common.distributed import prepare_training
 from ..common.evaluation import EvalResult, eval_report_path, evaluate_episodes, held_out_tasks
 from ..common.logging import MetricsLogger
 from ..common.losses import kl_per_token, sequence_means
-from llm_marl.backends.hf import HFPolicy
-from llm_marl.policy import SamplingParams
-from llm_marl.rollout import Expansion, RolloutEngine
-from llm_marl.team import Team
 from .config import MAGRPOConfig
 from .counterfactual import CounterfactualBatch, MessageReplay, collect_counterfactual, team_outcome
 
@@ -70,7 +71,7 @@ class TreeNode:
     turn: int
     expansion: Expansion
     joint_rewards: list[float]                                  # r per joint action
-    children: list["TreeNode | None"] = field(default_factory=list)  # expansion of each joint action's child
+    children: list[TreeNode | None] = field(default_factory=list)  # expansion of each joint action's child
     returns: list[float] = field(default_factory=list)          # R per joint action
 
 
@@ -158,7 +159,7 @@ class MAGRPOTrainer:
 
     # ------------------------------------------------------------------ 1. collect
     def collect(self) -> list[TreeNode]:
-        """Expand this process's share of the step's ``prompts_per_step`` task trees level by level; returns the roots."""
+        """Expand this process's share of the step's ``prompts_per_step`` task trees level by level; the roots."""
         cfg = self.config
         frontier = self.step_roots()
         parents: list[tuple[TreeNode, int] | None] = [None] * len(frontier)
@@ -219,7 +220,7 @@ class MAGRPOTrainer:
 
     # ------------------------------------------------------------------ 3. advantages
     def compute_advantages(self, node: TreeNode, kl: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-        """Per agent: the G advantages of its samples at ``node`` (``kl[agent]``: Σ_t k3 per sample, enters as -β·kl)."""
+        """Per agent: the G advantages of its samples at ``node`` (``kl[agent]``: Σ_t k3 per sample, adds -β·kl)."""
         cfg = self.config
         agents = list(node.expansion.samples)
         advantages = {}
@@ -262,7 +263,7 @@ class MAGRPOTrainer:
             yield (chunks[index], True) if index < len(chunks) else (idle, False)
 
     def node_kls(self, nodes: Sequence[TreeNode]) -> list[dict[str, torch.Tensor]] | None:
-        """Per node, per agent: Σ_t k3 of its G samples (``kl_placement="reward"`` with ``kl_coef > 0``), else ``None``."""
+        """Per node and agent: Σ_t k3 of its G samples (``kl_placement="reward"``, ``kl_coef > 0``), else ``None``."""
         if self.config.kl_coef == 0 or self.config.kl_placement != "reward":
             return None
         per_node: list[dict[str, torch.Tensor]] = [{} for _ in nodes]
@@ -277,7 +278,7 @@ class MAGRPOTrainer:
     # ------------------------------------------------------------------ 4. loss and update
     def loss(self, agent: str, prompt_ids: Sequence[list[int]], completion_ids: Sequence[list[int]],
              advantages: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """REINFORCE on summed token log-probs (+ β·k3 KL when ``kl_placement="loss"``) of one micro-batch; ``(loss, kl)``."""
+        """REINFORCE on a micro-batch's summed token log-probs (+ β·k3 KL if ``kl_placement="loss"``); (loss, kl)."""
         policy, adapter = self.team.policy(agent), self.team.adapter(agent)
         logp, mask = policy.token_logprobs(prompt_ids, completion_ids, adapter=adapter,
                                            temperature=self.config.temperature)
@@ -310,7 +311,9 @@ class MAGRPOTrainer:
             node_kls = kls[turn] or [None] * len(nodes)
             advantages = [self.compute_advantages(node, kl) for node, kl in zip(nodes, node_kls)]
             if kls[turn]:
-                metrics[f"turn{turn}/kl_sum_mean"] = float(torch.cat([v for kl in node_kls for v in kl.values()]).mean())
+                metrics[f"turn{turn}/kl_sum_mean"] = float(
+                    torch.cat([v for kl in node_kls for v in kl.values()]).mean()
+                )
             for agent in self.agents:
                 rows = [(g.prompt_ids, g.completion_ids, float(a))
                         for node, adv in zip(nodes, advantages)
@@ -321,8 +324,14 @@ class MAGRPOTrainer:
                 rewards = [r[agent] for node in nodes for r in node.expansion.rewards]
                 values = torch.cat([adv[agent] for adv in advantages])
                 prefix = f"turn{turn}/{agent}"
-                metrics.update({f"{prefix}/reward_mean": float(np.mean(rewards)), f"{prefix}/reward_std": float(np.std(rewards)),
-                                f"{prefix}/advantage_mean": float(values.mean()), f"{prefix}/advantage_std": float(values.std())})
+                metrics.update(
+                    {
+                        f"{prefix}/reward_mean": float(np.mean(rewards)),
+                        f"{prefix}/reward_std": float(np.std(rewards)),
+                        f"{prefix}/advantage_mean": float(values.mean()),
+                        f"{prefix}/advantage_std": float(values.std()),
+                    }
+                )
                 metrics.update({f"{prefix}/{k}": v for k, v in sample_diagnostics(
                     [g for node in nodes for g in node.expansion.samples[agent]], [adv[agent] for adv in advantages]
                 ).items()})
@@ -405,7 +414,10 @@ class MAGRPOTrainer:
         for _ in bar:
             self.step += 1
             started = time.perf_counter()
-            with self.accelerator.autocast(), self.distributed.full_weights():   # sharded weights are gathered for sampling
+            with (
+                self.accelerator.autocast(),
+                self.distributed.full_weights(),
+            ):  # sharded weights are gathered for sampling
                 batch = self.collect_counterfactual() if cfg.credit == "counterfactual" else self.collect()
             rollout_time = time.perf_counter() - started
             if cfg.credit == "counterfactual":

@@ -52,34 +52,67 @@ class MAPPOConfig(TrainerConfig):
         "help": "γ of the influence-aware return across turns (0.3 in MAPoRL); 0 = current turn only."})
     future_mean: str = field(default="all", metadata={
         "help": f"Whose scores form the future team score s̄, one of {FUTURE_MEANS}: all agents, or the others only."})
-    alpha0: float = field(default=0.0, metadata={"help": "Incentive α0 (critical reasoning): right at t while the others' majority was wrong at t-1."})
-    alpha1: float = field(default=0.0, metadata={"help": "Incentive α1 (persuadability): wrong at t-1, others' majority right at t-1, right at t."})
-    beta0: float = field(default=0.0, metadata={"help": "Incentive β0 (useful wrong answer): wrong at t and more others right at t+1 than at t."})
-    beta1: float = field(default=0.0, metadata={"help": "Incentive β1 (persuasion): right at t and more others right at t+1 than at t."})
+    alpha0: float = field(
+        default=0.0,
+        metadata={"help": "Incentive α0 (critical reasoning): right at t while the others' majority was wrong at t-1."},
+    )
+    alpha1: float = field(
+        default=0.0,
+        metadata={"help": "Incentive α1 (persuadability): wrong at t-1, others' majority right at t-1, right at t."},
+    )
+    beta0: float = field(
+        default=0.0,
+        metadata={"help": "Incentive β0 (useful wrong answer): wrong at t and more others right at t+1 than at t."},
+    )
+    beta1: float = field(
+        default=0.0, metadata={"help": "Incentive β1 (persuasion): right at t and more others right at t+1 than at t."}
+    )
     incentive_penalties: bool = field(default=True, metadata={
         "help": "Also subtract α0/α1 when an agent turns a correct answer wrong (MAPoRL's reference code does; "
                 "False: bonuses only). See trainers.mappo.rewards."})
     verifier: str = field(default="label", metadata={
         "help": f"Where scores come from, one of {VERIFIERS}: the env's answer-label verifier, or a learned reward "
                 "model (set reward_model_path or reward_server_url)."})
-    reward_model_path: str | None = field(default=None, metadata={"help": "Directory of a saved RewardModel (verifier='learned')."})
-    reward_server_url: str | None = field(default=None, metadata={"help": "URL of a running reward server (verifier='learned')."})
+    reward_model_path: str | None = field(
+        default=None, metadata={"help": "Directory of a saved RewardModel (verifier='learned')."}
+    )
+    reward_server_url: str | None = field(
+        default=None, metadata={"help": "URL of a running reward server (verifier='learned')."}
+    )
 
     # ---------------------------------------------------------------- PPO
-    episodes_per_step: int = field(default=4, metadata={
-        "help": "Debate episodes collected per training step, over all processes (split between them under accelerate launch)."})
+    episodes_per_step: int = field(
+        default=4,
+        metadata={
+            "help": "Debate episodes collected per training step, over all processes "
+            "(split between them under accelerate launch)."
+        },
+    )
     ppo_epochs: int = field(default=2, metadata={"help": "Passes over each step's responses."})
-    minibatch_size: int = field(default=4, metadata={
-        "help": "Responses (agent-turns) per gradient step, over all processes; also the forward batch of the advantage pass."})
-    critic_learning_rate: float = field(default=1e-4, metadata={"help": "AdamW learning rate of the critic's adapter and value head."})
+    minibatch_size: int = field(
+        default=4,
+        metadata={
+            "help": "Responses (agent-turns) per gradient step, over all processes; "
+            "also the forward batch of the advantage pass."
+        },
+    )
+    critic_learning_rate: float = field(
+        default=1e-4, metadata={"help": "AdamW learning rate of the critic's adapter and value head."}
+    )
     gae_gamma: float = field(default=1.0, metadata={"help": "γ of token-level GAE inside a response."})
     gae_lambda: float = field(default=0.95, metadata={"help": "λ of token-level GAE inside a response."})
     clip_eps: float = field(default=0.2, metadata={"help": "PPO ratio clip ε."})
-    value_clip: float = field(default=0.2, metadata={"help": "Clip range of the value update around the rollout values."})
+    value_clip: float = field(
+        default=0.2, metadata={"help": "Clip range of the value update around the rollout values."}
+    )
     vf_coef: float = field(default=0.5, metadata={"help": "Weight of the value loss in the total loss."})
     entropy_coef: float = field(default=0.0, metadata={"help": "Weight of the entropy bonus (0 = off)."})
-    kl_estimator: str = field(default="k1", metadata={"help": f"KL estimator, one of {KL_ESTIMATORS} (see trainers.common.losses)."})
-    whiten_advantages: bool = field(default=True, metadata={"help": "Normalise advantages to zero mean, unit variance per step."})
+    kl_estimator: str = field(
+        default="k1", metadata={"help": f"KL estimator, one of {KL_ESTIMATORS} (see trainers.common.losses)."}
+    )
+    whiten_advantages: bool = field(
+        default=True, metadata={"help": "Normalise advantages to zero mean, unit variance per step."}
+    )
     recompute_old_logprobs: bool = field(default=False, metadata={
         "help": "Recompute log π_old with a forward pass under each agent's adapter instead of taking the log-probs "
                 "the sampler computed while sampling (the same quantity up to float rounding; backends that report "
@@ -89,7 +122,9 @@ class MAPPOConfig(TrainerConfig):
                 "code: each (turn, agent) group on its own) or 'all' (every agent and turn of the step together)."})
 
     # ---------------------------------------------------------------- critic
-    critic_lora_r: int = field(default=8, metadata={"help": "LoRA rank of the critic's own adapter on the shared base."})
+    critic_lora_r: int = field(
+        default=8, metadata={"help": "LoRA rank of the critic's own adapter on the shared base."}
+    )
     critic_max_context_tokens: int = field(default=768, metadata={
         "help": "The critic keeps the last this-many tokens of its context (task + debate so far)."})
 
@@ -103,10 +138,17 @@ class MAPPOConfig(TrainerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.reward_rule in REWARD_RULES, f"reward_rule must be one of {REWARD_RULES}, got {self.reward_rule!r}")
+        require(
+            self.reward_rule in REWARD_RULES, f"reward_rule must be one of {REWARD_RULES}, got {self.reward_rule!r}"
+        )
         require(0.0 <= self.reward_gamma <= 1.0, f"reward_gamma must be in [0, 1], got {self.reward_gamma}")
-        require(self.future_mean in FUTURE_MEANS, f"future_mean must be one of {FUTURE_MEANS}, got {self.future_mean!r}")
-        require(self.whiten_scope in WHITEN_SCOPES, f"whiten_scope must be one of {WHITEN_SCOPES}, got {self.whiten_scope!r}")
+        require(
+            self.future_mean in FUTURE_MEANS, f"future_mean must be one of {FUTURE_MEANS}, got {self.future_mean!r}"
+        )
+        require(
+            self.whiten_scope in WHITEN_SCOPES,
+            f"whiten_scope must be one of {WHITEN_SCOPES}, got {self.whiten_scope!r}",
+        )
         require(self.verifier in VERIFIERS, f"verifier must be one of {VERIFIERS}, got {self.verifier!r}")
         if self.verifier == "learned":
             require((self.reward_model_path is None) != (self.reward_server_url is None),

@@ -17,7 +17,8 @@ The critic is centralized only during training; the actors still see only their 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -113,15 +114,21 @@ class CentralizedCritic(torch.nn.Module):
             return
         if policy.tokenizer.get_vocab() != self.policy.tokenizer.get_vocab():
             raise ValueError(
-                f"{agent}'s model {policy.name!r} has a different tokenizer from the critic's base {self.policy.name!r}: "
+                f"{agent}'s model {policy.name!r} has a different tokenizer from the critic's base "
+                f"{self.policy.name!r}: "
                 "the centralized critic reads every agent's completion token ids, so a team of models with different "
                 "vocabularies cannot share it. Use models with one tokenizer (e.g. fine-tunes of one base), or MAGRPO, "
-                "which has no critic.")
+                "which has no critic."
+            )
 
-    def values(self, context_ids: Sequence[list[int]], completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def values(
+        self, context_ids: Sequence[list[int]], completion_ids: Sequence[list[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``V_k`` for every completion token ``[B, L]`` (right-padded) and its mask; differentiable."""
         with self.policy.using(self.adapter):
-            out, width, completion_mask = self.policy.completion_forward(context_ids, completion_ids, output_hidden_states=True)
+            out, width, completion_mask = self.policy.completion_forward(
+                context_ids, completion_ids, output_hidden_states=True
+            )
         hidden = out.hidden_states[-1][:, -(width + 1):-1, :].float()     # state before each completion token
         return self.head(hidden).squeeze(-1) * completion_mask, completion_mask
 

@@ -19,7 +19,7 @@ holds the masked mean and the entropy these losses share with MAGRPO (re-exporte
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -74,7 +74,9 @@ def generalized_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GAE over the tokens of each response: returns ``(advantages, value_targets)``, both masked."""
     if rewards.shape != values.shape or rewards.shape != mask.shape:
-        raise ValueError(f"rewards {tuple(rewards.shape)}, values {tuple(values.shape)} and mask {tuple(mask.shape)} must match")
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)}, values {tuple(values.shape)} and mask {tuple(mask.shape)} must match"
+        )
     last_token_index(mask)   # validates right padding
     mask = mask.to(values.dtype)
     values = values * mask
@@ -90,7 +92,11 @@ def generalized_advantages(
 
 
 def clipped_policy_loss(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float = 0.2,
     tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped surrogate ``E[max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))]``, ρ = π/π_old; returns (loss, stats).
@@ -118,7 +124,7 @@ def clipped_value_loss(
     values: torch.Tensor, old_values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, clip_range: float = 0.2,
     tokens: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """``½·E[max((V-G)², (V_old + clip(V-V_old, ±c) - G)²)]`` (over ``tokens`` tokens when given); returns (loss, stats).
+    """``½·E[max((V-G)², (V_old + clip(V-V_old, ±c) - G)²)]`` (over ``tokens`` tokens if given); (loss, stats).
 
     Where ``|V - V_old| <= c`` the clip does nothing and the error is ``(V-G)²`` exactly (``V_old + (V - V_old)``
     can differ from ``V`` by a rounding step); ``vf_clipfrac`` counts the tokens whose clipped error is in force.

@@ -50,8 +50,9 @@ no others: nonzero incentive weights are refused with ``ValueError``.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 

@@ -33,24 +33,31 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from llm_marl_envs.core import render_messages
-from trainers.common.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
-from trainers.common.distributed import prepare_training
 from llm_marl.episode import Episode
-from trainers.common.evaluation import EvalResult, eval_report_path, evaluate_episodes, held_out_tasks
-from trainers.common.logging import MetricsLogger
-from trainers.common.losses import kl_per_token, masked_mean
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
 from llm_marl.sharding import shard_optimizer_state
+from llm_marl_envs.core import render_messages
+from trainers.common.checkpoint import (
+    checkpoint_dir,
+    latest_checkpoint,
+    load_checkpoint,
+    resolve_checkpoint,
+    save_checkpoint,
+)
+from trainers.common.distributed import prepare_training
+from trainers.common.evaluation import EvalResult, eval_report_path, evaluate_episodes, held_out_tasks
+from trainers.common.logging import MetricsLogger
+from trainers.common.losses import kl_per_token, masked_mean
 
 from .config import MAPPOConfig
 from .critic import CentralizedCritic, critic_context_parts
@@ -126,8 +133,13 @@ class MAPPOTrainer:
             raise ValueError("future_mean='others' needs at least 2 agents; use future_mean='all'")
         torch.manual_seed(config.seed)
         # the critic's adapter joins the actors' base before set-up: sharding (fsdp) wraps the model as it is then
-        self.critic = CentralizedCritic(team.policy(self.agents[0]), adapter=CRITIC_ADAPTER, lora_r=config.critic_lora_r,
-                                        max_context_tokens=config.critic_max_context_tokens, seed=config.seed)
+        self.critic = CentralizedCritic(
+            team.policy(self.agents[0]),
+            adapter=CRITIC_ADAPTER,
+            lora_r=config.critic_lora_r,
+            max_context_tokens=config.critic_max_context_tokens,
+            seed=config.seed,
+        )
         for agent in self.agents:
             self.critic.check_tokenizer(agent, team.policy(agent))
         self.distributed = prepare_training(config, team, self.agents, config.episodes_per_step, "episodes_per_step",
@@ -136,7 +148,9 @@ class MAPPOTrainer:
         self.verifier = verifier if verifier is not None else self._load_verifier()
         self.critic.head.to(self.critic.policy.device)
         self.actor_params = {a: team.policy(a).trainable_parameters(team.adapter(a)) for a in self.agents}
-        self.optimizers = {a: torch.optim.AdamW(params, lr=config.learning_rate) for a, params in self.actor_params.items()}
+        self.optimizers = {
+            a: torch.optim.AdamW(params, lr=config.learning_rate) for a, params in self.actor_params.items()
+        }
         self.critic_params = self.critic.trainable_parameters()
         self.critic_optimizer = torch.optim.AdamW(self.critic_params, lr=config.critic_learning_rate)
         self.step = 0
@@ -174,9 +188,13 @@ class MAPPOTrainer:
         state = load_checkpoint(path, self.team, self.optimizers, {}, process_index=self.distributed.rank,
                                 num_processes=self.distributed.num_processes)
         if "critic" not in state["extra"]:
-            raise ValueError(f"{path} is not a MAPPO checkpoint (no critic state); resume it with the trainer that wrote it")
+            raise ValueError(
+                f"{path} is not a MAPPO checkpoint (no critic state); resume it with the trainer that wrote it"
+            )
         self.critic.load_trainable_state_dict(state["extra"]["critic"])
-        self.critic_optimizer.load_state_dict(shard_optimizer_state(self.critic_optimizer, state["extra"]["critic_optimizer"]))
+        self.critic_optimizer.load_state_dict(
+            shard_optimizer_state(self.critic_optimizer, state["extra"]["critic_optimizer"])
+        )
         self.history = list(state["extra"].get("history", []))
         self.step = int(state["step"])
 
@@ -195,11 +213,15 @@ class MAPPOTrainer:
     def sampling_params(self, step: int, temperature: float | None = None) -> SamplingParams:
         """Sampling settings of ``step`` on this process (seeded by step and process, so a resumed run replays it)."""
         c = self.config
-        return SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature if temperature is None else temperature,
-                              top_p=c.top_p, seed=_step_seed(c.seed, step, 1, self.distributed.rank))
+        return SamplingParams(
+            max_new_tokens=c.max_new_tokens,
+            temperature=c.temperature if temperature is None else temperature,
+            top_p=c.top_p,
+            seed=_step_seed(c.seed, step, 1, self.distributed.rank),
+        )
 
     def collect(self, step: int) -> list[Episode]:
-        """Play this process's share of the step's episodes (tasks drawn from ``(seed, step)``) through the rollout engine."""
+        """Play this process's share of the step's episodes (tasks drawn from ``(seed, step)``) through the engine."""
         rng = np.random.default_rng(_step_seed(self.config.seed, step, 2))
         draws = rng.integers(len(self.train_tasks), size=self.config.episodes_per_step)    # global, same everywhere
         tasks = [self.train_tasks[i] for i in draws]
@@ -219,8 +241,11 @@ class MAPPOTrainer:
         verdicts = self.verifier.score_batch(pairs)
         rows = [verdicts[t * len(self.agents):(t + 1) * len(self.agents)] for t in range(len(episode.turns))]
         # the learned scores replace s_i^t; the incentives keep the env's answer labels (MAPoRL)
-        return EpisodeScores([[v.score for v in row] for row in rows], [[turn[a].correct for a in self.agents] for turn in episode.turns],
-                             extras={"predicted_correct": [[v.correct for v in row] for row in rows]})
+        return EpisodeScores(
+            [[v.score for v in row] for row in rows],
+            [[turn[a].correct for a in self.agents] for turn in episode.turns],
+            extras={"predicted_correct": [[v.correct for v in row] for row in rows]},
+        )
 
     def question(self, episode: Episode) -> str:
         """The task text a learned verifier judges answers against (the record's question, else the first prompt)."""
@@ -276,7 +301,7 @@ class MAPPOTrainer:
 
     @torch.no_grad()
     def compute_advantages(self, responses: Sequence[Response]) -> dict[str, float]:
-        """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response (kept on the CPU)."""
+        """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response (on the CPU)."""
         c = self.config
         if not responses:
             return {}
@@ -301,7 +326,7 @@ class MAPPOTrainer:
                 "response_tokens": float(np.mean([len(r.completion_ids) for r in responses]))}
 
     def old_logprobs(self, responses: Sequence[Response]) -> list[torch.Tensor]:
-        """``log π_old`` of every completion token: the sampler's own log-probs, else recomputed under each agent's adapter.
+        """``log π_old`` of each completion token: the sampler's log-probs, else recomputed under the agent's adapter.
 
         The sampler computes the same quantity (the temperature-scaled distribution of the weights that
         sampled, before top-p) while it samples, so a second forward is needed only when a backend
@@ -330,7 +355,7 @@ class MAPPOTrainer:
                                                                           [r.completion_ids for r in chunk])[0])
 
     def _scored(self, responses: Sequence[Response], key, score, critic: bool = False) -> list[torch.Tensor]:
-        """``score(agent, chunk)`` ``[B, L]`` over chunks of at most ``minibatch_size`` responses sharing ``key(response)``.
+        """``score(agent, chunk)`` ``[B, L]`` over chunks of <= ``minibatch_size`` responses sharing ``key(response)``.
 
         Chunks are :func:`length_buckets` (the critic's when ``critic``: its context is the prefix), so
         they pad little; returns one CPU row per response, in the order given.
@@ -350,12 +375,16 @@ class MAPPOTrainer:
         return [rows[id(r)] for r in responses]
 
     def whiten_advantages(self, responses: Sequence[Response]) -> None:
-        """Whiten advantages over every process's tokens: per (turn, agent) group, or all together (``whiten_scope``)."""
+        """Whiten advantages over all processes' tokens: per (turn, agent) group, or all together (``whiten_scope``)."""
         if self.config.whiten_scope == "all":
             groups = {None: list(responses)}
         else:   # the same groups, in the same order, on every process (some may be empty here)
             turns = self.distributed.max(max((r.turn for r in responses), default=-1) + 1)
-            groups = {(t, a): [r for r in responses if r.turn == t and r.agent == a] for t in range(turns) for a in self.agents}
+            groups = {
+                (t, a): [r for r in responses if r.turn == t and r.agent == a]
+                for t in range(turns)
+                for a in self.agents
+            }
         for group in groups.values():
             flat = torch.cat([r.advantages for r in group]) if group else torch.zeros(0)
             if self.distributed.sum([flat.numel()])[0] <= 1:
@@ -366,7 +395,9 @@ class MAPPOTrainer:
                 response.advantages = part.clone()
 
     # ------------------------------------------------------------------ 5. loss and update
-    def policy_loss(self, agent: str, group: Sequence[Response], tokens: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    def policy_loss(
+        self, agent: str, group: Sequence[Response], tokens: int | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """``L_clip - entropy_coef·H`` of one agent's responses under its adapter.
 
         Token means are over ``tokens`` when given (the agent's tokens in the whole minibatch, all
@@ -376,11 +407,15 @@ class MAPPOTrainer:
         policy, adapter = self.team.policy(agent), self.team.adapter(agent)
         prompts, completions = [r.prompt_ids for r in group], [r.completion_ids for r in group]
         entropy = None
-        if c.entropy_coef > 0:        # the bonus needs the whole distribution, not only the sampled tokens' log-probs
-            logp, mask, entropy = token_logprobs_with_entropy(policy, adapter, prompts, completions, temperature=c.temperature)
+        if c.entropy_coef > 0:  # the bonus needs the whole distribution, not only the sampled tokens' log-probs
+            logp, mask, entropy = token_logprobs_with_entropy(
+                policy, adapter, prompts, completions, temperature=c.temperature
+            )
         else:
             logp, mask = policy.token_logprobs(prompts, completions, adapter=adapter, temperature=c.temperature)
-        old, advantages = (_pad(rows).to(logp.device) for rows in ([r.old_logprobs for r in group], [r.advantages for r in group]))
+        old, advantages = (
+            _pad(rows).to(logp.device) for rows in ([r.old_logprobs for r in group], [r.advantages for r in group])
+        )
         # L_clip = E[max(-A·ρ, -A·clip(ρ, 1-ε, 1+ε))],  ρ = π_θ / π_old
         loss, stats = clipped_policy_loss(logp, old, advantages, mask, c.clip_eps, tokens=tokens)
         stats["policy_loss"] = float(loss.detach())
@@ -393,13 +428,15 @@ class MAPPOTrainer:
     def value_loss(self, group: Sequence[Response], tokens: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """Clipped value loss ``½·E[max((V-G)², (V_clip-G)²)]`` of the centralized critic on these responses."""
         values, mask = self.critic.values([r.critic_ids for r in group], [r.completion_ids for r in group])
-        old, targets = (_pad(rows).to(values.device) for rows in ([r.old_values for r in group], [r.value_targets for r in group]))
+        old, targets = (
+            _pad(rows).to(values.device) for rows in ([r.old_values for r in group], [r.value_targets for r in group])
+        )
         loss, stats = clipped_value_loss(values, old, targets, mask, self.config.value_clip, tokens=tokens)
         stats["value_loss"] = float(loss.detach())
         return loss, stats
 
     def update(self, responses: Sequence[Response], step: int) -> dict[str, float]:
-        """``ppo_epochs`` passes of clipped-PPO minibatch updates over every process's responses; returns averaged stats.
+        """``ppo_epochs`` passes of clipped-PPO minibatch updates over all processes' responses; the averaged stats.
 
         Minibatches are chunks of ONE shuffle of the global response list (the same on every
         process); a process computes the loss of its own members of each minibatch, normalised by
@@ -431,9 +468,12 @@ class MAPPOTrainer:
                     # backward right after each forward: PEFT marks only the active adapter trainable. Each loss
                     # runs in length buckets (token sums over the global count: their gradients add up to the
                     # whole group's); sharded weights: every process runs as many passes, idle ones weighted 0
-                    actor_parts = self._loss_passes(agent, group, weight, lambda part: self.policy_loss(agent, part, tokens))
-                    critic_parts = self._loss_passes(agent, group, weight * c.vf_coef, lambda part: self.value_loss(part, tokens),
-                                                     critic=True)
+                    actor_parts = self._loss_passes(
+                        agent, group, weight, lambda part: self.policy_loss(agent, part, tokens)
+                    )
+                    critic_parts = self._loss_passes(
+                        agent, group, weight * c.vf_coef, lambda part: self.value_loss(part, tokens), critic=True
+                    )
                     if not group:
                         continue
                     stats = {**_combined_stats(actor_parts), **_combined_stats(critic_parts)}
@@ -446,7 +486,7 @@ class MAPPOTrainer:
 
     def _loss_passes(self, agent: str, group: Sequence[Response], weight: float, loss_of, critic: bool = False
                      ) -> list[tuple[dict[str, float], int]]:
-        """Forward and backward ``weight · loss_of(part)`` over the group's length buckets; ``(stats, tokens)`` per part."""
+        """Forward and backward ``weight · loss_of(part)`` over the group's length buckets; (stats, tokens) per part."""
         parts = length_buckets(group, critic=critic)
         passes = self.distributed.lockstep(len(parts))          # the most any process has, under sharded weights
         done = []
@@ -477,7 +517,9 @@ class MAPPOTrainer:
                 local.update(self.compute_advantages(responses))
         with clock("update"):
             local.update(self.update(responses, step))
-        local["train_accuracy"] = float(np.mean([bool(c) for e in episodes for turn in e.correct for c in turn.values()]))
+        local["train_accuracy"] = float(
+            np.mean([bool(c) for e in episodes for turn in e.correct for c in turn.values()])
+        )
         local["responses"] = float(len(responses))
         local.update(clock.metrics())
         # wall times: the slowest process's; response counts: summed over processes
@@ -568,7 +610,11 @@ def length_buckets(responses: Sequence[Response], *, critic: bool = False, max_r
             padded = (len(bucket) + 1) * (max(longest_prefix, p) + max(longest_completion, n))
             if padded <= (1 + slack) * (real + p + n):
                 bucket.append(r)
-                longest_prefix, longest_completion, real = max(longest_prefix, p), max(longest_completion, n), real + p + n
+                longest_prefix, longest_completion, real = (
+                    max(longest_prefix, p),
+                    max(longest_completion, n),
+                    real + p + n,
+                )
                 continue
         buckets.append([r])
         longest_prefix, longest_completion, real = p, n, p + n

@@ -57,7 +57,7 @@ parameters at once) and FSDP1 are refused with an error naming the supported lau
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from accelerate import Accelerator
@@ -65,11 +65,18 @@ from accelerate import Accelerator
 from llm_marl.team import Team
 
 from ..config import TrainerConfig
-from .training import (BUCKET_NUMEL, SHARDING_ENGINES, DistributedTraining, build_accelerator, clip_gradients,
-                       merge_reports, shard)
 from .launch import local_launch_command
 from .memory import release_free_memory
 from .placement import place_team
+from .training import (
+    BUCKET_NUMEL,
+    SHARDING_ENGINES,
+    DistributedTraining,
+    build_accelerator,
+    clip_gradients,
+    merge_reports,
+    shard,
+)
 
 
 def prepare_training(config: TrainerConfig, team: Team, agents: Sequence[str], batch_size: int, batch_field: str,

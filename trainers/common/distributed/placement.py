@@ -1,7 +1,7 @@
 """Putting each agent's policy on its device (``agent_devices``), in one process."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -23,19 +23,23 @@ def place_team(team: Team, agents: Sequence[str], agent_devices: Mapping[str, st
     if unknown:
         raise ValueError(f"agent_devices names unknown agent(s) {unknown}; the env's agents are {list(agents)}")
     if agent_devices and num_processes > 1:
-        raise ValueError(f"agent_devices places agents on devices inside one process, but {num_processes} processes were "
-                         f"launched and would all claim the same devices; launch one process, or drop agent_devices "
-                         f"and let each process hold the team on its own GPU")
+        raise ValueError(
+            f"agent_devices places agents on devices inside one process, but {num_processes} processes were "
+            f"launched and would all claim the same devices; launch one process, or drop agent_devices "
+            f"and let each process hold the team on its own GPU"
+        )
     wanted: dict[int, dict[str, str]] = {}
     for agent in agents:
         device = agent_devices.get(agent, str(default))
         wanted.setdefault(id(team.policy(agent)), {})[agent] = device
     for by_agent in wanted.values():
         if len(set(by_agent.values())) > 1:
-            raise ValueError(f"agents {sorted(by_agent)} share one base model (Team.shared_lora: one frozen base, one LoRA "
-                             f"adapter each), so they live on one device, but agent_devices asks for "
-                             f"{dict(sorted(by_agent.items()))}; give them the same device, or build the team with "
-                             f"Team.separate (one model per agent) to spread agents over devices")
+            raise ValueError(
+                f"agents {sorted(by_agent)} share one base model (Team.shared_lora: one frozen base, one LoRA "
+                f"adapter each), so they live on one device, but agent_devices asks for "
+                f"{dict(sorted(by_agent.items()))}; give them the same device, or build the team with "
+                f"Team.separate (one model per agent) to spread agents over devices"
+            )
     for device in {d for by_agent in wanted.values() for d in by_agent.values()}:
         _check_available(device)
     placed = {}

@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from typing import Any, Iterable, Mapping, Sequence, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import torch
 from accelerate import Accelerator
@@ -48,8 +49,10 @@ def build_accelerator(config: TrainerConfig, accelerator: Accelerator | None = N
         # cpu=True on a GPU-less machine: without it accelerate leaves launched CPU processes unconnected.
         return Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=config.mixed_precision)
     if accelerator.mixed_precision != config.mixed_precision:
-        raise ValueError(f"the accelerator given uses mixed_precision={accelerator.mixed_precision!r} but the config says "
-                         f"{config.mixed_precision!r}; make them agree")
+        raise ValueError(
+            f"the accelerator given uses mixed_precision={accelerator.mixed_precision!r} but the config says "
+            f"{config.mixed_precision!r}; make them agree"
+        )
     return accelerator
 
 
@@ -65,11 +68,13 @@ class DistributedTraining:
     def __init__(self, accelerator: Accelerator, fsdp: bool = False) -> None:
         self.accelerator = accelerator
         if accelerator.distributed_type in SHARDING_ENGINES:
-            raise ValueError(f"accelerate was launched with {accelerator.distributed_type.value}, whose engine owns one "
-                             f"optimizer per model and steps all of its parameters at once; these trainers step each "
-                             f"agent's optimizer on its own (trainers.common.distributed). Launch with --multi_gpu "
-                             f"(one replica per process), or shard with FSDP2: --use_fsdp --fsdp_version 2 "
-                             f"(examples/accelerate/fsdp2.yaml) or fsdp=True in the config")
+            raise ValueError(
+                f"accelerate was launched with {accelerator.distributed_type.value}, whose engine owns one "
+                f"optimizer per model and steps all of its parameters at once; these trainers step each "
+                f"agent's optimizer on its own (trainers.common.distributed). Launch with --multi_gpu "
+                f"(one replica per process), or shard with FSDP2: --use_fsdp --fsdp_version 2 "
+                f"(examples/accelerate/fsdp2.yaml) or fsdp=True in the config"
+            )
         if accelerator.distributed_type == DistributedType.FSDP:
             plugin = accelerator.state.fsdp_plugin
             if getattr(plugin, "fsdp_version", 1) != 2:
@@ -79,12 +84,16 @@ class DistributedTraining:
             fsdp = True
         launched = int(os.environ.get("WORLD_SIZE", "1"))
         if launched != accelerator.num_processes:
-            raise ValueError(f"{launched} processes were launched (WORLD_SIZE) but the accelerator joined "
-                             f"{accelerator.num_processes}; on a machine without GPUs build it with Accelerator(cpu=True) "
-                             f"(the trainers do when no accelerator is passed)")
+            raise ValueError(
+                f"{launched} processes were launched (WORLD_SIZE) but the accelerator joined "
+                f"{accelerator.num_processes}; on a machine without GPUs build it with Accelerator(cpu=True) "
+                f"(the trainers do when no accelerator is passed)"
+            )
         if accelerator.gradient_accumulation_steps != 1:
-            raise ValueError(f"the accelerator has gradient_accumulation_steps={accelerator.gradient_accumulation_steps}; "
-                             f"the trainers accumulate micro-batches themselves: build it with the default 1")
+            raise ValueError(
+                f"the accelerator has gradient_accumulation_steps={accelerator.gradient_accumulation_steps}; "
+                f"the trainers accumulate micro-batches themselves: build it with the default 1"
+            )
         self.sharded = fsdp and accelerator.num_processes > 1   # one process holds everything: nothing to shard
         self._sharded_roots: list[torch.nn.Module] = []
 
@@ -280,7 +289,9 @@ class DistributedTraining:
         return digest.hexdigest()
 
     # ------------------------------------------------------------------ logging and checkpoints
-    def merge_metrics(self, metrics: Mapping[str, Any], sums: Sequence[str] = (), maxima: Sequence[str] = ()) -> dict[str, Any]:
+    def merge_metrics(
+        self, metrics: Mapping[str, Any], sums: Sequence[str] = (), maxima: Sequence[str] = ()
+    ) -> dict[str, Any]:
         """One metrics dict for the whole step, identical on every process.
 
         Keys ending in one of ``sums`` are summed over processes (partial losses normalised by global
@@ -338,7 +349,9 @@ def shard(items: Sequence[T], rank: int, num_processes: int) -> list[T]:
     return list(items[start:start + size + (rank < extra)])
 
 
-def merge_reports(reports: Sequence[Mapping[str, Any]], sums: Sequence[str] = (), maxima: Sequence[str] = ()) -> dict[str, Any]:
+def merge_reports(
+    reports: Sequence[Mapping[str, Any]], sums: Sequence[str] = (), maxima: Sequence[str] = ()
+) -> dict[str, Any]:
     """Merge per-process metric dicts (see :meth:`DistributedTraining.merge_metrics`)."""
     merged: dict[str, Any] = {}
     for key in dict.fromkeys(k for report in reports for k in report):
