@@ -116,7 +116,9 @@ def verdict(difference: dict[str, Any], before: dict[str, Any], after: dict[str,
     degenerate = max(after["degenerate"].values())
     gained = reward["ci95"][0] > 0
     if not gained:
-        return f"no significant reward gain ({reward['mean']:+.3f} [{reward['ci95'][0]:+.3f}, {reward['ci95'][1]:+.3f}])"
+        return (
+            f"no significant reward gain ({reward['mean']:+.3f} [{reward['ci95'][0]:+.3f}, {reward['ci95'][1]:+.3f}])"
+        )
     if max(rouge_highs.values()) < 0:
         return (f"reward hacking: the joint reward rose ({reward['mean']:+.3f}) while every agent's ROUGE-L fell; "
                 f"degenerate summaries {degenerate:.0%}")

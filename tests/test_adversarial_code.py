@@ -52,7 +52,9 @@ def test_correct_program_still_passes_beside_the_checks():
 ])
 def test_plain_values_of_every_builtin_type_reach_the_test(value, passes):
     program = f"def add(a, b):\n    return {value}\n"
-    test = f"def check(candidate):\n    assert candidate(1, 2) == {value}\n    assert (candidate(1, 2) == 3) is {passes}\n"
+    test = (
+        f"def check(candidate):\n    assert candidate(1, 2) == {value}\n    assert (candidate(1, 2) == 3) is {passes}\n"
+    )
     assert run_tests(program, test, "add").score == 1.0
 
 

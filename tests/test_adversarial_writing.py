@@ -104,13 +104,18 @@ def test_transition_words_around_filler_scores_zero(honest):
 
 def test_word_salad_of_post_keywords_scores_zero(honest):
     salad = "locksmith snowstorm keys phone coat neighbour slippers driveway ninety dollars toes numb meeting door"
-    assert score(salad, salad + " shovel minus snowing hard blocks house called arrived hour charged open rest day work") == 0.0
+    assert (
+        score(salad, salad + " shovel minus snowing hard blocks house called arrived hour charged open rest day work")
+        == 0.0
+    )
 
 
 def test_off_topic_fluent_text_earns_less(honest):
     off_topic = ("Quantum chromodynamics describes quarks and gluons. Lattice simulations estimate hadron "
                  "masses, however confinement remains unproven, so physicists study asymptotic freedom.")
-    assert score("Hadron physics explains protons and neutrons with lattice quantum chromodynamics.", off_topic) < honest
+    assert (
+        score("Hadron physics explains protons and neutrons with lattice quantum chromodynamics.", off_topic) < honest
+    )
 
 
 def test_empty_and_whitespace_parts_score_zero():

@@ -83,7 +83,9 @@ def test_humaneval_canonical_solutions_score_one():
 
 @pytest.mark.slow
 def test_mbpp_reference_programs_score_one():
-    tasks = [t for split in ("train", "validation", "test") for t in llm_marl_envs.make("mbpp_coding-v0", split=split).tasks]
+    tasks = [
+        t for split in ("train", "validation", "test") for t in llm_marl_envs.make("mbpp_coding-v0", split=split).tasks
+    ]
     # the standard splits leave out the ten prompt-example problems (ids 1-10): 964 references
     assert len(tasks) == 964
     items = [(t["canonical_solution"], t["test"], t["entry_point"]) for t in tasks]

@@ -9,7 +9,13 @@ import llm_marl_envs
 from llm_marl_envs.envs.arxiv_writing import normalize_arxiv_row
 from llm_marl_envs.envs.tldr_writing import normalize_tldr_row
 from verifiers.writing import (
-    ARXIV_BANDS, TLDR_BANDS, Band, SemanticJudge, WritingRewardConfig, find_transitions, score_writing,
+    ARXIV_BANDS,
+    TLDR_BANDS,
+    Band,
+    SemanticJudge,
+    WritingRewardConfig,
+    find_transitions,
+    score_writing,
     without_quality_factor,
 )
 

@@ -202,7 +202,7 @@ def make_recorder(fd, nonce):
             line = b"%s %d ok\n" % (nonce, index)
         else:
             try:
-                text = ("%s: %s" % (name_of(exc).__name__, exc))[:300]
+                text = (f"{name_of(exc).__name__}: {exc}")[:300]
             except BaseException:
                 text = name_of(exc).__name__
             line = b"%s %d %s\n" % (nonce, index, text.encode("utf-8", "replace").replace(b"\n", b"\\n"))
@@ -290,13 +290,15 @@ class ProgramValue:
         self._channel.request("setattr", self._handle, name, value)
 
     def __repr__(self):
-        return "<%s value of the program>" % self._type_name
+        return f"<{self._type_name} value of the program>"
 
     __str__ = __repr__
 
     def _refuse(self, *args):
-        raise NotPlainValue("the program returned an object of type %s, not a plain value (%s); the test "
-                            "does not compare or compute with it" % (self._type_name, PLAIN_NAMES))
+        raise NotPlainValue(
+            f"the program returned an object of type {self._type_name}, not a plain value ({PLAIN_NAMES}); the test "
+            "does not compare or compute with it"
+        )
 
 
 for _name in ("eq", "ne", "lt", "le", "gt", "ge", "hash", "bool", "len", "iter", "contains", "getitem", "setitem",
@@ -304,7 +306,7 @@ for _name in ("eq", "ne", "lt", "le", "gt", "ge", "hash", "bool", "len", "iter",
               "add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "divmod", "pow", "lshift", "rshift",
               "and", "or", "xor", "radd", "rsub", "rmul", "rmatmul", "rtruediv", "rfloordiv", "rmod", "rdivmod",
               "rpow", "rlshift", "rrshift", "rand", "ror", "rxor", "enter", "exit", "fspath", "bytes"):
-    setattr(ProgramValue, "__%s__" % _name, ProgramValue._refuse)
+    setattr(ProgramValue, f"__{_name}__", ProgramValue._refuse)
 
 
 class ProgramChannel:
@@ -328,8 +330,10 @@ class ProgramChannel:
             return ("l" if kind is list else "t", [self.encode(item, depth + 1) for item in value])
         if depth < PLAIN_MAX_DEPTH and kind is dict and all(is_plain(key) for key in value):
             return ("d", [(key, self.encode(item, depth + 1)) for key, item in value.items()])
-        raise TypeError("the test can pass the program only plain values (%s) and values the program returned, "
-                        "got %s" % (PLAIN_NAMES, type(value).__name__))
+        raise TypeError(
+            f"the test can pass the program only plain values ({PLAIN_NAMES}) and values the program returned, "
+            f"got {type(value).__name__}"
+        )
 
     def decode(self, message):
         if type(message) is tuple and len(message) == 2 and message[0] == "v" and is_plain(message[1]):
@@ -349,7 +353,7 @@ class ProgramChannel:
         except BaseException:
             reply = None
         if reply is None:
-            self.gone = "the program's process ended (%s)" % self.exit_status()
+            self.gone = f"the program's process ended ({self.exit_status()})"
             raise ProgramError(self.gone)
         return reply
 
@@ -366,8 +370,8 @@ class ProgramChannel:
         if pid == 0:
             return "it closed its channel"
         if os.WIFSIGNALED(status):
-            return "killed by signal %d" % os.WTERMSIG(status)
-        return "exit code %d" % os.WEXITSTATUS(status)
+            return f"killed by signal {os.WTERMSIG(status)}"
+        return f"exit code {os.WEXITSTATUS(status)}"
 
     def request(self, op, handle, a, b):
         if op == "call":
@@ -381,7 +385,7 @@ class ProgramChannel:
         try:
             write_message(self.to_program, payload)
         except OSError:
-            self.gone = "the program's process ended (%s)" % self.exit_status()
+            self.gone = f"the program's process ended ({self.exit_status()})"
             raise ProgramError(self.gone) from None
         reply = self.receive()
         if type(reply) is tuple and len(reply) == 2 and reply[0] == "ok":
@@ -391,7 +395,7 @@ class ProgramChannel:
             builtin = getattr(builtins, reply[1], None)
             if isinstance(builtin, type) and issubclass(builtin, Exception):
                 raise builtin(reply[2][:300])
-            raise ProgramError("%s: %s" % (reply[1][:100], reply[2][:300]))
+            raise ProgramError(f"{reply[1][:100]}: {reply[2][:300]}")
         raise ProgramError("the program process sent an unreadable reply")
 
 
@@ -425,7 +429,7 @@ def serve_program(req, inbox, outbox):
 
     def describe(err):
         try:
-            return ("%s: %s" % (type(err).__name__, err))[:300]
+            return (f"{type(err).__name__}: {err}")[:300]
         except BaseException:
             return type(err).__name__
 
@@ -433,12 +437,12 @@ def serve_program(req, inbox, outbox):
         exec(compile(req["program"], "<program>", "exec", dont_inherit=True, optimize=0), namespace)
         entry_point = req["entry_point"]
         if entry_point and not callable(namespace.get(entry_point)):
-            raise NameError("entry point %r is not defined as a function by the program" % entry_point)
+            raise NameError(f"entry point {entry_point!r} is not defined as a function by the program")
         names = {name: encode(value) for name, value in list(namespace.items())
                  if not (name.startswith("__") and name.endswith("__"))}
         write_message(outbox, ("ready", names))
     except SyntaxError as err:
-        write_message(outbox, ("failed", "SyntaxError: line %s: %s" % (err.lineno, err.msg)))
+        write_message(outbox, ("failed", f"SyntaxError: line {err.lineno}: {err.msg}"))
         os._exit(0)
     except BaseException as err:  # SystemExit included: exiting early never counts as passing
         write_message(outbox, ("failed", describe(err)))
@@ -504,7 +508,7 @@ def run_test(req, record, record_name, test_fd):
     try:
         ready = channel.receive()
     except ProgramError as err:
-        record(-1, ProgramError("the program exited before the tests: %s" % err))
+        record(-1, ProgramError(f"the program exited before the tests: {err}"))
         return
     if type(ready) is tuple and len(ready) == 2 and ready[0] == "failed" and type(ready[1]) is str:
         record(-1, ProgramError(ready[1][:300]))
@@ -568,7 +572,7 @@ def runner(req, caps, workdir, result_fd, out_fd, nonce, test_fd):
             signal.signal(sig, signal.SIG_DFL)
         if "random" in sys.modules:  # the one after-fork hook a raw clone skips
             sys.modules["random"].seed()
-        record_name = "__sbx_%s__" % os.urandom(8).hex()
+        record_name = f"__sbx_{os.urandom(8).hex()}__"
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the program process may not trace or read this one
         run_test(req, make_recorder(result_fd, nonce), record_name, test_fd)
         sys.stdout.flush()

@@ -36,16 +36,16 @@ When the kernel or user refuses a namespace layer (netns, pidns, readonly_fs, or
 root), checks still run with the remaining layers and a ``RuntimeWarning`` naming the missing ones
 is issued once; with ``LLM_MARL_SANDBOX_STRICT=1`` the sandbox refuses instead (``IsolationError``).
 
-**Plain values.** The program and the test never share an interpreter. Inside the runner, the
-*test process* forks a *program process* (no capabilities, no access to the result pipe) that
-executes the program; the test process and the zygote are not dumpable, so the program cannot
-trace them or read their memory or file descriptors. The test (and ``task_code``) reaches the test
-process in an anonymous in-memory file that it reads only after forking the program process, so
-the program's copy of memory holds neither the test's code nor its expected values. The test runs in the test process, where every name the program
-defines is either a copy of a plain value or a ``ProgramValue`` proxy: calling it, reading or
-setting its attributes sends a request to the program process, which answers with a plain value
-(exactly ``int``, ``float``, ``complex``, ``bool``, ``str``, ``bytes``, ``None``, or
-``list``/``tuple``/``dict``/``set``/``frozenset`` of them, recursively; no subclasses) or with
+**Plain values.** The program and the test never share an interpreter. Inside the runner, the *test
+process* forks a *program process* (no capabilities, no access to the result pipe) that executes the
+program; the test process and the zygote are not dumpable, so the program cannot trace them or read
+their memory or file descriptors. The test (and ``task_code``) reaches the test process in an
+anonymous in-memory file that it reads only after forking the program process, so the program's copy
+of memory holds neither the test's code nor its expected values. The test runs in the test process,
+where every name the program defines is either a copy of a plain value or a ``ProgramValue`` proxy:
+calling it, reading or setting its attributes sends a request to the program process, which answers
+with a plain value (exactly ``int``, ``float``, ``complex``, ``bool``, ``str``, ``bytes``, ``None``,
+or ``list``/``tuple``/``dict``/``set``/``frozenset`` of them, recursively; no subclasses) or with
 another proxy. Comparing, hashing, truth-testing, iterating or computing with a proxy raises
 ``NotPlainValue``, so an assert on a value that is not plain fails with that reason in
 ``details["results"]``; the comparisons, the assert machinery and the builtins are the test
@@ -69,11 +69,12 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from . import Verdict
 from ._sandbox_zygote import read_message, write_message
@@ -129,7 +130,11 @@ class _AssertRecorder(ast.NodeTransformer):
         first, last = node.lineno - 1, node.end_lineno - 1
         if first == last:
             return self.lines[first][node.col_offset:node.end_col_offset].decode()
-        parts = [self.lines[first][node.col_offset:], *self.lines[first + 1:last], self.lines[last][:node.end_col_offset]]
+        parts = [
+            self.lines[first][node.col_offset :],
+            *self.lines[first + 1 : last],
+            self.lines[last][: node.end_col_offset],
+        ]
         return b"".join(parts).decode()
 
     def visit_Assert(self, node: ast.Assert) -> ast.Try:
@@ -194,7 +199,9 @@ class _Zygote:
             self.kill()
             error = self.proc.stderr.read().decode("utf-8", "replace")[-2000:]
             self._close_pipes()
-            raise RuntimeError(f"sandbox zygote {_ZYGOTE_SCRIPT} did not start (exit code {self.proc.poll()}):\n{error}")
+            raise RuntimeError(
+                f"sandbox zygote {_ZYGOTE_SCRIPT} did not start (exit code {self.proc.poll()}):\n{error}"
+            )
         self.caps: dict[str, Any] = hello["caps"]
         try:
             check_isolation(self.caps)
@@ -337,7 +344,7 @@ class Sandbox:
         for zygote in idle:
             zygote.close()
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -430,8 +437,10 @@ def _verdict(report: Mapping[str, Any], test: InstrumentedTest, timeout_s: float
             else:
                 failures.setdefault(index, _strip(text))
     passed_ids = seen_ok - set(failures)
-    results = [{"assert": src, "passed": i in passed_ids,
-                "error": failures.get(i, None if i in seen_ok else "not reached")} for i, src in enumerate(test.assert_sources)]
+    results = [
+        {"assert": src, "passed": i in passed_ids, "error": failures.get(i, None if i in seen_ok else "not reached")}
+        for i, src in enumerate(test.assert_sources)
+    ]
     first_failure = next(({"assert": r["assert"], "error": r["error"]} for r in results if not r["passed"]), None)
     reason = _reason(report, events, len(passed_ids), total, first_failure, timeout_s, limits)
     details = {
@@ -465,7 +474,9 @@ def _reason(report: Mapping[str, Any], events: dict[int, str], passed: int, tota
     if -3 not in events:
         return f"process exited (code {report['exit_code']}) before the tests finished ({tally})"
     if first_failure is not None:
-        return f"{total - passed} of {total} asserts failed; first: {first_failure['assert']} -> {first_failure['error']}"
+        return (
+            f"{total - passed} of {total} asserts failed; first: {first_failure['assert']} -> {first_failure['error']}"
+        )
     return None
 
 

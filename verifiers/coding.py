@@ -29,14 +29,15 @@ anything. :func:`format_coding_feedback` turns a verdict into feedback lines for
 
 A task is a record with ``entry_point``, ``test`` (HumanEval ``check(candidate)`` or MBPP asserts)
 and optionally ``context`` (code put in front of the joint program).
-"""
+"""  # noqa: E501 (Markdown table rows cannot wrap)
 from __future__ import annotations
 
 import ast
 import re
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from . import Verdict
 from .code import DEFAULT_TIMEOUT_S, run_tests
@@ -202,8 +203,12 @@ def discarded_helper_calls(func: ast.FunctionDef, helpers: set[str]) -> list[str
 
 
 # ---------------------------------------------------------------- the joint reward
-def score_collaboration(codes: Sequence[str], task: Mapping[str, Any], config: CodingRewardConfig = CodingRewardConfig(),
-                        timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
+def score_collaboration(
+    codes: Sequence[str],
+    task: Mapping[str, Any],
+    config: CodingRewardConfig = CodingRewardConfig(),
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Verdict:
     """Joint verdict of N agents' code (helpers first, entry point last) on one coding task."""
     if len(codes) < 2:
         raise ValueError(f"score_collaboration needs >= 2 codes (helpers, then the entry point), got {len(codes)}")
@@ -279,7 +284,9 @@ def format_coding_feedback(verdict: Verdict) -> str:
     d = verdict.details
     lines = []
     for name, ok in zip(d["helpers"], d["helpers_defined"]):
-        lines.append(f"- helper `{name}`: " + ("defined and returns a value" if ok else "NOT defined with a return value"))
+        lines.append(
+            f"- helper `{name}`: " + ("defined and returns a value" if ok else "NOT defined with a return value")
+        )
     entry = d["entry_point"]
     lines.append(f"- entry point `{entry}`: " + ("defined and returns a value" if d["entry_defined"]
                                                  else "NOT defined with a return value; tests were not run"))

@@ -186,8 +186,10 @@ _MORE_ANSWERS_RE = re.compile(r"\s*(?:[,;/]|(?<![A-Za-z])or(?![A-Za-z]))\s*(?:(?
 _CONNECTOR_GAP_RE = re.compile(r"[\s,;/.:$()\\-]*(?:(?:or|and|either|maybe|perhaps|possibly|otherwise)"
                                r"(?![A-Za-z])[\s,;/.:$()\\-]*)*", re.IGNORECASE)
 _LIST_LINE_CHARS = 200
-_NUMBER_LIST_RE = re.compile(rf"(?:[A-Za-z][A-Za-z ]{{0,30}}:\s*)?[-+$]?\s*{_NUMBER}(?:\s*(?:[,;/]|\s|or|and)\s*[-+$]?\s*{_NUMBER})+\s*\.?",
-                             re.IGNORECASE)
+_NUMBER_LIST_RE = re.compile(
+    rf"(?:[A-Za-z][A-Za-z ]{{0,30}}:\s*)?[-+$]?\s*{_NUMBER}(?:\s*(?:[,;/]|\s|or|and)\s*[-+$]?\s*{_NUMBER})+\s*\.?",
+    re.IGNORECASE,
+)
 # Operators an answer may use only where the gold uses them: an answer is a value, not a sum to evaluate.
 _OPERATOR_RES = {
     "+": re.compile(r"\+"), "-": re.compile(r"(?<=[\w})\]])\s*-"), "/": re.compile(r"/|\\frac|\\div|\u00f7"),
@@ -239,7 +241,7 @@ def _final_markers(text: str) -> list[tuple[int, int, str]]:
     return sorted(found)
 
 
-def unevaluated_expression(answer: "_Answer", gold: "_Answer") -> str | None:
+def unevaluated_expression(answer: _Answer, gold: _Answer) -> str | None:
     """Why ``answer`` is an expression for the verifier to evaluate rather than a value, or ``None``.
 
     Against a numeric gold the answer must be a number (integer, decimal, scientific, a fraction in

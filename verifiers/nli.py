@@ -165,7 +165,10 @@ def hedged_label(text: str, label: str, source: str | None) -> str | None:
         return None
     start, end = where
     bare = source != "last_sentence" or len(re.findall(r"[A-Za-z']+", text[start:end])) <= _BARE_SENTENCE_WORDS
-    for found in (_LABEL_BEFORE_RE.search(text[max(0, start - 200):start]), _LABEL_AFTER_RE.search(text[end:end + 200])):
+    for found in (
+        _LABEL_BEFORE_RE.search(text[max(0, start - 200) : start]),
+        _LABEL_AFTER_RE.search(text[end : end + 200]),
+    ):
         if found is None or not bare:
             continue
         beside = _answer_labels(found.group("box")) if found.group("box") else _answer_labels(found.group("word"))

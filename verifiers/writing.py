@@ -83,14 +83,15 @@ and ``details["ungated"]`` what each term would be without gating (for feedback 
 An optional :class:`~verifiers.semantic.SemanticJudge` (off by default; defined in
 :mod:`verifiers.semantic`, re-exported here) adds two embedding-based terms: coverage of the
 source by the joint text and consistency of the two parts.
-"""
+"""  # noqa: E501 (Markdown table rows cannot wrap)
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from . import Verdict
 from .semantic import SemanticJudge, split_sentences
@@ -215,34 +216,50 @@ class WritingRewardConfig:
     length_ratio_weight: float = field(default=1.0, metadata={"help": "max reward of the length ratio"})
     distinct_ratio_band: Band = field(default=Band(1.3, 2.0), metadata={"help": "band on the distinct-word ratio"})
     distinct_ratio_weight: float = field(default=0.5, metadata={"help": "max reward of the distinct-word ratio"})
-    distinct_exclude_stopwords: bool = field(default=False, metadata={"help": "drop stopwords before counting distinct words"})
+    distinct_exclude_stopwords: bool = field(
+        default=False, metadata={"help": "drop stopwords before counting distinct words"}
+    )
     jaccard_cap: float = field(default=0.03, metadata={"help": "Jaccard value that earns full consistency credit"})
     jaccard_weight: float = field(default=0.6, metadata={"help": "max reward of style consistency"})
     transition_weight: float = field(default=0.4, metadata={"help": "max reward of coherence"})
     transition_base: float = field(default=0.4, metadata={"help": "transition score with one category"})
     transition_step: float = field(default=0.05, metadata={"help": "transition score per extra category"})
-    transition_text: Literal["part1", "joint"] = field(default="part1", metadata={"help": "where transitions are counted"})
+    transition_text: Literal["part1", "joint"] = field(
+        default="part1", metadata={"help": "where transitions are counted"}
+    )
     transition_match: Literal["word", "substring"] = field(default="word", metadata={"help": "phrase matching mode"})
     gated: bool = field(default=True, metadata={"help": "stop at the first failed level"})
     repetition_ngram: int = field(default=3, metadata={"help": "word n-gram size of the repetition measure"})
     repetition_band: Band | None = field(default=Band(0.5, 0.85),
                                          metadata={"help": "band on each part's distinct n-gram share (None: off)"})
     copy_ngram: int = field(default=4, metadata={"help": "word n-gram size of the copy-of-source measure"})
-    copy_band: Band | None = field(default=Band(0.2, 0.6),
-                                   metadata={"help": "band on each part's share of n-grams not in the source (None: off)"})
+    copy_band: Band | None = field(
+        default=Band(0.2, 0.6), metadata={"help": "band on each part's share of n-grams not in the source (None: off)"}
+    )
     header_penalty: float = field(default=0.25, metadata={"help": "quality lost per header label in a part (0: off)"})
     content_band: Band | None = field(default=Band(0.1, 0.25, 0.8, 1.0),
                                       metadata={"help": "band on each part's share of content words (None: off)"})
-    relevance_band: Band | None = field(default=Band(0.0, 0.15),
-                                        metadata={"help": "band on each part's share of content words found in the source (None: off)"})
+    relevance_band: Band | None = field(
+        default=Band(0.0, 0.15),
+        metadata={"help": "band on each part's share of content words found in the source (None: off)"},
+    )
     semantic_coverage_weight: float = field(default=1.0, metadata={"help": "weight of the judge's source coverage"})
     semantic_consistency_weight: float = field(default=0.5, metadata={"help": "weight of the judge's part consistency"})
     stopwords: frozenset[str] = field(default=STOPWORDS, repr=False)
-    transition_categories: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(TRANSITION_CATEGORIES), repr=False)
+    transition_categories: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: dict(TRANSITION_CATEGORIES), repr=False
+    )
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.min_words, int) and isinstance(self.max_words, int) and 0 <= self.min_words <= self.max_words):
-            raise ValueError(f"need integers 0 <= min_words <= max_words, got min_words={self.min_words!r}, max_words={self.max_words!r}")
+        if not (
+            isinstance(self.min_words, int)
+            and isinstance(self.max_words, int)
+            and 0 <= self.min_words <= self.max_words
+        ):
+            raise ValueError(
+                f"need integers 0 <= min_words <= max_words, got min_words={self.min_words!r}, "
+                f"max_words={self.max_words!r}"
+            )
         if not self.jaccard_cap > 0:
             raise ValueError(f"jaccard_cap must be > 0, got {self.jaccard_cap}")
         if self.transition_text not in ("part1", "joint"):
@@ -256,10 +273,14 @@ class WritingRewardConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("length_ratio_band", "distinct_ratio_band"):
             if not isinstance(getattr(self, name), Band):
-                raise ValueError(f"{name} must be a Band(gate_low, full_low, full_high, gate_high), got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must be a Band(gate_low, full_low, full_high, gate_high), got {getattr(self, name)!r}"
+                )
         for name in ("repetition_band", "copy_band", "content_band", "relevance_band"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), Band):
-                raise ValueError(f"{name} must be a Band(gate_low, full_low, ...) or None (off), got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must be a Band(gate_low, full_low, ...) or None (off), got {getattr(self, name)!r}"
+                )
         for name in ("repetition_ngram", "copy_ngram"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
@@ -309,7 +330,9 @@ def jaccard(a: set[str], b: set[str]) -> float:
 
 
 @lru_cache(maxsize=64)
-def _transition_patterns(categories: tuple[tuple[str, tuple[str, ...]], ...], mode: str) -> tuple[tuple[str, re.Pattern], ...]:
+def _transition_patterns(
+    categories: tuple[tuple[str, tuple[str, ...]], ...], mode: str
+) -> tuple[tuple[str, re.Pattern], ...]:
     patterns = []
     for name, phrases in categories:
         alternatives = "|".join(re.escape(p.lower()) for p in sorted(phrases, key=len, reverse=True))
@@ -431,8 +454,10 @@ def score_writing(part0: str, part1: str, config: WritingRewardConfig = TLDR_BAN
     distinct_ok = distinct[0] > 0 and config.distinct_ratio_band.passes(distinct_ratio)
     ungated = {
         "length_range": config.length_range_weight if lengths_ok else 0.0,
-        "length_ratio": config.length_ratio_weight * (config.length_ratio_band.score(length_ratio) if ratio_ok else 0.0),
-        "distinct_ratio": config.distinct_ratio_weight * (config.distinct_ratio_band.score(distinct_ratio) if distinct_ok else 0.0),
+        "length_ratio": config.length_ratio_weight
+        * (config.length_ratio_band.score(length_ratio) if ratio_ok else 0.0),
+        "distinct_ratio": config.distinct_ratio_weight
+        * (config.distinct_ratio_band.score(distinct_ratio) if distinct_ok else 0.0),
         "jaccard": config.jaccard_weight * min(overlap, config.jaccard_cap) / config.jaccard_cap,
         "transitions": config.transition_weight * transition_score(len(transitions), config),
     }
@@ -485,7 +510,9 @@ def format_writing_feedback(verdict: Verdict, config: WritingRewardConfig = TLDR
     d, m = verdict.details, verdict.details["measures"]
     lines = [f"Joint score: {verdict.score:.2f} / {d['max_score']:.2f}"]
     lines += [f"- {name}: {value:.2f}" for name, value in d["components"].items()]
-    lines.append(f"- words per part: {m['words'][0]} and {m['words'][1]} (target {config.min_words}-{config.max_words} each)")
+    lines.append(
+        f"- words per part: {m['words'][0]} and {m['words'][1]} (target {config.min_words}-{config.max_words} each)"
+    )
     for label, key, band in (("length ratio", "length_ratio", config.length_ratio_band),
                              ("distinct-word ratio", "distinct_ratio", config.distinct_ratio_band)):
         value = "undefined (part 1 is empty)" if m[key] is None else f"{m[key]:.2f}"
@@ -505,8 +532,26 @@ def format_writing_feedback(verdict: Verdict, config: WritingRewardConfig = TLDR
 
 
 __all__ = [
-    "Band", "WritingRewardConfig", "TLDR_BANDS", "ARXIV_BANDS", "STOPWORDS", "TRANSITION_CATEGORIES",
-    "score_writing", "format_writing_feedback", "find_transitions", "transition_score", "word_count",
-    "text_quality", "without_quality_factor", "distinct_ngram_share", "novel_ngram_share", "count_headers", "content_words", "HEADER_RE",
-    "word_set", "jaccard", "split_sentences", "SemanticJudge",
+    "Band",
+    "WritingRewardConfig",
+    "TLDR_BANDS",
+    "ARXIV_BANDS",
+    "STOPWORDS",
+    "TRANSITION_CATEGORIES",
+    "score_writing",
+    "format_writing_feedback",
+    "find_transitions",
+    "transition_score",
+    "word_count",
+    "text_quality",
+    "without_quality_factor",
+    "distinct_ngram_share",
+    "novel_ngram_share",
+    "count_headers",
+    "content_words",
+    "HEADER_RE",
+    "word_set",
+    "jaccard",
+    "split_sentences",
+    "SemanticJudge",
 ]
