@@ -291,11 +291,16 @@ def test_checkpoints_hold_every_process_rng_and_each_process_gets_its_own_back(t
 
 
 # ----------------------------------------------------------------------------- 2 real processes
+# one launch runs every job of the module (~80 s on an idle 2-core machine, ~470 s at load average 9): the bound
+# only catches a hung launch, so it is set far above the loaded figure
+LAUNCH_TIMEOUT_S = 1500
+
+
 def launch(out: Path, *jobs: str) -> None:
     """``accelerate launch --multi_gpu --num_processes 2 tests/ddp_worker.py OUT JOBS`` (gloo on this machine)."""
     command = local_launch_command(2, str(ROOT / "tests" / "ddp_worker.py"), str(out), *jobs)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -380,6 +385,7 @@ def launched(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.ci_slow
+@pytest.mark.timeout(LAUNCH_TIMEOUT_S + 300)
 def test_magrpo_on_two_processes_matches_one_process_stays_identical_and_resumes(launched):
     out, whole, _ = launched
     assert whole["num_processes"] == 1 and whole["roots"] == 3
@@ -416,6 +422,7 @@ def test_magrpo_on_two_processes_matches_one_process_stays_identical_and_resumes
 
 @pytest.mark.slow
 @pytest.mark.ci_slow
+@pytest.mark.timeout(LAUNCH_TIMEOUT_S + 300)
 def test_mappo_on_two_processes_matches_one_process_and_stays_identical(launched):
     out, _, whole = launched
     split = [torch.load(out / f"mappo-update-rank{r}.pt", weights_only=False) for r in range(2)]
@@ -435,6 +442,7 @@ def test_mappo_on_two_processes_matches_one_process_and_stays_identical(launched
 
 @pytest.mark.slow
 @pytest.mark.ci_slow
+@pytest.mark.timeout(LAUNCH_TIMEOUT_S + 300)
 def test_magrpo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
     out, whole, _ = launched
     split = [torch.load(out / f"fsdp-update-rank{r}.pt", weights_only=False) for r in range(2)]
@@ -478,6 +486,7 @@ def test_magrpo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
 
 @pytest.mark.slow
 @pytest.mark.ci_slow
+@pytest.mark.timeout(LAUNCH_TIMEOUT_S + 300)
 def test_mappo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
     out, _, whole = launched
     split = [torch.load(out / f"mappo-fsdp-update-rank{r}.pt", weights_only=False) for r in range(2)]

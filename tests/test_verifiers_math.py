@@ -129,15 +129,16 @@ def test_symbolic_check_from_worker_thread_uses_child_process() -> None:
     assert (right.correct, wrong.correct) == (True, False)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 def test_symbolic_worker_is_killed_after_timeout_and_restarts() -> None:
-    worker = SymbolicWorker(timeout_s=0.3)
+    # 3 s: far above a warm comparison's few milliseconds even on a loaded machine, far below the slow one's minutes
+    worker = SymbolicWorker(timeout_s=3.0)
     try:
         assert worker.compare("8", "2^3") is True
         slow = "(a+b+c+d)^{9}(e+f+g+h)^{9}(i+j+k+l)^{9}(m+n+o+p)^{9}-(q+r)^{9}"
         started = time.monotonic()
         assert worker.compare("1", slow) is None
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 30
         assert worker.compare("8", "2^3") is True
     finally:
         worker.close()
