@@ -346,7 +346,7 @@ class Evaluator:
         return Team.from_policies({agent: (self.policy, self.seats[j % len(self.seats)])
                                    for j, agent in enumerate(env.possible_agents)})
 
-    def play(self, out: Path) -> dict[str, Any]:
+    def play(self, out: Path, label: str = "") -> dict[str, Any]:
         """Every setting's per-task scores (see :func:`scores_arrays`), and each setting's report.html under ``out``."""
         from llm_marl.policy import SamplingParams
         from llm_marl.rollout import RolloutEngine
@@ -365,8 +365,8 @@ class Evaluator:
             seeds = [c.seed + 1_000 * i + s for i in range(num_tasks) for s in range(samples)]
             params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=temperature, top_p=c.top_p,
                                     seed=c.seed)
-            engine = RolloutEngine(env, self.team_for(env), progress=False)
-            result = evaluate_episodes(engine, None, None, played, seeds, params, desc=f"{setting}",
+            engine = RolloutEngine(env, self.team_for(env))
+            result = evaluate_episodes(engine, None, None, played, seeds, params, desc=f"{label} {setting}".strip(),
                                        report_path=out / setting / "report.html")
             scores[setting] = scores_arrays(scores_from(result, tasks, samples, temperature))
         return scores
@@ -553,7 +553,7 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print) 
         if arm != "untrained":
             checkpoint = str(save_seated_checkpoint(evaluator, arm_dir / "team", config.steps, config))
         eval_started = time.perf_counter()
-        scores = evaluator.play(arm_dir)
+        scores = evaluator.play(arm_dir, label=arm)
         record = {"key": config.key(), "arm": arm, "counts": trained.counts, "train_seconds": trained.seconds,
                   "eval_seconds": time.perf_counter() - eval_started, "checkpoint": checkpoint,
                   "matching": asdict(batches[arm]) if arm in batches else None,
