@@ -5,11 +5,14 @@ from dataclasses import dataclass, field
 
 from ..common.config import TrainerConfig, require, trainer_default
 from llm_marl.rollout import JOINT_MODES
+from .counterfactual import TEAM_OUTCOMES
 
 ADVANTAGE_MODES = ("mean", "rloo", "max", "raw")
 KL_PLACEMENTS = ("reward", "loss")
 EARLY_TERMINATIONS = ("node_mean", "joint_action")
 UPDATE_ORDERS = ("last_turn_first", "first_turn_first")
+CREDITS = ("group", "counterfactual")
+COUNTERFACTUAL_UPDATES = ("all", "transcript")
 
 
 @dataclass
@@ -20,7 +23,8 @@ class MAGRPOConfig(TrainerConfig):
         num_generations (G), joint_mode; and from :class:`~trainers.common.config.TrainerConfig`:
         max_new_tokens, temperature, top_p.
     Parameters that control returns and advantages:
-        advantage_mode, normalize_advantages, advantage_std_floor, discount, early_termination_threshold,
+        credit, counterfactual_samples, counterfactual_reward, counterfactual_update, advantage_mode,
+        normalize_advantages, advantage_std_floor, discount, early_termination_threshold,
         early_termination, kl_placement.
     Parameters that control training:
         agent_learning_rates, weight_decay, lr_scheduler, warmup_steps, prompts_per_step, micro_batch_size,
@@ -65,6 +69,22 @@ class MAGRPOConfig(TrainerConfig):
         "help": f"Where the KL to the reference enters (kl_coef > 0), one of {KL_PLACEMENTS}: 'reward' (CoMLRL: "
                 "β·Σ_t k3 of each sample is subtracted from its return before the group baseline, no gradient "
                 "through the KL) or 'loss' (GRPO/DeepSeekMath style: β·mean_t k3 is a differentiable loss term)."})
+    credit: str = field(default="group", metadata={
+        "help": f"How messages are credited, one of {CREDITS}: 'group' (MAGRPO: G samples per agent per tree node, "
+                "group-relative returns over the tree) or 'counterfactual' (C3-style: one transcript per task; each "
+                "message's advantage is its effect on the team outcome, from K alternatives replayed from the frozen "
+                "transcript; see trainers.magrpo.counterfactual). With 'counterfactual', num_generations, "
+                "joint_mode and discount are not used."})
+    counterfactual_samples: int = field(default=2, metadata={
+        "help": "K (credit='counterfactual'): alternative messages sampled per transcript message, each followed by "
+                "a fresh sample of the rest of the episode (>= 1)."})
+    counterfactual_reward: str = field(default="final_turn", metadata={
+        "help": f"Team outcome a branch is scored by (credit='counterfactual'), one of {TEAM_OUTCOMES}: 'final_turn' "
+                "(the agents' mean reward at the last turn) or 'episode_mean' (over every agent and turn)."})
+    counterfactual_update: str = field(default="all", metadata={
+        "help": f"Which messages the update trains (credit='counterfactual'), one of {COUNTERFACTUAL_UPDATES}: 'all' "
+                "(the transcript's message and its K alternatives, each with its advantage in the group, as C3) or "
+                "'transcript' (only the transcript's messages)."})
     # --- training
     agent_learning_rates: dict[str, float] | None = field(default=None, metadata={
         "help": "Per-agent learning rates {agent: lr}; agents not listed use learning_rate."})
@@ -101,6 +121,23 @@ class MAGRPOConfig(TrainerConfig):
         for name in ("prompts_per_step", "micro_batch_size"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         require(self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        for name, choices in (("credit", CREDITS), ("counterfactual_reward", TEAM_OUTCOMES),
+                              ("counterfactual_update", COUNTERFACTUAL_UPDATES)):
+            require(getattr(self, name) in choices, f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        require(isinstance(self.counterfactual_samples, int) and self.counterfactual_samples >= 1,
+                f"counterfactual_samples (K alternatives per message) must be an int >= 1, got "
+                f"{self.counterfactual_samples!r}")
+        if self.credit == "counterfactual":
+            require(self.joint_mode == "aligned",
+                    f"joint_mode={self.joint_mode!r} does not apply to credit='counterfactual' (one transcript per "
+                    f"task, no joint-action tree); leave joint_mode='aligned'")
+            require(self.early_termination_threshold is None,
+                    "early_termination_threshold stops tree expansion and does not apply to credit='counterfactual'; "
+                    "set it to None")
+            require(self.kl_coef == 0 or self.kl_placement == "loss",
+                    f"kl_placement='reward' (kl_coef={self.kl_coef}) is not supported with credit='counterfactual'; "
+                    f"use kl_placement='loss' or kl_coef=0")
 
 
-__all__ = ["MAGRPOConfig", "ADVANTAGE_MODES", "JOINT_MODES", "KL_PLACEMENTS", "EARLY_TERMINATIONS", "UPDATE_ORDERS"]
+__all__ = ["MAGRPOConfig", "ADVANTAGE_MODES", "CREDITS", "COUNTERFACTUAL_UPDATES", "TEAM_OUTCOMES", "JOINT_MODES",
+           "KL_PLACEMENTS", "EARLY_TERMINATIONS", "UPDATE_ORDERS"]

@@ -22,6 +22,14 @@ One training step:
    when ``kl_placement="loss"``; k3 is the KL estimator ``k3 = exp(ref - logp) - (ref - logp) - 1``
    against the reference (base with adapters disabled), zero at step 0, where adapters are zero.
 
+With ``credit="counterfactual"`` (C3-style, :mod:`trainers.magrpo.counterfactual`) steps 1-3 change:
+one transcript per task is sampled, and every message (turn t, agent i) is replayed with K alternatives
+from the frozen transcript up to it, the rest of each branch sampled afresh; the transcript's outcome
+R_0 and the alternatives' R_1..R_K form the message's group, whose advantages use the same baselines
+(mean: ``A_k = R_k - mean(R_0..R_K)``). Step 4 is unchanged (per turn, per agent).
+
+Every step logs what it sampled: ``completions_sampled`` and ``answer_tokens_sampled`` (over all processes).
+
 Under ``accelerate launch`` (:mod:`trainers.common.distributed`) each process expands its share of
 the step's ``prompts_per_step`` trees, ``M`` in the loss is the GLOBAL sample count of the turn and
 agent, and each agent's gradients are summed over processes before its optimizer step: N
@@ -52,6 +60,7 @@ from llm_marl.policy import SamplingParams
 from llm_marl.rollout import Expansion, RolloutEngine
 from llm_marl.team import Team
 from .config import MAGRPOConfig
+from .counterfactual import CounterfactualBatch, MessageReplay, collect_counterfactual, team_outcome
 
 
 @dataclass
@@ -150,10 +159,8 @@ class MAGRPOTrainer:
     def collect(self) -> list[TreeNode]:
         """Expand this process's share of the step's ``prompts_per_step`` task trees level by level; returns the roots."""
         cfg = self.config
-        tasks = self.task_rng.choice(self.train_tasks, size=cfg.prompts_per_step).tolist()   # global, same everywhere
-        seeds = self.task_rng.integers(0, 2**31 - 1, size=cfg.prompts_per_step).tolist()
-        tasks, seeds = self.dp.shard(tasks), self.dp.shard(seeds)
-        frontier, parents = self.engine.reset_nodes(tasks, seeds), [None] * len(tasks)
+        frontier = self.step_roots()
+        parents: list[tuple[TreeNode, int] | None] = [None] * len(frontier)
         roots: list[TreeNode] = []
         turn = 0
         while frontier:
@@ -175,6 +182,21 @@ class MAGRPOTrainer:
             frontier, parents, turn = next_frontier, next_parents, turn + 1
         self.engine.clear_caches()                 # the tree is complete: nothing extends its KV caches
         return roots
+
+    def step_roots(self) -> list[TextEnv]:
+        """This process's share of the step's ``prompts_per_step`` tasks, each as a freshly reset env."""
+        cfg = self.config
+        tasks = self.task_rng.choice(self.train_tasks, size=cfg.prompts_per_step).tolist()   # global, same everywhere
+        seeds = self.task_rng.integers(0, 2**31 - 1, size=cfg.prompts_per_step).tolist()
+        return self.engine.reset_nodes(self.dp.shard(tasks), self.dp.shard(seeds))
+
+    def collect_counterfactual(self) -> CounterfactualBatch:
+        """``credit="counterfactual"``: one transcript per task, then K replayed alternatives per message."""
+        cfg = self.config
+        batch = collect_counterfactual(self.engine, self.step_roots(), cfg.counterfactual_samples, self.sampling,
+                                       cfg.counterfactual_reward)
+        self.engine.clear_caches()                 # every branch is finished: nothing extends its KV caches
+        return batch
 
     def stops_here(self, joint_rewards: Sequence[float]) -> bool:
         """Early termination: whether rewards stop the expansion (node mean > threshold, or one branch >= it)."""
@@ -207,6 +229,12 @@ class MAGRPOTrainer:
             advantages[agent] = group_advantages(values, cfg.advantage_mode, cfg.normalize_advantages,
                                                  cfg.advantage_std_floor)
         return advantages
+
+    def counterfactual_advantages(self, replay: MessageReplay) -> torch.Tensor:
+        """The K+1 advantages of a message's group: the transcript's message first, then its alternatives."""
+        cfg = self.config
+        outcomes = torch.tensor(replay.outcomes, dtype=torch.float64)     # R_0 (transcript), R_1..R_K
+        return group_advantages(outcomes, cfg.advantage_mode, cfg.normalize_advantages, cfg.advantage_std_floor)
 
     @torch.no_grad()
     def sequence_kls(self, agent: str, rows: Sequence[tuple[list[int], list[int]]]) -> torch.Tensor:
@@ -303,6 +331,46 @@ class MAGRPOTrainer:
                 metrics[f"turn{turn}/joint_reward_mean"] = float(np.mean([r for n in nodes for r in n.joint_rewards]))
         return metrics
 
+    def update_counterfactual(self, batch: CounterfactualBatch) -> dict[str, float]:
+        """Step 4 for ``credit="counterfactual"``: per turn (in ``update_order``), per agent, REINFORCE on its
+        messages weighted by their counterfactual advantages; returns local metrics."""
+        cfg, metrics = self.config, {}
+        by_turn: dict[int, list[MessageReplay]] = {}
+        for replay in batch.replays:
+            by_turn.setdefault(replay.turn, []).append(replay)
+        num_turns = self.dp.max(max(by_turn, default=-1) + 1)    # every process steps through the same turns
+        order = range(num_turns - 1, -1, -1) if cfg.update_order == "last_turn_first" else range(num_turns)
+        for turn in order:
+            replays = by_turn.get(turn, [])
+            for agent in self.agents:
+                mine = [replay for replay in replays if replay.agent == agent]
+                advantages = [self.counterfactual_advantages(replay) for replay in mine]
+                if cfg.counterfactual_update == "transcript":
+                    advantages = [adv[:1] for adv in advantages]
+                trained = [[replay.actual, *replay.alternatives][:len(adv)] for replay, adv in zip(mine, advantages)]
+                rows = [(g.prompt_ids, g.completion_ids, float(a))
+                        for messages, adv in zip(trained, advantages) for g, a in zip(messages, adv)]
+                metrics.update(self._update_agent(agent, turn, rows))
+                if not mine:
+                    continue
+                credits = [float(adv[0]) for adv in advantages]          # the transcript messages' credit
+                values = torch.cat(advantages)
+                own_rewards = [batch.transcripts[r.transcript].rewards[turn][agent] for r in mine]
+                prefix = f"turn{turn}/{agent}"
+                metrics.update({
+                    f"{prefix}/reward_mean": float(np.mean(own_rewards)),
+                    f"{prefix}/credit_mean": float(np.mean(credits)),
+                    f"{prefix}/credit_abs_mean": float(np.mean(np.abs(credits))),
+                    f"{prefix}/outcome_spread": float(np.mean([max(r.outcomes) - min(r.outcomes) for r in mine])),
+                    f"{prefix}/advantage_mean": float(values.mean()),
+                    f"{prefix}/advantage_std": float(values.std()) if values.numel() > 1 else 0.0})
+                metrics.update({f"{prefix}/{k}": v for k, v in sample_diagnostics(
+                    [g for messages in trained for g in messages], advantages).items()})
+            if replays:
+                rewards = [batch.transcripts[r.transcript].rewards[turn] for r in replays]
+                metrics[f"turn{turn}/joint_reward_mean"] = float(np.mean([v for r in rewards for v in r.values()]))
+        return metrics
+
     def _update_agent(self, agent: str, turn: int, rows: list[tuple[list[int], list[int], float]]) -> dict[str, float]:
         cfg, optimizer = self.config, self.optimizers[agent]
         optimizer.zero_grad(set_to_none=True)
@@ -335,17 +403,29 @@ class MAGRPOTrainer:
             self.step += 1
             started = time.perf_counter()
             with self.accelerator.autocast(), self.dp.full_weights():   # sharded weights are gathered for sampling
-                roots = self.collect()
+                batch = self.collect_counterfactual() if cfg.credit == "counterfactual" else self.collect()
             rollout_time = time.perf_counter() - started
-            for root in roots:
-                self.compute_returns(root)
-            metrics = self.update(roots)
-            tokens = sum(g.num_tokens for node in _walk(roots) for s in node.expansion.samples.values() for g in s)
+            if cfg.credit == "counterfactual":
+                metrics = self.update_counterfactual(batch)
+                completions, tokens = batch.completions_sampled, batch.answer_tokens_sampled
+                outcomes = [team_outcome(t.rewards, cfg.counterfactual_reward) for t in batch.transcripts]
+                metrics.update({"joint_reward_mean": float(np.mean([r for t in batch.transcripts
+                                                                    for r in t.rewards[0].values()])),
+                                "team_outcome_mean": float(np.mean(outcomes))})
+            else:
+                for root in batch:
+                    self.compute_returns(root)
+                metrics = self.update(batch)
+                sampled = [g for node in _walk(batch) for s in node.expansion.samples.values() for g in s]
+                completions, tokens = len(sampled), sum(g.num_tokens for g in sampled)
+                metrics["joint_reward_mean"] = float(np.mean([r for n in batch for r in n.joint_rewards]))
             metrics.update({"tokens_per_s": tokens / max(rollout_time, 1e-9), "rollout_s": rollout_time,
-                            "step_s": time.perf_counter() - started,
-                            "joint_reward_mean": float(np.mean([r for n in roots for r in n.joint_rewards]))})
-            # one record for the step: partial losses and throughputs summed over processes, wall times maxed
-            metrics = self.dp.merge_metrics(metrics, sums=("/loss", "/kl", "tokens_per_s"), maxima=("rollout_s", "step_s"))
+                            "step_s": time.perf_counter() - started, "completions_sampled": completions,
+                            "answer_tokens_sampled": tokens})
+            # one record for the step: partial losses, throughputs and sample counts summed over processes, wall
+            # times maxed
+            metrics = self.dp.merge_metrics(metrics, sums=("/loss", "/kl", "tokens_per_s", "completions_sampled",
+                                                            "answer_tokens_sampled"), maxima=("rollout_s", "step_s"))
             if cfg.eval_every and self.step % cfg.eval_every == 0:
                 metrics.update({f"eval/{k}": v for k, v in self.evaluate().metrics().items()})
             if self.step % cfg.logging_every == 0:
