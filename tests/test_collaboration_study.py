@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from trainers.collaboration_study import (ArmBatch, SamplingCounter, StudyConfig, TRAINED_ARMS,
-                                          counterfactual_completions, matched_batches, rename_adapter,
-                                          research_bar, run_study, setting_summary, train_arm)
+from trainers.collaboration_study import (TRAINED_ARMS, ArmBatch, SamplingCounter, StudyConfig, matched_batches,
+                                          rename_adapter, research_bar, run_study, setting_summary, train_arm)
+from trainers.magrpo.counterfactual import completions_per_transcript
 
 
 def batch_completions(arm: str, batch: ArmBatch, config: StudyConfig) -> int:
@@ -23,7 +23,7 @@ def batch_completions(arm: str, batch: ArmBatch, config: StudyConfig) -> int:
         return s["tasks_per_step"] * s["rows_per_task"]
     if arm == "mappo":
         return s["episodes_per_step"] * n * t
-    return s["transcripts_per_step"] * counterfactual_completions(n, t, s["counterfactual_samples"])
+    return s["transcripts_per_step"] * completions_per_transcript(n, t, s["counterfactual_samples"])
 
 
 @pytest.mark.parametrize("shape", [dict(), dict(prompts_per_step=2), dict(num_generations=2, counterfactual_samples=1),
@@ -40,8 +40,8 @@ def test_every_trained_arm_samples_the_same_completions_per_step(shape):
 def test_counterfactual_cost_counts_messages_and_replays():
     # 2 agents x 2 turns, K=2: 4 messages; turn-0 messages: 2 alternatives + both agents' turn 1 for each -> 6 each;
     # turn-1 messages: 2 alternatives each -> 2 each; 4 + 2*6 + 2*2 = 20
-    assert counterfactual_completions(2, 2, 2) == 20
-    assert counterfactual_completions(2, 2, 1) == 4 + 2 * 3 + 2 * 1
+    assert completions_per_transcript(2, 2, 2) == 20
+    assert completions_per_transcript(2, 2, 1) == 4 + 2 * 3 + 2 * 1
 
 
 def test_a_shape_that_cannot_be_matched_says_which_arm_and_why():
@@ -111,7 +111,7 @@ def test_sampling_counter_counts_real_generations_and_restores_generate():
     assert counter.answer_tokens == sum(g.num_tokens for row in out for g in row) > 0
 
 
-@pytest.mark.parametrize("arm", ["solo", "shared", "magrpo", "mappo"])
+@pytest.mark.parametrize("arm", ["solo", "shared", "magrpo", "mappo", "counterfactual"])
 def test_each_arm_samples_the_matched_completions(arm, tiny_model_dir, tmp_path):
     config = StudyConfig(model=str(tiny_model_dir), steps=1, max_new_tokens=6, eval_tasks=2, hard_tasks=2)
     batch = matched_batches(config)[arm]

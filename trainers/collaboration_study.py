@@ -46,6 +46,7 @@ import numpy as np
 
 from llm_marl.files import write_text_atomically
 from llm_marl_envs import metrics
+from trainers.magrpo.counterfactual import completions_per_transcript
 
 ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
 TRAINED_ARMS = ARMS[1:]
@@ -122,16 +123,6 @@ class ArmBatch:
     how: str
 
 
-def counterfactual_completions(num_agents: int, num_turns: int, samples: int) -> int:
-    """Completions one counterfactual transcript costs: its own N·T messages plus every replay.
-
-    Replaying agent i's message at turn t draws ``samples`` alternatives for it and re-samples every
-    agent's messages of the later turns for each alternative: ``K·(1 + N·(T−1−t))`` per message.
-    """
-    n, t, k = num_agents, num_turns, samples
-    return n * t + sum(n * k * (1 + n * (t - 1 - turn)) for turn in range(t))
-
-
 def matched_batches(config: StudyConfig) -> dict[str, ArmBatch]:
     """Each trained arm's per-step batch, all sampling ``config.completions_per_step`` completions per step.
 
@@ -154,7 +145,7 @@ def matched_batches(config: StudyConfig) -> dict[str, ArmBatch]:
                                  f"({per_task} rows)")
     batches["mappo"] = ArmBatch("mappo", c, {"episodes_per_step": c // (n * t)},
                                 f"{c // (n * t)} debates x {n * t} answers")
-    cost = counterfactual_completions(n, t, config.counterfactual_samples)
+    cost = completions_per_transcript(n, t, config.counterfactual_samples)
     if c % cost:
         raise ValueError(f"counterfactual cannot be matched: one transcript with K={config.counterfactual_samples} "
                          f"replays per message costs {cost} completions, which does not divide C={c}; change K "
@@ -608,5 +599,5 @@ def with_overrides(config: StudyConfig, **overrides: Any) -> StudyConfig:
 
 
 __all__ = ["ARMS", "ArmBatch", "Evaluator", "SamplingCounter", "StudyConfig", "TrainedArm", "arm_summary",
-           "comparisons", "counterfactual_completions", "format_table", "matched_batches", "research_bar",
+           "comparisons", "format_table", "matched_batches", "research_bar",
            "run_study", "setting_summary", "summary_figure", "train_arm", "with_overrides"]
