@@ -231,7 +231,7 @@ def _trainer_config_kwargs(config: StudyConfig, out: Path) -> dict[str, Any]:
     return {"max_steps": config.steps, "learning_rate": config.learning_rate, "temperature": config.temperature,
             "top_p": config.top_p, "max_new_tokens": config.max_new_tokens, "seed": config.seed,
             "output_dir": str(out), "eval_tasks": 1, "save_every": 0, "report_to": ("jsonl",),
-            "progress": False}
+            "progress": True}
 
 
 def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> TrainedArm:
@@ -257,7 +257,7 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
                           learning_rate=config.learning_rate, max_completion_length=config.max_new_tokens,
                           temperature=config.temperature, top_p=config.top_p, beta=0.0, scale_rewards="none",
                           report_to="none", save_strategy="no", logging_steps=1, seed=config.seed, bf16=False,
-                          use_cpu=not torch.cuda.is_available(), disable_tqdm=True)
+                          use_cpu=not torch.cuda.is_available(), disable_tqdm=False)
         trainer = make_grpo_trainer(make_env(config, "train"), model, tokenizer, args,
                                     peft_config=default_lora_config())
         with counter.active():
