@@ -1,0 +1,147 @@
+"""The compute-matched collaboration study: batch matching, counting, summaries and a tiny end-to-end run."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from trainers.collaboration_study import (TRAINED_ARMS, ArmBatch, SamplingCounter, StudyConfig, matched_batches,
+                                          rename_adapter, research_bar, run_study, setting_summary, train_arm)
+from trainers.magrpo.counterfactual import completions_per_transcript
+
+
+def batch_completions(arm: str, batch: ArmBatch, config: StudyConfig) -> int:
+    """What an arm's batch settings sample per step, computed from the settings alone."""
+    n, t = config.num_agents, config.num_turns
+    s = batch.settings
+    if arm == "magrpo":
+        return s["prompts_per_step"] * n * sum(s["num_generations"] ** k for k in range(1, t + 1))
+    if arm == "solo":
+        return s["prompts_per_step"] * s["num_generations"]
+    if arm == "shared":
+        return s["tasks_per_step"] * s["rows_per_task"]
+    if arm == "mappo":
+        return s["episodes_per_step"] * n * t
+    return s["transcripts_per_step"] * completions_per_transcript(n, t, s["counterfactual_samples"])
+
+
+@pytest.mark.parametrize("shape", [dict(), dict(prompts_per_step=2), dict(num_generations=2, counterfactual_samples=1),
+                                   dict(num_agents=3, num_generations=2, counterfactual_samples=1, prompts_per_step=7)])
+def test_every_trained_arm_samples_the_same_completions_per_step(shape):
+    config = StudyConfig(**shape)
+    batches = matched_batches(config)
+    assert set(batches) == set(TRAINED_ARMS)
+    for arm, batch in batches.items():
+        assert batch.completions_per_step == config.completions_per_step
+        assert batch_completions(arm, batch, config) == config.completions_per_step, arm
+
+
+def test_counterfactual_cost_counts_messages_and_replays():
+    # 2 agents x 2 turns, K=2: 4 messages; turn-0 messages: 2 alternatives + both agents' turn 1 for each -> 6 each;
+    # turn-1 messages: 2 alternatives each -> 2 each; 4 + 2*6 + 2*2 = 20
+    assert completions_per_transcript(2, 2, 2) == 20
+    assert completions_per_transcript(2, 2, 1) == 4 + 2 * 3 + 2 * 1
+
+
+def test_a_shape_that_cannot_be_matched_says_which_arm_and_why():
+    with pytest.raises(ValueError, match="shared and mappo cannot be matched"):
+        matched_batches(StudyConfig(num_turns=3, num_generations=2))        # N·(2+4+8) = 28 rows, not a multiple of 6
+    with pytest.raises(ValueError, match="counterfactual cannot be matched"):
+        matched_batches(StudyConfig(counterfactual_samples=3))              # 4 + 3·(2·3) + 3·2 = 28 does not divide 40
+
+
+@pytest.mark.parametrize("bad", [dict(num_turns=1), dict(num_agents=1), dict(num_generations=1), dict(steps=0),
+                                 dict(arms=("solo", "debate")), dict(samples=0)])
+def test_bad_settings_are_refused(bad):
+    with pytest.raises(ValueError):
+        StudyConfig(**bad)
+
+
+def test_rename_adapter_moves_every_tensor_and_refuses_foreign_names():
+    state = {"base_model.model.layers.0.q_proj.lora_A.default.weight": 1, "x.lora_B.default.weight": 2}
+    assert rename_adapter(state, "default", "agent_1") == {"base_model.model.layers.0.q_proj.lora_A.agent_1.weight": 1,
+                                                           "x.lora_B.agent_1.weight": 2}
+    with pytest.raises(ValueError, match="adapter 'agent_0'"):
+        rename_adapter(state, "agent_0", "agent_1")
+
+
+def scores(turn0, final, transitions):
+    per_turn = np.stack([turn0, final], axis=1)
+    return {"tasks": list(range(len(final))), "samples": 1, "temperature": 0.0, "final": list(final),
+            "team": list(final), "per_turn": per_turn.tolist(), "transitions": transitions}
+
+
+def test_setting_summary_gives_the_collaboration_gain_and_transition_rates_of_the_same_episodes():
+    # 4 tasks, 2 agents: task 0 both fixed (I→C 2), task 1 one broken (C→I 1, C→C 1), tasks 2-3 unchanged
+    turn0, final = np.array([0.0, 1.0, 0.5, 1.0]), np.array([1.0, 0.5, 0.5, 1.0])
+    transitions = [[0, 0, 2, 0], [1, 1, 0, 0], [1, 0, 0, 1], [2, 0, 0, 0]]
+    summary = setting_summary(scores(turn0, final, transitions))
+    assert summary["collaboration_gain"]["mean"] == pytest.approx(0.125)
+    assert summary["transitions"] == {"C→C": 4, "C→I": 1, "I→C": 2, "I→I": 1}
+    assert summary["i_to_c_rate"]["mean"] == pytest.approx(2 / 3)
+    assert summary["c_to_i_rate"]["mean"] == pytest.approx(1 / 5)
+    assert summary["turn0_accuracy"]["mean"] == pytest.approx(0.625)
+
+
+def test_research_bar_needs_all_three_conditions():
+    def arm(gain_low, fixed, broken):
+        return {"greedy": {"collaboration_gain": {"low": gain_low}, "transitions": {"I→C": fixed, "C→I": broken}}}
+
+    summaries = {"magrpo": arm(0.01, 5, 2), "mappo": arm(0.01, 2, 5)}
+    paired = {"magrpo - solo": {"greedy": {"final_turn_accuracy": {"low": 0.02}}},
+              "mappo - solo": {"greedy": {"final_turn_accuracy": {"low": 0.02}}}}
+    bar = research_bar(summaries, paired)
+    assert bar["magrpo"]["met"] and not bar["mappo"]["met"]
+    assert not bar["mappo"]["i_to_c_above_c_to_i"]
+
+
+def test_sampling_counter_counts_real_generations_and_restores_generate():
+    from llm_marl.backends.hf import HFPolicy
+    from llm_marl.models import tiny_model
+    from llm_marl.policy import SamplingParams
+
+    original = HFPolicy.generate
+    policy = HFPolicy(*tiny_model(seed=0))
+    with SamplingCounter().active() as counter:
+        out = policy.generate([[{"role": "user", "content": "1 + 1 ="}]] * 2, SamplingParams(max_new_tokens=5, seed=0),
+                              num_samples=3)
+    assert HFPolicy.generate is original
+    assert counter.completions == 6
+    assert counter.answer_tokens == sum(g.num_tokens for row in out for g in row) > 0
+
+
+@pytest.mark.parametrize("arm", ["solo", "shared", "magrpo", "mappo", "counterfactual"])
+def test_each_arm_samples_the_matched_completions(arm, tiny_model_dir, tmp_path):
+    config = StudyConfig(model=str(tiny_model_dir), steps=1, max_new_tokens=6, eval_tasks=2, hard_tasks=2)
+    batch = matched_batches(config)[arm]
+    trained = train_arm(arm, config, batch, tmp_path)
+    assert trained.counts["completions"] == config.completions_per_step * config.steps
+    # tokens: at most the budget, and the same budget for every arm
+    assert 0 < trained.counts["answer_tokens"] <= config.completions_per_step * config.max_new_tokens
+    assert set(trained.seats) == {"agent_0", "agent_1"}
+    for seat, state in trained.seats.items():        # each seat's tensors are named for the seat's adapter
+        assert state and all(f".{seat}." in name for name in state)
+
+
+
+def test_a_tiny_study_writes_results_checkpoints_and_resumes(tmp_path, tiny_model_dir):
+    from llm_marl.team_checkpoint import load_team
+
+    config = StudyConfig(model=str(tiny_model_dir), arms=("untrained", "magrpo"), steps=1, max_new_tokens=6, eval_tasks=3,
+                         hard_tasks=2)
+    lines = []
+    results = run_study(config, tmp_path, log=lines.append)
+    assert set(results["arms"]) == {"untrained", "magrpo"}
+    greedy = results["arms"]["magrpo"]["greedy"]
+    assert greedy["tasks"] == 3 and "collaboration_gain" in greedy
+    assert results["matching"]["magrpo"]["sampled_in_training"]["completions"] == config.completions_per_step
+    assert "magrpo - untrained" in results["paired_differences"]
+    assert (tmp_path / "summary.png").stat().st_size > 0
+    assert (tmp_path / "arms" / "magrpo" / "greedy" / "report.html").is_file()
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["steps"] == 1
+    team = load_team(tmp_path / "arms" / "magrpo" / "team")
+    assert team.agents == ["agent_0", "agent_1"]
+    again = []
+    run_study(config, tmp_path, log=again.append)
+    assert any("already done" in line for line in again if line.startswith("magrpo"))

@@ -1,0 +1,603 @@
+"""A compute-matched collaboration study: does multi-agent training teach a debate team to use its second turn?
+
+Every arm starts from the same base model, seed, learning rate, steps and sampling settings, trains one
+LoRA adapter per trained policy, and samples **the same number of completions per training step**
+(:func:`matched_batches` sets each arm's batch so; a shape that cannot be matched is a ``ValueError``
+saying why). The answer tokens actually sampled are counted in every arm (:class:`SamplingCounter`)
+and reported beside the completions.
+
+==================  ======================================================================  =====================
+arm                 what trains                                                              batch per step
+==================  ======================================================================  =====================
+``untrained``       nothing: the base model in every seat                                    —
+``solo``            one agent alone (1 agent, 1 turn) with MAGRPO, then seated everywhere    ``C / G`` prompts × G
+``shared``          one policy in every seat, TRL's ``GRPOTrainer`` (:mod:`trainers.trl_bridge`)  ``P`` tasks × ``C/P`` rows
+``magrpo``          one adapter per agent, MAGRPO (aligned joint actions)                    ``P`` trees (``C``)
+``mappo``           one adapter per agent, MAPPO with a centralized critic                   ``C / (N·T)`` debates
+``counterfactual``  one adapter per agent, MAGRPO with counterfactual per-message credit     transcripts + replays
+==================  ======================================================================  =====================
+
+``C = P · N · (G + G² + … + G^T)``: the completions MAGRPO samples per step for ``P`` prompts, N agents,
+T turns and G samples per tree node.
+
+Each trained arm is seated in the debate (a 2-agent, 2-turn ``arithmetic_debate-v0`` by default) and
+played on the same held-out test tasks: greedily, sampled at the training temperature, as a majority
+vote of ``N·T`` independent answers (the debate's token budget), and greedily on a harder set no arm
+trained on (three 2-digit numbers added). The untrained team is played once. Per arm and setting:
+turn-0 and final-turn accuracy, the team answer (majority of final answers), the **collaboration gain**
+(final-turn − turn-0 accuracy of the same episodes, paired by task), and the I→C and C→I rates; between
+arms, paired differences by task with 95% bootstrap intervals. Each arm's evaluation is stored as it
+finishes, so an interrupted study resumes at the next arm.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from llm_marl.files import write_text_atomically
+from llm_marl_envs import metrics
+from trainers.magrpo.counterfactual import completions_per_transcript
+
+ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
+TRAINED_ARMS = ARMS[1:]
+MULTI_AGENT_ARMS = ("magrpo", "mappo", "counterfactual")
+SINGLE_POLICY_ARMS = ("solo", "shared")
+SETTINGS = ("greedy", "sampled", "vote", "hard")
+RESAMPLES = 10_000
+
+
+@dataclass
+class StudyConfig:
+    """Settings shared by every arm of the study (see the module docstring for the arms)."""
+
+    env: str = "arithmetic_debate-v0"
+    model: str = "smollm2-135m"
+    num_agents: int = 2
+    num_turns: int = 2
+    num_generations: int = 4          # G: MAGRPO's samples per agent per tree node; sets C, the completions per step
+    prompts_per_step: int = 1         # P: MAGRPO's task trees per step
+    steps: int = 30
+    learning_rate: float = 2e-4
+    temperature: float = 0.7
+    top_p: float = 0.9
+    max_new_tokens: int = 40
+    counterfactual_samples: int = 2   # K: alternatives replayed per message by the counterfactual arm
+    eval_tasks: int = 200
+    samples: int = 1                  # sampled plays per held-out task
+    hard_tasks: int = 100
+    seed: int = 0
+    arms: tuple[str, ...] = ARMS
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.arms = tuple(self.arms)
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown:
+            raise ValueError(f"unknown arm(s) {unknown}; choose from {ARMS}")
+        if "untrained" not in self.arms:
+            self.arms = ("untrained", *self.arms)    # every comparison is paired against the untrained team
+        for name in ("num_agents", "num_turns", "prompts_per_step", "steps", "max_new_tokens", "eval_tasks",
+                     "hard_tasks", "counterfactual_samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_agents < 2 or self.num_turns < 2:
+            raise ValueError(f"a collaboration study needs a debate: num_agents >= 2 and num_turns >= 2, got "
+                             f"{self.num_agents} agents x {self.num_turns} turns")
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations must be >= 2 (a group-relative baseline needs two samples), got "
+                             f"{self.num_generations}")
+        if self.samples < 1:
+            raise ValueError(f"samples must be >= 1 (sampled plays per held-out task), got {self.samples}")
+        if not 0 < self.temperature:
+            raise ValueError(f"temperature must be > 0 (the arms train by sampling), got {self.temperature}")
+
+    @property
+    def completions_per_step(self) -> int:
+        """C: what MAGRPO samples per step, and so what every trained arm samples per step."""
+        g, t = self.num_generations, self.num_turns
+        return self.prompts_per_step * self.num_agents * sum(g ** k for k in range(1, t + 1))
+
+    def key(self) -> str:
+        """A digest of every setting that changes what an arm learns or how it is evaluated (resuming checks it)."""
+        settings = {k: v for k, v in asdict(self).items() if k != "arms"}
+        return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ArmBatch:
+    """How one arm is matched: its per-step batch settings and the completions they sample per step."""
+
+    arm: str
+    completions_per_step: int
+    settings: dict[str, int]
+    how: str
+
+
+def matched_batches(config: StudyConfig) -> dict[str, ArmBatch]:
+    """Each trained arm's per-step batch, all sampling ``config.completions_per_step`` completions per step.
+
+    A shape whose batches cannot all equal that count raises ``ValueError`` naming the arm and why.
+    """
+    c, g, n, t = config.completions_per_step, config.num_generations, config.num_agents, config.num_turns
+    per_task = c // config.prompts_per_step
+    batches = {"magrpo": ArmBatch("magrpo", c, {"prompts_per_step": config.prompts_per_step, "num_generations": g},
+                                  f"{config.prompts_per_step} task tree(s) x N·(G+…+G^T) = {per_task} completions")}
+    if c % g:
+        raise ValueError(f"solo cannot be matched: C={c} completions per step is not a multiple of G={g}")
+    batches["solo"] = ArmBatch("solo", c, {"prompts_per_step": c // g, "num_generations": g},
+                               f"{c // g} prompts x G={g} answers (1 agent, 1 turn)")
+    if per_task % (n * t):
+        raise ValueError(f"shared and mappo cannot be matched: {per_task} completions per task is not a whole number "
+                         f"of {n}x{t} debates ({n * t} answers each); choose G and T so that N·(G+…+G^T) is a "
+                         f"multiple of N·T")
+    batches["shared"] = ArmBatch("shared", c, {"tasks_per_step": config.prompts_per_step, "rows_per_task": per_task},
+                                 f"{config.prompts_per_step} task(s) x {per_task // (n * t)} whole debates "
+                                 f"({per_task} rows)")
+    batches["mappo"] = ArmBatch("mappo", c, {"episodes_per_step": c // (n * t)},
+                                f"{c // (n * t)} debates x {n * t} answers")
+    cost = completions_per_transcript(n, t, config.counterfactual_samples)
+    if c % cost:
+        raise ValueError(f"counterfactual cannot be matched: one transcript with K={config.counterfactual_samples} "
+                         f"replays per message costs {cost} completions, which does not divide C={c}; change K "
+                         f"(counterfactual_samples) or G")
+    batches["counterfactual"] = ArmBatch("counterfactual", c, {"transcripts_per_step": c // cost,
+                                                               "counterfactual_samples": config.counterfactual_samples},
+                                         f"{c // cost} transcript(s) x {cost} completions (messages + replays)")
+    return {arm: batches[arm] for arm in config.arms if arm in batches}
+
+
+# ------------------------------------------------------------------------------------------------ counting
+class SamplingCounter:
+    """Counts the completions and answer tokens every HF policy samples while it is active (one process)."""
+
+    def __init__(self) -> None:
+        self.completions = 0
+        self.answer_tokens = 0
+        self.calls = 0
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator["SamplingCounter"]:
+        """Count every ``HFPolicy.generate`` call made inside the block (the one place all arms sample)."""
+        from llm_marl.backends.hf import HFPolicy
+
+        original = HFPolicy.generate
+        counter = self
+
+        def counted(policy, conversations, params, **kwargs):
+            out = original(policy, conversations, params, **kwargs)
+            counter.calls += 1
+            for generations in out:
+                counter.completions += len(generations)
+                counter.answer_tokens += sum(g.num_tokens for g in generations)
+            return out
+
+        HFPolicy.generate = counted
+        try:
+            yield self
+        finally:
+            HFPolicy.generate = original
+
+    def to_dict(self) -> dict[str, int]:
+        return {"completions": self.completions, "answer_tokens": self.answer_tokens, "generate_calls": self.calls}
+
+
+# ------------------------------------------------------------------------------------------------ models
+def base_model(config: StudyConfig) -> tuple[Any, Any]:
+    """A fresh ``(model, tokenizer)`` of the study's base (the same weights for every arm)."""
+    from llm_marl.models import load
+
+    return load(config.model)
+
+
+def rename_adapter(state: dict[str, Any], source: str, target: str) -> dict[str, Any]:
+    """An adapter's tensors renamed from adapter ``source`` to ``target`` (PEFT names hold ``.<adapter>.``)."""
+    renamed = {name.replace(f".{source}.", f".{target}."): value for name, value in state.items()}
+    if len(renamed) != len(state) or not state or any(f".{source}." not in name for name in state):
+        raise ValueError(f"the state does not look like adapter {source!r}'s tensors; got names such as "
+                         f"{list(state)[:2]}")
+    return renamed
+
+
+def make_env(config: StudyConfig, split: str, *, agents: int | None = None, turns: int | None = None,
+             **kwargs: Any) -> Any:
+    import llm_marl_envs
+
+    return llm_marl_envs.make(config.env, num_agents=agents or config.num_agents, num_turns=turns or config.num_turns,
+                              split=split, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------ training
+@dataclass
+class TrainedArm:
+    """What training one arm leaves: each debate seat's adapter tensors (named ``agent_i``), counts, history."""
+
+    seats: dict[str, dict[str, Any]]
+    counts: dict[str, int]
+    seconds: float
+    history: list[dict[str, Any]]
+
+
+def _trainer_config_kwargs(config: StudyConfig, out: Path) -> dict[str, Any]:
+    return {"max_steps": config.steps, "learning_rate": config.learning_rate, "temperature": config.temperature,
+            "top_p": config.top_p, "max_new_tokens": config.max_new_tokens, "seed": config.seed,
+            "output_dir": str(out), "eval_tasks": 1, "save_every": 0, "report_to": ("jsonl",),
+            "progress": True}
+
+
+def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> TrainedArm:
+    """Train one arm from the base model; its seats' adapter tensors come back named ``agent_0 … agent_{N-1}``."""
+    import torch
+
+    from llm_marl.team import Team, default_lora_config
+
+    torch.manual_seed(config.seed)
+    seats = [f"agent_{i}" for i in range(config.num_agents)]
+    model, tokenizer = base_model(config)
+    counter = SamplingCounter()
+    started = time.perf_counter()
+    if arm == "shared":
+        from trl import GRPOConfig
+
+        from llm_marl.backends.hf import HFPolicy
+        from trainers.trl_bridge import make_grpo_trainer
+
+        rows = batch.settings["rows_per_task"]
+        args = GRPOConfig(output_dir=str(out), num_generations=rows, max_steps=config.steps,
+                          per_device_train_batch_size=batch.settings["tasks_per_step"] * rows,
+                          learning_rate=config.learning_rate, max_completion_length=config.max_new_tokens,
+                          temperature=config.temperature, top_p=config.top_p, beta=0.0, scale_rewards="none",
+                          report_to="none", save_strategy="no", logging_steps=1, seed=config.seed, bf16=False,
+                          use_cpu=not torch.cuda.is_available(), disable_tqdm=False)
+        trainer = make_grpo_trainer(make_env(config, "train"), model, tokenizer, args,
+                                    peft_config=default_lora_config())
+        with counter.active():
+            trainer.train()
+        history = [dict(r) for r in trainer.state.log_history]
+        trained = trainer.accelerator.unwrap_model(trainer.model)
+        state = HFPolicy(trained, tokenizer, name="shared").trainable_state_dict("default")
+        seat_states = {seat: rename_adapter(state, "default", seat) for seat in seats}
+    else:
+        from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
+
+        common = _trainer_config_kwargs(config, out)
+        if arm == "solo":
+            env = make_env(config, "train", agents=1, turns=1)
+            team = Team.shared_lora(model, tokenizer, ["agent_0"], name=config.model)
+            trainer = MAGRPOTrainer(env, team, MAGRPOConfig(**common, **batch.settings, micro_batch_size=32))
+        elif arm == "magrpo":
+            team = Team.shared_lora(model, tokenizer, seats, name=config.model)
+            trainer = MAGRPOTrainer(make_env(config, "train"), team,
+                                    MAGRPOConfig(**common, **batch.settings, micro_batch_size=32))
+        elif arm == "counterfactual":
+            team = Team.shared_lora(model, tokenizer, seats, name=config.model)
+            settings = dict(batch.settings)
+            cf = MAGRPOConfig(**common, credit="counterfactual", prompts_per_step=settings["transcripts_per_step"],
+                              counterfactual_samples=settings["counterfactual_samples"],
+                              num_generations=config.num_generations, micro_batch_size=32)
+            trainer = MAGRPOTrainer(make_env(config, "train"), team, cf)
+        elif arm == "mappo":
+            from trainers.mappo import MAPPOConfig, MAPPOTrainer
+
+            team = Team.shared_lora(model, tokenizer, seats, name=config.model)
+            mappo = MAPPOConfig(**common, **batch.settings, ppo_epochs=1, minibatch_size=16,
+                                critic_learning_rate=1e-4, reward_gamma=0.3, alpha1=0.2, beta1=0.2)
+            trainer = MAPPOTrainer(make_env(config, "train"), team, mappo)
+        else:
+            raise ValueError(f"unknown trained arm {arm!r}; choose from {TRAINED_ARMS}")
+        with counter.active():
+            history = trainer.train()
+        if arm == "solo":
+            state = team.policy("agent_0").trainable_state_dict("agent_0")
+            seat_states = {seat: rename_adapter(state, "agent_0", seat) for seat in seats}
+        else:
+            seat_states = {seat: team.policy(seat).trainable_state_dict(seat) for seat in seats}
+    return TrainedArm(seat_states, counter.to_dict(), time.perf_counter() - started, list(history))
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+class Evaluator:
+    """One base model with one adapter per debate seat: every arm's seats are loaded into it and played."""
+
+    def __init__(self, config: StudyConfig) -> None:
+        from llm_marl.team import Team
+
+        self.config = config
+        self.seats = [f"agent_{i}" for i in range(config.num_agents)]
+        model, tokenizer = base_model(config)
+        self.team = Team.shared_lora(model, tokenizer, self.seats, name=config.model)
+        self.policy = self.team.policy(self.seats[0])
+        self.untrained = {seat: self.policy.trainable_state_dict(seat) for seat in self.seats}
+        self.envs = {"debate": make_env(config, "test"),
+                     "vote": make_env(config, "test", agents=config.num_agents * config.num_turns, turns=1),
+                     "hard": make_env(config, "test", min_terms=3, max_terms=3, num_tasks=max(500, config.hard_tasks))}
+        for name in ("debate", "vote"):
+            if len(self.envs[name].tasks) < config.eval_tasks:
+                raise ValueError(f"{config.env}'s test split has {len(self.envs[name].tasks)} tasks, fewer than "
+                                 f"eval_tasks={config.eval_tasks}")
+
+    def load(self, seats: dict[str, dict[str, Any]]) -> None:
+        """Put an arm's adapter tensors on the seats."""
+        for seat in self.seats:
+            self.policy.load_trainable_state_dict(seat, seats[seat])
+
+    def team_for(self, env: Any) -> Any:
+        """The seats of ``env``'s agents: agent j plays with the adapter of debate seat ``j mod N``."""
+        from llm_marl.team import Team
+
+        return Team.from_policies({agent: (self.policy, self.seats[j % len(self.seats)])
+                                   for j, agent in enumerate(env.possible_agents)})
+
+    def play(self, out: Path, label: str = "") -> dict[str, Any]:
+        """Every setting's per-task scores (see :func:`scores_arrays`), and each setting's report.html under ``out``."""
+        from llm_marl.policy import SamplingParams
+        from llm_marl.rollout import RolloutEngine
+        from trainers.common.evaluation import evaluate_episodes
+        from trainers.common.experiment import scores_from
+
+        c = self.config
+        plan = {"greedy": ("debate", c.eval_tasks, 1, 0.0), "sampled": ("debate", c.eval_tasks, c.samples, c.temperature),
+                "vote": ("vote", c.eval_tasks, 1, c.temperature), "hard": ("hard", c.hard_tasks, 1, 0.0)}
+        scores = {}
+        self.policy.model.eval()
+        for setting, (env_name, num_tasks, samples, temperature) in plan.items():
+            env = self.envs[env_name]
+            tasks = list(range(num_tasks))
+            played = [task for task in tasks for _ in range(samples)]
+            seeds = [c.seed + 1_000 * i + s for i in range(num_tasks) for s in range(samples)]
+            params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=temperature, top_p=c.top_p,
+                                    seed=c.seed)
+            engine = RolloutEngine(env, self.team_for(env))
+            result = evaluate_episodes(engine, None, None, played, seeds, params, desc=f"{label} {setting}".strip(),
+                                       report_path=out / setting / "report.html")
+            scores[setting] = scores_arrays(scores_from(result, tasks, samples, temperature))
+        return scores
+
+
+def scores_arrays(scores: Any) -> dict[str, Any]:
+    """The per-task arrays of a :class:`~trainers.common.experiment.HeldOutScores`, JSON-ready."""
+    return {"tasks": list(scores.tasks), "samples": scores.samples, "temperature": scores.temperature,
+            "final": scores.final.tolist(), "team": scores.team.tolist(), "per_turn": scores.per_turn.tolist(),
+            "transitions": scores.transitions.tolist()}
+
+
+# ------------------------------------------------------------------------------------------------ summaries
+def _interval(values: Sequence[float], statistic: Any = None) -> dict[str, float]:
+    entry = metrics.with_ci(values, statistic, num_resamples=RESAMPLES)
+    return {"mean": entry["mean"], "low": entry["ci95"][0], "high": entry["ci95"][1]}
+
+
+def _paired(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    diff = metrics.paired_difference(np.asarray(a, float), np.asarray(b, float), num_resamples=RESAMPLES)
+    return {"mean": diff["mean"], "low": diff["ci95"][0], "high": diff["ci95"][1], "better": diff["wins"],
+            "tie": diff["ties"], "worse": diff["losses"]}
+
+
+def _rate(rows: np.ndarray, numerator: int, denominators: Sequence[int]) -> float:
+    total = rows[:, list(denominators)].sum()
+    return float(rows[:, numerator].sum() / total) if total else float("nan")
+
+
+def setting_summary(scores: dict[str, Any]) -> dict[str, Any]:
+    """Turn-0 and final-turn accuracy, team answer, collaboration gain and transition rates of one setting."""
+    per_turn = np.asarray(scores["per_turn"], float)
+    final, rows = np.asarray(scores["final"], float), np.asarray(scores["transitions"], float)
+    out = {"tasks": len(final), "samples_per_task": scores["samples"], "temperature": scores["temperature"],
+           "turn0_accuracy": _interval(per_turn[:, 0]), "final_turn_accuracy": _interval(final),
+           "team_answer_accuracy": _interval(scores["team"])}
+    if per_turn.shape[1] > 1:
+        counts = rows.sum(axis=0)
+        out["collaboration_gain"] = _paired(final, per_turn[:, 0])
+        out["transitions"] = {label: int(n) for label, n in zip(metrics.TRANSITION_LABELS, counts)}
+        # labels: C→C, C→I, I→C, I→I; I→C rate = I→C / (I→C + I→I), C→I rate = C→I / (C→C + C→I)
+        out["i_to_c_rate"] = _interval(rows, lambda r: _rate(r, 2, (2, 3)))
+        out["c_to_i_rate"] = _interval(rows, lambda r: _rate(r, 1, (0, 1)))
+    return out
+
+
+def arm_summary(scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every setting's summary, and whether the sampled debate's team answer beats the vote of the same policy."""
+    out = {setting: setting_summary(scores[setting]) for setting in SETTINGS if setting in scores}
+    if "sampled" in scores and "vote" in scores:
+        out["debate_minus_vote"] = _paired(scores["sampled"]["team"], scores["vote"]["team"])
+    return out
+
+
+def comparisons(arm_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Paired differences by task: each multi-agent arm against ``solo`` and ``shared`` (final turn and team answer)."""
+    out = {}
+    for arm in MULTI_AGENT_ARMS:
+        for base in (*SINGLE_POLICY_ARMS, "untrained"):
+            if arm not in arm_scores or base not in arm_scores:
+                continue
+            out[f"{arm} - {base}"] = {
+                setting: {"final_turn_accuracy": _paired(arm_scores[arm][setting]["final"],
+                                                         arm_scores[base][setting]["final"]),
+                          "team_answer_accuracy": _paired(arm_scores[arm][setting]["team"],
+                                                          arm_scores[base][setting]["team"])}
+                for setting in ("greedy", "sampled", "hard")}
+    for arm in SINGLE_POLICY_ARMS:
+        if arm in arm_scores and "untrained" in arm_scores:
+            out[f"{arm} - untrained"] = {setting: {"final_turn_accuracy": _paired(
+                arm_scores[arm][setting]["final"], arm_scores["untrained"][setting]["final"])}
+                for setting in ("greedy", "sampled", "hard")}
+    return out
+
+
+def research_bar(summaries: dict[str, Any], paired: dict[str, Any]) -> dict[str, Any]:
+    """Issue's bar per multi-agent arm (greedy): gain CI > 0, final above solo (CI > 0), I→C above C→I."""
+    out = {}
+    for arm in MULTI_AGENT_ARMS:
+        if arm not in summaries or f"{arm} - solo" not in paired:
+            continue
+        greedy = summaries[arm]["greedy"]
+        checks = {"collaboration_gain_above_0": greedy["collaboration_gain"]["low"] > 0,
+                  "final_above_solo": paired[f"{arm} - solo"]["greedy"]["final_turn_accuracy"]["low"] > 0,
+                  "i_to_c_above_c_to_i": greedy["transitions"]["I→C"] > greedy["transitions"]["C→I"]}
+        out[arm] = {**checks, "met": all(checks.values())}
+    return out
+
+
+def summary_figure(summaries: dict[str, Any], path: Path) -> Path:
+    """Arms side by side: turn-0 against final-turn accuracy with 95% CIs, greedy and sampled."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = list(summaries)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    for ax, setting in zip(axes, ("greedy", "sampled")):
+        for offset, (key, label, color) in enumerate((("turn0_accuracy", "turn 0", "0.6"),
+                                                      ("final_turn_accuracy", "final turn", "C0"))):
+            entries = [summaries[a][setting][key] for a in arms]
+            means = np.array([e["mean"] for e in entries])
+            errors = [means - [e["low"] for e in entries], np.array([e["high"] for e in entries]) - means]
+            ax.bar(np.arange(len(arms)) + (offset - 0.5) * 0.38, means, 0.38, yerr=errors, capsize=3, color=color,
+                   label=label)
+        for i, arm in enumerate(arms):
+            gain = summaries[arm][setting]["collaboration_gain"]
+            ax.annotate(f"{gain['mean']:+.3f}", (i, 0.02), ha="center", fontsize=8)
+        ax.set_xticks(np.arange(len(arms)), arms, rotation=20)
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{setting}: accuracy on held-out tasks (95% CI); label = collaboration gain")
+        ax.legend(loc="upper left", fontsize=8)
+    axes[0].set_ylabel("fraction of agents right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def format_table(summaries: dict[str, Any], setting: str = "greedy") -> str:
+    """A Markdown table of one setting: one row per arm."""
+    def ci(e: dict[str, float]) -> str:
+        return f"{e['mean']:.3f} [{e['low']:.3f}, {e['high']:.3f}]"
+
+    lines = [f"| arm ({setting}) | turn 0 | final turn | team answer | collaboration gain | I→C | C→I |",
+             "|---|---|---|---|---|---|---|"]
+    for arm, summary in summaries.items():
+        s = summary[setting]
+        lines.append(f"| {arm} | {ci(s['turn0_accuracy'])} | {ci(s['final_turn_accuracy'])} | "
+                     f"{ci(s['team_answer_accuracy'])} | {ci(s['collaboration_gain'])} | "
+                     f"{s['transitions']['I→C']} | {s['transitions']['C→I']} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ the study
+def save_seated_checkpoint(evaluator: Evaluator, out: Path, step: int, config: StudyConfig) -> Path:
+    """The arm's debate team as a checkpoint ``llm-marl bench --checkpoint`` replays (its seats' adapters; no optimizer
+    state: the arm's own trainer state is not needed to replay it)."""
+    from trainers.common.checkpoint import save_checkpoint
+
+    optimizers = {seat: _NoOptimizer() for seat in evaluator.seats}
+    return save_checkpoint(out, step, evaluator.team, optimizers, {}, {"study": asdict(config)},
+                           env=evaluator.envs["debate"])
+
+
+class _NoOptimizer:
+    """Stands in for an optimizer in a replay-only checkpoint: its saved state is empty."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+
+def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print) -> dict[str, Any]:
+    """Train and evaluate every arm of ``config`` (resuming finished arms in ``out``); write results.json and the figure."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    batches = matched_batches(config)
+    log(f"study: {config.env}, {config.num_agents} agents x {config.num_turns} turns, {config.steps} steps, "
+        f"C = {config.completions_per_step} completions per step for every trained arm")
+    for batch in batches.values():
+        log(f"  {batch.arm:>14}: {batch.how}")
+    evaluator = Evaluator(config)
+    arm_scores, arm_records = {}, {}
+    for arm in config.arms:
+        arm_dir = out / "arms" / arm
+        record_path = arm_dir / "arm.json"
+        if record_path.is_file():
+            record = json.loads(record_path.read_text())
+            if record.get("key") == config.key():
+                log(f"{arm}: already done ({record_path}), reused")
+                arm_scores[arm], arm_records[arm] = record.pop("scores"), record
+                continue
+        arm_started = time.perf_counter()
+        if arm == "untrained":
+            trained = TrainedArm(evaluator.untrained, {"completions": 0, "answer_tokens": 0, "generate_calls": 0},
+                                 0.0, [])
+        else:
+            log(f"{arm}: training ({batches[arm].how})")
+            trained = train_arm(arm, config, batches[arm], arm_dir / "train")
+        evaluator.load(trained.seats)
+        checkpoint = None
+        if arm != "untrained":
+            checkpoint = str(save_seated_checkpoint(evaluator, arm_dir / "team", config.steps, config))
+        eval_started = time.perf_counter()
+        scores = evaluator.play(arm_dir, label=arm)
+        record = {"key": config.key(), "arm": arm, "counts": trained.counts, "train_seconds": trained.seconds,
+                  "eval_seconds": time.perf_counter() - eval_started, "checkpoint": checkpoint,
+                  "matching": asdict(batches[arm]) if arm in batches else None,
+                  "history": trained.history}
+        write_text_atomically(record_path, json.dumps({**record, "scores": scores}, default=str))
+        arm_scores[arm], arm_records[arm] = scores, record
+        summary = setting_summary(scores["greedy"])
+        log(f"{arm}: done in {(time.perf_counter() - arm_started) / 60:.1f} min; sampled {trained.counts}; greedy "
+            f"turn 0 {summary['turn0_accuracy']['mean']:.3f}, final {summary['final_turn_accuracy']['mean']:.3f}, "
+            f"gain {summary['collaboration_gain']['mean']:+.3f}")
+    summaries = {arm: arm_summary(arm_scores[arm]) for arm in config.arms}
+    paired = comparisons(arm_scores)
+    results = {
+        "study": "compute-matched collaboration study", "config": asdict(config),
+        "completions_per_step": config.completions_per_step,
+        "matching": {arm: {**asdict(b), "sampled_in_training": arm_records[arm]["counts"]}
+                     for arm, b in batches.items()},
+        "arms": {arm: {**summaries[arm], "train_seconds": arm_records[arm]["train_seconds"],
+                       "eval_seconds": arm_records[arm]["eval_seconds"], "checkpoint": arm_records[arm]["checkpoint"]}
+                 for arm in config.arms},
+        "paired_differences": paired, "research_bar": research_bar(summaries, paired),
+        "accuracy": "fraction of agents right (mean over agents, and over samples when sampled), per task; team "
+                    "answer: majority vote of the final answers; collaboration gain: final-turn minus turn-0 "
+                    "accuracy of the same episodes; intervals: 95% percentile bootstrap over tasks, paired by task",
+        "machine": {"processor": _processor(), "python": platform.python_version()},
+        "wall_time_s": {"this_call": time.perf_counter() - started,
+                        "all_arms": sum(r["train_seconds"] + r["eval_seconds"] for r in arm_records.values())},
+    }
+    write_text_atomically(out / "results.json", json.dumps(results, indent=2, default=str))
+    summary_figure(summaries, out / "summary.png")
+    log(format_table(summaries, "greedy"))
+    log(format_table(summaries, "sampled"))
+    for arm, bar in results["research_bar"].items():
+        log(f"research bar, {arm}: {'met' if bar['met'] else 'not met'} ({bar})")
+    log(f"wall time: all arms together {results['wall_time_s']['all_arms'] / 60:.1f} min (training + evaluation), "
+        f"this call {results['wall_time_s']['this_call'] / 60:.1f} min; wrote {out / 'results.json'} and "
+        f"{out / 'summary.png'}")
+    return results
+
+
+def _processor() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def with_overrides(config: StudyConfig, **overrides: Any) -> StudyConfig:
+    """``config`` with some fields replaced (validated again)."""
+    return replace(config, **overrides)
+
+
+__all__ = ["ARMS", "ArmBatch", "Evaluator", "SamplingCounter", "StudyConfig", "TrainedArm", "arm_summary",
+           "comparisons", "format_table", "matched_batches", "research_bar",
+           "run_study", "setting_summary", "summary_figure", "train_arm", "with_overrides"]
