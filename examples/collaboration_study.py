@@ -1,7 +1,8 @@
 """Compute-matched collaboration study: untrained, solo, shared, MAGRPO, MAPPO and counterfactual-credit teams.
 
     PYTHONPATH=. python examples/collaboration_study.py --out outputs/collaboration_study
-    PYTHONPATH=. python examples/collaboration_study.py --model DIR --steps 1 --eval-tasks 4 --hard-tasks 4 --out smoke   # any local HF model dir
+    # smoke test with any local HF model directory:
+    PYTHONPATH=. python examples/collaboration_study.py --model DIR --steps 1 --eval-tasks 4 --hard-tasks 4 --out smoke
 
 Every trained arm samples the same number of completions per training step from the same base model,
 seed, learning rate, steps and sampling settings (how each arm is matched is printed first, and the

@@ -6,8 +6,18 @@ import json
 import numpy as np
 import pytest
 
-from trainers.collaboration_study import (TRAINED_ARMS, ArmBatch, SamplingCounter, StudyConfig, matched_batches,
-                                          rename_adapter, research_bar, run_study, setting_summary, train_arm)
+from trainers.collaboration_study import (
+    TRAINED_ARMS,
+    ArmBatch,
+    SamplingCounter,
+    StudyConfig,
+    matched_batches,
+    rename_adapter,
+    research_bar,
+    run_study,
+    setting_summary,
+    train_arm,
+)
 from trainers.magrpo.counterfactual import completions_per_transcript
 
 
@@ -48,7 +58,7 @@ def test_a_shape_that_cannot_be_matched_says_which_arm_and_why():
     with pytest.raises(ValueError, match="shared and mappo cannot be matched"):
         matched_batches(StudyConfig(num_turns=3, num_generations=2))        # N·(2+4+8) = 28 rows, not a multiple of 6
     with pytest.raises(ValueError, match="counterfactual cannot be matched"):
-        matched_batches(StudyConfig(counterfactual_samples=3))              # 4 + 3·(2·3) + 3·2 = 28 does not divide 40
+        matched_batches(StudyConfig(counterfactual_samples=3))    # 4 + 3·(2·3) + 3·2 = 28 does not divide 40
 
 
 @pytest.mark.parametrize("bad", [dict(num_turns=1), dict(num_agents=1), dict(num_generations=1), dict(steps=0),
@@ -128,7 +138,8 @@ def test_each_arm_samples_the_matched_completions(arm, tiny_model_dir, tmp_path)
 def test_a_tiny_study_writes_results_checkpoints_and_resumes(tmp_path, tiny_model_dir):
     from llm_marl.team_checkpoint import load_team
 
-    config = StudyConfig(model=str(tiny_model_dir), arms=("untrained", "magrpo"), steps=1, max_new_tokens=6, eval_tasks=3,
+    config = StudyConfig(model=str(tiny_model_dir), arms=("untrained", "magrpo"), steps=1, max_new_tokens=6,
+                         eval_tasks=3,
                          hard_tasks=2)
     lines = []
     results = run_study(config, tmp_path, log=lines.append)

@@ -6,16 +6,15 @@ LoRA adapter per trained policy, and samples **the same number of completions pe
 saying why). The answer tokens actually sampled are counted in every arm (:class:`SamplingCounter`)
 and reported beside the completions.
 
-==================  ======================================================================  =====================
-arm                 what trains                                                              batch per step
-==================  ======================================================================  =====================
-``untrained``       nothing: the base model in every seat                                    —
-``solo``            one agent alone (1 agent, 1 turn) with MAGRPO, then seated everywhere    ``C / G`` prompts × G
-``shared``          one policy in every seat, TRL's ``GRPOTrainer`` (:mod:`trainers.trl_bridge`)  ``P`` tasks × ``C/P`` rows
-``magrpo``          one adapter per agent, MAGRPO (aligned joint actions)                    ``P`` trees (``C``)
-``mappo``           one adapter per agent, MAPPO with a centralized critic                   ``C / (N·T)`` debates
-``counterfactual``  one adapter per agent, MAGRPO with counterfactual per-message credit     transcripts + replays
-==================  ======================================================================  =====================
+- ``untrained``: nothing trains; the base model sits in every seat.
+- ``solo``: one agent trains alone (1 agent, 1 turn) with MAGRPO, then sits in every seat;
+  ``C / G`` prompts × G answers per step.
+- ``shared``: one policy in every seat, trained by TRL's ``GRPOTrainer`` (:mod:`trainers.trl_bridge`);
+  ``P`` tasks × ``C / P`` rows (whole debates) per step.
+- ``magrpo``: one adapter per agent, MAGRPO with aligned joint actions; ``P`` task trees per step.
+- ``mappo``: one adapter per agent, MAPPO with a centralized critic; ``C / (N·T)`` debates per step.
+- ``counterfactual``: one adapter per agent, MAGRPO with counterfactual per-message credit
+  (:mod:`trainers.magrpo.counterfactual`); transcripts per step such that transcripts and replays make ``C``.
 
 ``C = P · N · (G + G² + … + G^T)``: the completions MAGRPO samples per step for ``P`` prompts, N agents,
 T turns and G samples per tree node.
@@ -34,13 +33,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import platform
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -166,7 +165,7 @@ class SamplingCounter:
         self.calls = 0
 
     @contextlib.contextmanager
-    def active(self) -> Iterator["SamplingCounter"]:
+    def active(self) -> Iterator[SamplingCounter]:
         """Count every ``HFPolicy.generate`` call made inside the block (the one place all arms sample)."""
         from llm_marl.backends.hf import HFPolicy
 
@@ -345,7 +344,8 @@ class Evaluator:
         from trainers.common.experiment import scores_from
 
         c = self.config
-        plan = {"greedy": ("debate", c.eval_tasks, 1, 0.0), "sampled": ("debate", c.eval_tasks, c.samples, c.temperature),
+        plan = {"greedy": ("debate", c.eval_tasks, 1, 0.0),
+                "sampled": ("debate", c.eval_tasks, c.samples, c.temperature),
                 "vote": ("vote", c.eval_tasks, 1, c.temperature), "hard": ("hard", c.hard_tasks, 1, 0.0)}
         scores = {}
         self.policy.model.eval()
@@ -512,7 +512,7 @@ class _NoOptimizer:
 
 
 def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print) -> dict[str, Any]:
-    """Train and evaluate every arm of ``config`` (resuming finished arms in ``out``); write results.json and the figure."""
+    """Train and evaluate every arm of ``config`` (reusing arms done in ``out``); write results.json and the figure."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
