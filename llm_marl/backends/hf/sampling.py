@@ -18,21 +18,15 @@ import torch
 
 NUCLEUS_CANDIDATES = 64   # tokens nucleus_sample ranks first; rows whose top tokens hold less than top_p widen
 MASK32 = 0xFFFFFFFF
-
-
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """``(x * c) mod 2**32`` for ``0 <= x < 2**32`` (int64) and a 32-bit constant, with no int64 overflow."""
-    return ((x & 0xFFFF) * c + ((((x >> 16) * c) & 0xFFFF) << 16)) & MASK32
+_MULTIPLIER = 0x45D9F3B   # 27 bits: a 32-bit value times it stays below 2**59, exact in int64
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
-    """MurmurHash3's 32-bit finaliser on int64 tensors holding 32-bit values: a bijection in which every
-    output bit depends on every input bit."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x85EBCA6B)
-    x = x ^ (x >> 13)
-    x = _mul32(x, 0xC2B2AE35)
-    return x ^ (x >> 16)
+    """A 32-bit integer hash (xor-shift-multiply, two rounds) on int64 tensors holding 32-bit values: a bijection
+    in which each output bit depends on every input bit, in exact int64 arithmetic."""
+    x = ((x >> 16) ^ x) * _MULTIPLIER & MASK32
+    x = ((x >> 16) ^ x) * _MULTIPLIER & MASK32
+    return (x >> 16) ^ x
 
 
 def row_keys(seed: int, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -42,12 +36,27 @@ def row_keys(seed: int, rows: torch.Tensor, positions: torch.Tensor) -> torch.Te
     return mix32(key ^ (positions & MASK32))
 
 
-def token_noise(keys: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+_token_hashes: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
+def _hashed_tokens(vocab: int, device: torch.device) -> torch.Tensor:
+    """``mix32(token id)`` for every id below ``vocab`` (computed once per vocabulary size and device)."""
+    table = _token_hashes.get((vocab, device))
+    if table is None:
+        table = _token_hashes[(vocab, device)] = mix32(torch.arange(vocab, dtype=torch.int64, device=device) ^ 0x9E3779B9)
+    return table
+
+
+def token_noise(keys: torch.Tensor, token_ids: torch.Tensor, vocab: int | None = None) -> torch.Tensor:
     """Exponential noise ``[R, K]`` (float32) for the tokens ``token_ids [R, K]`` of rows with ``keys [R]``: the
-    same key and token id always give the same value, wherever the token sits in the tensor."""
-    bits = mix32(keys[:, None] ^ mix32(token_ids.to(torch.int64)))
-    uniform = (bits.to(torch.float64) + 0.5) * 2.0 ** -32          # in (0, 1)
-    return (-torch.log(uniform)).to(torch.float32)
+    same key and token id always give the same value, wherever the token sits in the tensor.
+
+    The token id is hashed before it meets the key, so two rows' noise is not one permutation of the other's.
+    """
+    vocab = vocab if vocab is not None else int(token_ids.max()) + 1
+    bits = mix32(keys[:, None] ^ _hashed_tokens(vocab, token_ids.device)[token_ids])
+    uniform = ((bits >> 8).to(torch.float32) + 0.5) * 2.0 ** -24          # 24 bits, in (0, 1)
+    return uniform.log_().neg_()
 
 
 def nucleus_sample(logits: torch.Tensor, top_p: float, generator: torch.Generator | None = None,
@@ -82,7 +91,7 @@ def nucleus_sample(logits: torch.Tensor, top_p: float, generator: torch.Generato
         above = probs.cumsum(-1) - probs                             # mass of the tokens ranked above each one
         keep = above < top_p
         keep[:, 0] = True
-    race = probs / token_noise(keys, index)                         # exponential race: argmax is a draw from probs
+    race = probs / token_noise(keys, index, vocab)                  # exponential race: argmax is a draw from probs
     if keep is not None:
         race = torch.where(keep, race, torch.full_like(race, -1.0))
     return index.gather(-1, race.argmax(-1, keepdim=True)).squeeze(-1)
