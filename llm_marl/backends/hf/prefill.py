@@ -6,6 +6,7 @@ an adapter (the G samples of one agent) prefill once and copy their cache; every
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -15,13 +16,16 @@ from .compat import cache_keyword
 from .kv_rows import left_pad, reserved_cache, shared_rows
 
 
+@dataclass
 class Prefill:
     """What a call's prefill leaves for its decode loop: the last position's logits of every row (``[rows, 1, V]``,
     float32), the KV cache, the attention mask, each row's newest position, and the store entries it superseded."""
 
-    def __init__(self, logits: torch.Tensor, cache: Any, mask: torch.Tensor, position: torch.Tensor,
-                 extended: set[tuple]) -> None:
-        self.logits, self.cache, self.mask, self.position, self.extended = logits, cache, mask, position, extended
+    logits: torch.Tensor
+    cache: Any
+    mask: torch.Tensor
+    position: torch.Tensor
+    extended: set[tuple]
 
 
 class StoredPrefill:
