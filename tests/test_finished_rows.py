@@ -3,7 +3,7 @@ and the finished rows' KV caches are still stored for the next turn."""
 import pytest
 import torch
 
-import llm_marl.backends.hf as hf
+import llm_marl.backends.hf.decode_loop as decode_loop
 from llm_marl.backends.hf import HFPolicy, rows_to_keep
 from llm_marl.models import tiny_model
 from llm_marl.policy import SamplingParams
@@ -42,13 +42,13 @@ def turns(policy, params, monkeypatch, compact: bool, reuse: bool):
     """Two turns (the second extends each first answer): ids, log-probs, and how many compactions ran."""
     compactions = []
 
-    def counting(done, min_rows=hf.MIN_DECODE_ROWS):
+    def counting(done, min_rows=decode_loop.MIN_DECODE_ROWS):
         keep = original(done, min_rows) if compact else None
         compactions.append(keep is not None)
         return keep
 
     original = rows_to_keep
-    monkeypatch.setattr(hf, "rows_to_keep", counting)
+    monkeypatch.setattr(decode_loop, "rows_to_keep", counting)
     policy.reuse_cache = reuse
     policy.clear_cache()
     first = policy.generate(CONVERSATIONS, params, adapters=ADAPTERS)

@@ -6,6 +6,7 @@ from llm_marl.backends.head_logprobs import head_logprobs
 from llm_marl.backends.hf import HFPolicy
 from llm_marl.models import tiny_model
 
+GRADIENT_ROUNDING_UNITS = 256   # float32 gradients of two summation orders: |a - b| <= this * 2**-24 * max|g|
 CONVERSATIONS = [[{"role": "user", "content": "say 3"}], [{"role": "user", "content": "write a longer line, please"}]]
 
 
@@ -91,8 +92,15 @@ def test_scoring_matches_the_models_logits_with_gradients(policy, shared):
     torch.testing.assert_close(fused, plain, rtol=0, atol=1e-5)
     assert fused_grads.keys() == plain_grads.keys()
     for name in plain_grads:
-        # gradients reach ~4 here: float32 rounding of the two summation orders leaves ~1e-6 on single elements
-        torch.testing.assert_close(fused_grads[name], plain_grads[name], rtol=1e-4, atol=1e-5, msg=name)
+        # The two paths sum the same products in other orders (and other thread counts split them otherwise), so
+        # they agree within float32 rounding, which scales with the tensor's largest gradient, not with each
+        # element: a tied embedding's small elements carry the rounding of its large ones. Measured against a
+        # float64 copy of the model, on 1 and 2 threads, both paths: every element within 102 * u * max|g| of
+        # the float64 gradient (u = 2**-24, float32's unit roundoff; worst: the norm weights, summed over every
+        # token), fused and plain within 77 of each other. Two paths each within 102 differ by at most 204 of those
+        # units: the bound is 256 of them.
+        bound = GRADIENT_ROUNDING_UNITS * 2.0**-24 * plain_grads[name].abs().max().item()
+        torch.testing.assert_close(fused_grads[name], plain_grads[name], rtol=0, atol=bound, msg=name)
 
 
 def test_the_shared_prompt_path_looks_up_embeddings_once(policy):

@@ -4,6 +4,7 @@ import torch
 from transformers.generation.logits_process import TopPLogitsWarper
 
 from llm_marl.backends.hf import nucleus_sample
+from llm_marl.backends.hf.sampling import row_keys, token_noise
 
 
 def _kept_by_transformers(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -44,3 +45,36 @@ def test_seeded_draws_repeat_and_top_p_one_samples_the_whole_vocabulary():
     wide = torch.zeros(20_000, 300)
     draws = nucleus_sample(wide, 1.0, torch.Generator().manual_seed(3))
     assert len(torch.unique(draws)) == 300
+
+
+def test_a_rounding_level_change_of_the_logits_changes_no_sample():
+    """Two computations of the same logits round differently (a prefill from the KV store against a full one,
+    another thread count or batch). Nearly flat rows (a random model) have many logits within that rounding of
+    each other: noise laid out by rank would follow their swaps; noise keyed by token id only sees a change
+    where two tokens' race values tie within the rounding."""
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(256, 20_000, generator=gen) * 0.1
+    rounded = logits + torch.randn(logits.shape, generator=gen) * 2e-7
+    keys = row_keys(3, torch.arange(256), torch.zeros(256, dtype=torch.long))
+    for top_p in (0.9, 1.0):
+        assert torch.equal(nucleus_sample(logits, top_p, keys=keys), nucleus_sample(rounded, top_p, keys=keys))
+
+
+def test_a_rows_draw_does_not_depend_on_the_rows_beside_it():
+    gen = torch.Generator().manual_seed(1)
+    peaked = torch.randn(8, 5000, generator=gen) * 6
+    flat = torch.randn(8, 5000, generator=gen) * 0.2            # widens every row's candidates
+    keys = row_keys(9, torch.arange(16), torch.zeros(16, dtype=torch.long))
+    alone = nucleus_sample(peaked, 0.9, keys=keys[:8])
+    assert torch.equal(nucleus_sample(torch.cat([peaked, flat]), 0.9, keys=keys)[:8], alone)
+
+
+def test_noise_belongs_to_the_token_not_its_place():
+    keys = row_keys(5, torch.arange(3), torch.tensor([0, 1, 2]))
+    ids = torch.stack([torch.randperm(1000, generator=torch.Generator().manual_seed(r)) for r in range(3)])
+    noise = token_noise(keys, ids)
+    in_order = token_noise(keys, torch.arange(1000).expand(3, 1000))
+    assert torch.equal(noise, in_order.gather(-1, ids))
+    assert len(torch.unique(in_order)) > 2990 and abs(in_order.mean().item() - 1) < 0.05   # exponential, mean 1
+    other_position = token_noise(row_keys(5, torch.arange(3), torch.tensor([1, 2, 3])), torch.arange(1000).expand(3, 1000))
+    assert not torch.equal(other_position, in_order)

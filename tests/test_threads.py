@@ -105,6 +105,29 @@ def test_hf_policy_takes_the_free_cores_at_each_call_and_an_explicit_count_wins(
         HFPolicy(model, tokenizer, threads=0)
 
 
+def test_a_seeded_hf_call_runs_on_the_process_threads_whatever_the_load():
+    """The thread count can change how sums round, so a seeded call does not follow the free cores."""
+    import torch
+
+    from llm_marl.backends.hf import HFPolicy
+    from llm_marl.models import tiny_model
+    from llm_marl.policy import SamplingParams
+
+    model, tokenizer = tiny_model(seed=0)
+    policy = HFPolicy(model, tokenizer)
+    policy.core_meter = CoreMeter(read=scripted([(0, 0, 0)] + [(t, 1.0 * t, 0) for t in range(1, 4)]), cores=2)
+    conversation = [[{"role": "user", "content": "Say hi."}]]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        policy.generate(conversation, SamplingParams(max_new_tokens=2, temperature=1.0, seed=1))
+        assert policy.last_threads == 2                                 # another process holds a core: ignored
+        policy.generate(conversation, SamplingParams(max_new_tokens=2, temperature=1.0))
+        assert policy.last_threads == 1                                 # unseeded: the free cores
+    finally:
+        torch.set_num_threads(previous)
+
+
 def test_short_openmp_spin_is_set_unless_the_user_chose_a_wait():
     from llm_marl.hardware import OPENMP_SPIN_COUNT, short_openmp_spin
 

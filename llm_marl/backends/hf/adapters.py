@@ -1,0 +1,118 @@
+"""`AdapterAccess`: the LoRA adapters of an :class:`~llm_marl.backends.hf.HFPolicy`'s model, their weights and
+checkpoint tensors, and forwards whose batch rows run under different adapters."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Sequence
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from ...sharding import full_tensor, shard_like
+from ..lora_rows import BASE_ADAPTER, AdapterRows
+from .weights import check_state_fits
+
+
+class AdapterAccess:
+    """Adapter methods of :class:`~llm_marl.backends.hf.HFPolicy` (a mixin: the policy holds ``model``, ``name``,
+    ``device`` and ``grouped_lora``)."""
+
+    model: Any
+    name: str
+    grouped_lora: bool
+
+    @property
+    def is_peft(self) -> bool:
+        """Whether the model is a PEFT model (carries named adapters)."""
+        return hasattr(self.model, "peft_config")
+
+    @property
+    def adapter_names(self) -> list[str]:
+        """Names of the LoRA adapters on this model (empty for a plain model)."""
+        return list(self.model.peft_config) if self.is_peft else []
+
+    def _check_adapter(self, adapter: str | None) -> None:
+        if adapter is not None and adapter not in self.adapter_names:
+            raise ValueError(f"unknown adapter {adapter!r} for policy {self.name!r}; adapters: {self.adapter_names} "
+                             f"(None = the base model)")
+
+    @contextlib.contextmanager
+    def using(self, adapter: str | None):
+        """Context in which forward passes use ``adapter`` only (``None``: the base, adapters disabled)."""
+        self._check_adapter(adapter)
+        if not self.is_peft:
+            yield
+        elif adapter is None:
+            with self.model.disable_adapter():
+                yield
+        else:
+            self.model.set_adapter(adapter)   # also makes exactly this adapter trainable
+            yield
+
+    def trainable_parameters(self, adapter: str | None) -> list[torch.nn.Parameter]:
+        """The parameters an update of ``adapter`` changes (its LoRA weights; all weights of a plain model)."""
+        self._check_adapter(adapter)
+        if adapter is None:
+            if self.is_peft:
+                raise ValueError(f"policy {self.name!r} is a LoRA model: name the adapter to train ({self.adapter_names})")
+            return [p for p in self.model.parameters()]
+        return [p for n, p in self.model.named_parameters() if f".{adapter}." in n]
+
+    def trainable_state_dict(self, adapter: str | None, whole: bool = True) -> dict[str, torch.Tensor]:
+        """Tensors a checkpoint must hold for ``adapter`` (or the whole plain model), as copies.
+
+        Sharded weights (FSDP) are gathered whole, a collective that every process must join;
+        ``whole=False`` leaves them as this process's shards, uncopied (for callers that gather
+        themselves, see ``DataParallel.checkpoint_tensors``).
+        """
+        def take(t: torch.Tensor) -> torch.Tensor:
+            if isinstance(t, DTensor) and not whole:
+                return t.detach()
+            # a contiguous copy: tied weights must not share memory in a file, and safetensors takes no strides
+            return full_tensor(t.detach()).clone(memory_format=torch.contiguous_format)
+
+        if adapter is None:
+            return {k: take(v) for k, v in self.model.state_dict().items()}
+        self._check_adapter(adapter)
+        return {n: take(p) for n, p in self.model.named_parameters() if f".{adapter}." in n}
+
+    def load_trainable_state_dict(self, adapter: str | None, state: dict[str, torch.Tensor]) -> None:
+        """Inverse of :meth:`trainable_state_dict` (each process keeps its shard of sharded weights).
+
+        Tensors that this model lacks, lacks room for (another shape) or that are missing raise ``ValueError``
+        naming the tensor and both shapes, before anything is copied.
+        """
+        if adapter is None:
+            current = self.model.state_dict()
+            check_state_fits(state, {k: v.shape for k, v in current.items()}, f"model {self.name!r}")
+            self.model.load_state_dict({k: shard_like(v, current[k]) if k in current else v for k, v in state.items()})
+            return
+        self._check_adapter(adapter)
+        params = dict(self.model.named_parameters())
+        check_state_fits(state, {n: p.shape for n, p in params.items() if f".{adapter}." in n},
+                         f"adapter {adapter!r} of model {self.name!r}")
+        with torch.no_grad():
+            for n, value in state.items():
+                params[n].copy_(shard_like(value, params[n]))
+
+    def _adapter_kwargs(self, adapters: Sequence[str | None]) -> dict[str, Any]:
+        """``adapter_names=`` of a mixed-adapter batch (PEFT models only)."""
+        return {"adapter_names": [BASE_ADAPTER if a is None else a for a in adapters]} if self.is_peft else {}
+
+    @contextlib.contextmanager
+    def _mixed_batch(self):
+        """Context yielding ``select(adapters) -> forward kwargs``: call it before each forward of a mixed-adapter batch.
+
+        With ``grouped_lora`` (and adapters :class:`AdapterRows` covers) ``select`` regroups the rows and the kwargs
+        are empty; otherwise they are PEFT's ``adapter_names=``.
+        """
+        rows = AdapterRows(self.model) if self.is_peft and self.grouped_lora else None
+        if rows is None or not rows.supports():
+            yield self._adapter_kwargs
+            return
+        device = self.device
+        with rows.rows([], device):
+            def select(adapters: Sequence[str | None]) -> dict[str, Any]:
+                rows.set_rows(adapters, device)
+                return {}
+            yield select
