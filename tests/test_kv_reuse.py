@@ -140,7 +140,9 @@ def test_spliced_prompts_decode_to_the_text_the_env_shows(team):
         for before, turn in zip(episode.turns, episode.turns[1:]):
             for agent, act in turn.items():
                 assert act.messages[-2] == {"role": "assistant", "content": before[agent].text}
-                rendered = policy.tokenizer.apply_chat_template(act.messages, add_generation_prompt=True, tokenize=False)
+                rendered = policy.tokenizer.apply_chat_template(
+                    act.messages, add_generation_prompt=True, tokenize=False
+                )
                 assert policy.tokenizer.decode(act.prompt_ids) == rendered
                 assert act.prompt_ids[:len(before[agent].prompt_ids) + len(before[agent].completion_ids)] == \
                     before[agent].prompt_ids + before[agent].completion_ids
@@ -193,7 +195,9 @@ def test_a_prefix_shared_by_a_calls_prompts_runs_once_per_adapter(team):
     prompts = [policy.encode(c) for c in conversations]
     shared = min(common_prefix_length(prompts[0], p) for p in prompts[1:])
     assert shared >= 16
-    assert [[ids for ids, _ in group] for group in outputs[True]] == [[ids for ids, _ in group] for group in outputs[False]]
+    assert [[ids for ids, _ in group] for group in outputs[True]] == [
+        [ids for ids, _ in group] for group in outputs[False]
+    ]
     for group_on, group_off in zip(outputs[True], outputs[False]):
         for (_, on), (_, off) in zip(group_on, group_off):
             assert on == pytest.approx(off, abs=1e-4)
@@ -204,7 +208,9 @@ def test_a_prefix_shared_by_a_calls_prompts_runs_once_per_adapter(team):
     assert all(len(key[1]) > shared for key in policy.kv_cache._entries)     # the prefixes left with the call
     policy.cache_stats = CacheStats()
     policy.clear_cache()
-    policy.generate(conversations[:2], GREEDY, adapters=["agent_0", "agent_1"])   # one prompt per adapter: nothing shared
+    policy.generate(
+        conversations[:2], GREEDY, adapters=["agent_0", "agent_1"]
+    )  # one prompt per adapter: nothing shared
     assert (policy.cache_stats.shared_prefixes, policy.cache_stats.misses) == (0, 2)
 
 

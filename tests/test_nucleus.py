@@ -75,6 +75,8 @@ def test_noise_belongs_to_the_token_not_its_place():
     noise = token_noise(keys, ids)
     in_order = token_noise(keys, torch.arange(1000).expand(3, 1000))
     assert torch.equal(noise, in_order.gather(-1, ids))
-    assert len(torch.unique(in_order)) > 2990 and abs(in_order.mean().item() - 1) < 0.05   # exponential, mean 1
-    other_position = token_noise(row_keys(5, torch.arange(3), torch.tensor([1, 2, 3])), torch.arange(1000).expand(3, 1000))
+    assert len(torch.unique(in_order)) > 2990 and abs(in_order.mean().item() - 1) < 0.05  # exponential, mean 1
+    other_position = token_noise(
+        row_keys(5, torch.arange(3), torch.tensor([1, 2, 3])), torch.arange(1000).expand(3, 1000)
+    )
     assert not torch.equal(other_position, in_order)

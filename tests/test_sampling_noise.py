@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from toy_env import SayNumberEnv
 
 from llm_marl.backends.hf import HFPolicy
 from llm_marl.backends.prefix_cache import CacheStats
@@ -10,7 +11,6 @@ from llm_marl.models import tiny_model
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
 from llm_marl.team import Team
-from toy_env import SayNumberEnv
 
 
 class RecordingPolicy:
@@ -90,7 +90,7 @@ def test_a_seeded_rollout_replays_on_one_thread_and_on_two(tiny_hf):
             torch.set_num_threads(threads)
             tiny_hf.clear_cache()
             runs[threads] = play(tiny_hf)[1]
-            assert tiny_hf.last_threads == threads          # a seeded call runs on the process setting, whatever the load
+            assert tiny_hf.last_threads == threads  # a seeded call runs on the process setting, whatever the load
     finally:
         torch.set_num_threads(before)
     assert runs[1] == runs[2]

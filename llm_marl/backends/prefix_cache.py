@@ -17,11 +17,11 @@ entries that a call extended (they are superseded) and clears it when the weight
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Collection, Hashable, Sequence
+from typing import Any
 
 from ..policy import Conversation
-
 
 MIN_SHARED_PREFIX = 16   # tokens that a call's store-missing prompts must share before that prefix runs once for all
 
@@ -41,7 +41,7 @@ class CacheStats:
     shared_prefixes: int = 0        # such prefixes run (their tokens count in prefill_tokens once)
 
     def record(self, prompt_length: int, key: tuple | None, reused: int) -> bool:
-        """Count one prompt that reuses ``reused`` tokens of stored entry ``key``; whether it extends the entry whole."""
+        """Count one prompt reusing ``reused`` tokens of stored entry ``key``; whether it extends the whole entry."""
         self.prefill_tokens += prompt_length - reused
         self.prefill_tokens_saved += reused
         if key is None or reused == 0:
@@ -184,13 +184,15 @@ class AnswerSplicer:
         self.render, self.tokenize, self.detokenize = render, tokenize, detokenize
         self.stop_ids = set(stop_ids)
         self.size = size
-        self._answers: dict[tuple, tuple[list[int], list[int]]] = {}   # conversation + own answer -> (prompt, answer) ids
+        self._answers: dict[
+            tuple, tuple[list[int], list[int]]
+        ] = {}  # conversation + own answer -> (prompt, answer) ids
 
     def __len__(self) -> int:
         return len(self._answers)
 
     def remember(self, conversation: Conversation, prompt_ids: list[int], completion_ids: list[int], text: str) -> None:
-        """Record the answer ``text`` sampled as ``completion_ids`` (a final stop token is dropped) after ``prompt_ids``.
+        """Record the answer ``text`` sampled as ``completion_ids`` (a final stop token dropped) after ``prompt_ids``.
 
         Only answers whose ids decode back to exactly ``text`` are kept.
         """

@@ -3,7 +3,8 @@ checkpoint tensors, and forwards whose batch rows run under different adapters."
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -54,7 +55,9 @@ class AdapterAccess:
         self._check_adapter(adapter)
         if adapter is None:
             if self.is_peft:
-                raise ValueError(f"policy {self.name!r} is a LoRA model: name the adapter to train ({self.adapter_names})")
+                raise ValueError(
+                    f"policy {self.name!r} is a LoRA model: name the adapter to train ({self.adapter_names})"
+                )
             return [p for p in self.model.parameters()]
         return [p for n, p in self.model.named_parameters() if f".{adapter}." in n]
 
@@ -63,7 +66,7 @@ class AdapterAccess:
 
         Sharded weights (FSDP) are gathered whole, a collective that every process must join;
         ``whole=False`` leaves them as this process's shards, uncopied (for callers that gather
-        themselves, see ``DataParallel.checkpoint_tensors``).
+        themselves, see ``DistributedTraining.checkpoint_tensors``).
         """
         def take(t: torch.Tensor) -> torch.Tensor:
             if isinstance(t, DTensor) and not whole:
@@ -101,7 +104,7 @@ class AdapterAccess:
 
     @contextlib.contextmanager
     def _mixed_batch(self):
-        """Context yielding ``select(adapters) -> forward kwargs``: call it before each forward of a mixed-adapter batch.
+        """Context yielding ``select(adapters) -> forward kwargs``, called before each forward of a mixed-adapter batch.
 
         With ``grouped_lora`` (and adapters :class:`AdapterRows` covers) ``select`` regroups the rows and the kwargs
         are empty; otherwise they are PEFT's ``adapter_names=``.

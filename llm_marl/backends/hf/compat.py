@@ -1,4 +1,5 @@
-"""What differs between transformers versions, in one place: the forward's cache keyword and activation checkpointing."""
+"""What differs between transformers versions, in one place: the cache keyword and activation checkpointing."""
+
 from __future__ import annotations
 
 import functools
@@ -6,7 +7,7 @@ import inspect
 from typing import Any
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cache_parameter(model_class: type) -> str:
     """The name under which ``model_class.forward`` takes its KV cache: ``cache`` or ``past_key_values``."""
     parameters = inspect.signature(model_class.forward).parameters

@@ -3,9 +3,10 @@ the cores each, where :func:`concurrent_threads` finds that faster."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 

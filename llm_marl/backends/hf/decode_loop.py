@@ -8,7 +8,8 @@ the next forward on each row's newest token and its prompt-lookup drafts (greedy
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -42,7 +43,12 @@ class DecodeRows:
                  stop_ids: Sequence[int], pad_id: int, lookahead: int, device: torch.device) -> None:
         batch = len(prompts)
         self.prompts, self.adapters = prompts, adapters
-        self.max_new_tokens, self.stop_ids, self.pad_id, self.lookahead = max_new_tokens, set(stop_ids), pad_id, lookahead
+        self.max_new_tokens, self.stop_ids, self.pad_id, self.lookahead = (
+            max_new_tokens,
+            set(stop_ids),
+            pad_id,
+            lookahead,
+        )
         self.completions: list[list[int]] = [[] for _ in range(batch)]   # per batch row, its stop token included
         self.logprobs: list[list[float]] = [[] for _ in range(batch)]
         self.finished = [False] * batch

@@ -2,7 +2,7 @@
 and the bookkeeping of rows that finish or feed draft tokens during decoding."""
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 import torch
 

@@ -63,7 +63,7 @@ class HFPerformanceOptions:
         """The switches' names."""
         return [f.name for f in fields(cls)]
 
-    def with_switches(self, **switches: Any) -> "HFPerformanceOptions":
+    def with_switches(self, **switches: Any) -> HFPerformanceOptions:
         """A copy with some switches changed; an unknown name is a ``TypeError`` listing the known ones."""
         unknown = sorted(set(switches) - set(self.names()))
         if unknown:

@@ -3,7 +3,8 @@ scores tokens for training."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -162,7 +163,9 @@ class HFPolicy(AdapterAccess, Scoring, StoredPrefill, DecodeLoop):
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         if adapters is not None and len(adapters) != len(conversations):
-            raise ValueError(f"got {len(adapters)} adapters for {len(conversations)} conversations; pass one per conversation")
+            raise ValueError(
+                f"got {len(adapters)} adapters for {len(conversations)} conversations; pass one per conversation"
+            )
         if not conversations:
             return []
         adapters = list(adapters) if adapters is not None else [None] * len(conversations)

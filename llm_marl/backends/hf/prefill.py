@@ -1,13 +1,15 @@
 """`StoredPrefill`: the prefill of a generate call, and the prefix store around it.
 
-A prompt prefills only the tokens past its longest prefix in the store (:class:`~llm_marl.backends.prefix_cache.PrefixCache`);
+A prompt prefills only the tokens past its longest prefix in the store
+(:class:`~llm_marl.backends.prefix_cache.PrefixCache`);
 the prefix that a call's store-missing prompts share runs once per adapter first; rows that share a prompt and
 an adapter (the G samples of one agent) prefill once and copy their cache; every row's cache is stored after.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -73,7 +75,9 @@ class StoredPrefill:
         for prompt, adapter in zip(prompts, adapters):
             if self.kv_cache.longest_prefix(adapter, prompt)[1] < MIN_SHARED_PREFIX:
                 candidates.setdefault(adapter, []).append(prompt)
-        prefixes = [(list(prefix), adapter) for adapter, group in candidates.items() for prefix in shared_prefixes(group)]
+        prefixes = [
+            (list(prefix), adapter) for adapter, group in candidates.items() for prefix in shared_prefixes(group)
+        ]
         if not prefixes:
             return set()
         shared_prompts, shared_adapters = [p for p, _ in prefixes], [a for _, a in prefixes]

@@ -43,7 +43,9 @@ def _hashed_tokens(vocab: int, device: torch.device) -> torch.Tensor:
     """``mix32(token id)`` for every id below ``vocab`` (computed once per vocabulary size and device)."""
     table = _token_hashes.get((vocab, device))
     if table is None:
-        table = _token_hashes[(vocab, device)] = mix32(torch.arange(vocab, dtype=torch.int64, device=device) ^ 0x9E3779B9)
+        table = _token_hashes[(vocab, device)] = mix32(
+            torch.arange(vocab, dtype=torch.int64, device=device) ^ 0x9E3779B9
+        )
     return table
 
 

@@ -3,7 +3,8 @@ trainers' losses), through forwards that run a group's shared prompt once."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -42,11 +43,16 @@ class Scoring:
 
     @contextlib.contextmanager
     def _checkpointing(self):
-        """Flag the checkpointed layers as training for one forward with gradients (see :meth:`enable_gradient_checkpointing`)."""
+        """Flag the checkpointed layers as training for one forward with gradients.
+
+        See :meth:`enable_gradient_checkpointing`.
+        """
         if not (self.gradient_checkpointing and torch.is_grad_enabled()):
             yield
             return
-        layers = [m for m in self.model.modules() if getattr(m, "gradient_checkpointing", False) is True and not m.training]
+        layers = [
+            m for m in self.model.modules() if getattr(m, "gradient_checkpointing", False) is True and not m.training
+        ]
         for layer in layers:
             layer.training = True
         try:
@@ -112,7 +118,10 @@ class Scoring:
     # ------------------------------------------------------------------ forwards
     def _scoring_rows(self, prompt_ids: Sequence[list[int]],
                       completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """``(ids, mask, width)`` of ``[left pad][prompt][completion][right pad]`` rows, completions in the last ``width``."""
+        """``(ids, mask, width)`` of ``[left pad][prompt][completion][right pad]`` rows.
+
+        Completions are in the last ``width`` columns.
+        """
         if len(prompt_ids) != len(completion_ids) or not prompt_ids:
             raise ValueError(f"need one completion per prompt (got {len(prompt_ids)} prompts, {len(completion_ids)} "
                              f"completions), at least one")
