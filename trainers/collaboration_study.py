@@ -37,7 +37,7 @@ import os
 import platform
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ import numpy as np
 
 from llm_marl.files import write_text_atomically
 from llm_marl_envs import metrics
+from trainers.common.experiment import RESAMPLES, interval
 from trainers.magrpo.counterfactual import completions_per_transcript
 
 ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
@@ -52,7 +53,6 @@ TRAINED_ARMS = ARMS[1:]
 MULTI_AGENT_ARMS = ("magrpo", "mappo", "counterfactual")
 SINGLE_POLICY_ARMS = ("solo", "shared")
 SETTINGS = ("greedy", "sampled", "vote", "hard")
-RESAMPLES = 10_000
 
 
 @dataclass
@@ -371,11 +371,6 @@ def scores_arrays(scores: Any) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ summaries
-def _interval(values: Sequence[float], statistic: Any = None) -> dict[str, float]:
-    entry = metrics.with_ci(values, statistic, num_resamples=RESAMPLES)
-    return {"mean": entry["mean"], "low": entry["ci95"][0], "high": entry["ci95"][1]}
-
-
 def _paired(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     diff = metrics.paired_difference(np.asarray(a, float), np.asarray(b, float), num_resamples=RESAMPLES)
     return {"mean": diff["mean"], "low": diff["ci95"][0], "high": diff["ci95"][1], "better": diff["wins"],
@@ -392,15 +387,15 @@ def setting_summary(scores: dict[str, Any]) -> dict[str, Any]:
     per_turn = np.asarray(scores["per_turn"], float)
     final, rows = np.asarray(scores["final"], float), np.asarray(scores["transitions"], float)
     out = {"tasks": len(final), "samples_per_task": scores["samples"], "temperature": scores["temperature"],
-           "turn0_accuracy": _interval(per_turn[:, 0]), "final_turn_accuracy": _interval(final),
-           "team_answer_accuracy": _interval(scores["team"])}
+           "turn0_accuracy": interval(per_turn[:, 0]), "final_turn_accuracy": interval(final),
+           "team_answer_accuracy": interval(scores["team"])}
     if per_turn.shape[1] > 1:
         counts = rows.sum(axis=0)
         out["collaboration_gain"] = _paired(final, per_turn[:, 0])
         out["transitions"] = {label: int(n) for label, n in zip(metrics.TRANSITION_LABELS, counts)}
         # labels: C→C, C→I, I→C, I→I; I→C rate = I→C / (I→C + I→I), C→I rate = C→I / (C→C + C→I)
-        out["i_to_c_rate"] = _interval(rows, lambda r: _rate(r, 2, (2, 3)))
-        out["c_to_i_rate"] = _interval(rows, lambda r: _rate(r, 1, (0, 1)))
+        out["i_to_c_rate"] = interval(rows, lambda r: _rate(r, 2, (2, 3)))
+        out["c_to_i_rate"] = interval(rows, lambda r: _rate(r, 1, (0, 1)))
     return out
 
 
@@ -594,11 +589,7 @@ def _processor() -> str:
     return platform.processor() or "unknown"
 
 
-def with_overrides(config: StudyConfig, **overrides: Any) -> StudyConfig:
-    """``config`` with some fields replaced (validated again)."""
-    return replace(config, **overrides)
-
 
 __all__ = ["ARMS", "ArmBatch", "Evaluator", "SamplingCounter", "StudyConfig", "TrainedArm", "arm_summary",
            "comparisons", "format_table", "matched_batches", "research_bar",
-           "run_study", "setting_summary", "summary_figure", "train_arm", "with_overrides"]
+           "run_study", "setting_summary", "summary_figure", "train_arm"]
