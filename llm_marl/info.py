@@ -63,7 +63,7 @@ def _probe_line() -> str:
 def _sandbox_line() -> str:
     """The isolation layers of the code sandbox, as measured by starting one."""
     try:
-        from verifiers.code import Sandbox
+        from verifiers.sandbox import Sandbox
 
         with Sandbox() as sandbox:
             layers = sandbox.isolation

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.hostile_programs import ADD_TEST, CORRECT_ADD, FOOLING_PROGRAMS
-from verifiers.code import run_tests
+from verifiers.sandbox import run_tests
 
 TIMEOUT_S = 5.0
 MBPP_STYLE_ADD_TEST = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]

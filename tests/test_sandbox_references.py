@@ -14,7 +14,7 @@ import ast
 import pytest
 
 import llm_marl_envs
-from verifiers.code import run_tests_batch
+from verifiers.sandbox import run_tests_batch
 
 # Generous: a correctness check, not a speed one (a few MBPP references compute for seconds on a busy CPU).
 REFERENCE_TIMEOUT_S = 120.0

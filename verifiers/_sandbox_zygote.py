@@ -1,6 +1,6 @@
 """Sandbox zygote: a small, long-lived interpreter that runs each code check in fresh isolation.
 
-Started by :mod:`verifiers.code` as ``python -I -S _sandbox_zygote.py`` with an empty environment
+Started by :mod:`verifiers.sandbox` as ``python -I -S _sandbox_zygote.py`` with an empty environment
 (no site-packages, no inherited variables). Once, at start, it enters a private mount namespace
 where the whole file system is read-only except a fresh tmpfs on ``/tmp`` (when not root, inside
 a user namespace first), imports the common standard-library modules and freezes its heap. Then

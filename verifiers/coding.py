@@ -20,7 +20,7 @@ every weight is a field of :class:`CodingRewardConfig`):
 |---|---|---|
 | structure | +0.4 when the helpers are defined and return a value (split evenly among helpers), +0.6 when the entry point is; *stop* if the entry point is missing or never returns a value | 1.0 |
 | syntax | +0.5 when the joint program parses; *stop* otherwise | 0.5 |
-| tests | +1.0 x fraction of the task's asserts passed (sandboxed, :func:`verifiers.code.run_tests`) | 1.0 |
+| tests | +1.0 x fraction of the task's asserts passed (sandboxed, :func:`verifiers.sandbox.run_tests`) | 1.0 |
 | cooperation | only if >= 1 assert passed and a helper is defined: +0.5 x fraction of helpers the entry point calls; then +1.0 if it is not a thin wrapper (its body is just ``return aux(...)`` or ``x = aux(...); return x``); -0.5 if it calls a helper and discards the result | 1.5 |
 
 Maximum 4.0. The components, the checks behind them and the sandbox's per-assert results are in

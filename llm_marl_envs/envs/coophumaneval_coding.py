@@ -10,7 +10,7 @@ problems chosen to need a helper), following the protocol of `llm_marl_envs.envs
 | Action space | `TextSpace(max_action_chars)`: the agent's function in a fenced Python code block |
 | Observation space | `TextSpace`: the agent's chat history rendered as text |
 | Data | CoopHumanEval (82 problems): local `coophumaneval/test.jsonl` or hub `OpenMLRL/CoopHumanEval` split `test`, split as in CoMLRL (see `split`) |
-| Verifier | `verifiers.coding.score_collaboration`; the problem's `check(candidate)` asserts run in the sandbox `verifiers.code.run_tests` |
+| Verifier | `verifiers.coding.score_collaboration`; the problem's `check(candidate)` asserts run in the sandbox `verifiers.sandbox.run_tests` |
 | Reward | joint, the same for every agent: structure (<= 1.0), syntax (0.5), tests (<= 1.0), cooperation (<= 1.5), max 4.0 (CoMLRL's weights, `reward_config`) |
 
 Rows have HumanEval's fields (`task_id`, `prompt`, `test`, `entry_point`) and become records as

@@ -10,7 +10,7 @@ following the protocol of `llm_marl_envs.envs.coding` (MAGRPO).
 | Action space | `TextSpace(max_action_chars)`: the agent's function in a fenced Python code block |
 | Observation space | `TextSpace`: the agent's chat history rendered as text |
 | Data | hub `google-research-datasets/mbpp` config `sanitized` (427 rows), or local `mbpp/mbpp.jsonl` (the full 974-row set, standard split by id) |
-| Verifier | `verifiers.coding.score_collaboration`; the three asserts of `test_list` run in the sandbox `verifiers.code.run_tests` |
+| Verifier | `verifiers.coding.score_collaboration`; the three asserts of `test_list` run in the sandbox `verifiers.sandbox.run_tests` |
 | Reward | joint, the same for every agent: structure (<= 1.0), syntax (0.5), tests (<= 1.0), cooperation (<= 1.5), max 4.0 (CoMLRL's weights, `reward_config`) |
 
 The entry point is the function of the reference solution that the first assert calls; agents
