@@ -4,6 +4,7 @@
     PYTHONPATH=. python examples/magrpo_tldr.py --plain-reward --out outputs/magrpo_tldr_plain
     PYTHONPATH=. python examples/magrpo_tldr.py --learning-rate 5e-4 --kl-coef 0 --out outputs/magrpo_tldr_fast
     PYTHONPATH=. python examples/magrpo_tldr.py --semantic-judge --out outputs/magrpo_tldr_judge
+    PYTHONPATH=. python examples/magrpo_tldr.py --eval-split test --out outputs/magrpo_tldr_transfer
 
 Two agents share SmolLM2-135M-Instruct (the embedded default model, fp32) with one LoRA adapter
 each. On ``tldr_writing-v0`` agent 0 writes a concise summary of a Reddit post and agent 1 a
@@ -14,10 +15,13 @@ terms of ``verifiers.semantic`` with ``--semantic-judge``. ``--plain-reward`` dr
 factor: CoMLRL's reward as published, which a degenerate agent 0 maxes.
 
 Data (``$LLM_MARL_DATA_DIR``, e.g. ``../shared/data``): training posts are the env's ``train`` split
-(Reddit TIFU posts with author TL;DRs, kept to posts of at most ``--max-post-words`` words);
-the hacking monitor plays the first ``--monitor-tasks`` short posts of ``validation`` (other TIFU
-posts) every ``--monitor-every`` steps; the team is judged before and after on the first
-``--eval-tasks`` posts of ``test`` (the OpenAI TL;DR test sample). No post is in two of these.
+(Reddit TIFU posts with author TL;DRs), kept to posts of at most ``--max-post-words`` words; the
+hacking monitor plays the first ``--monitor-tasks`` such posts of ``validation`` (held-out TIFU
+posts) every ``--monitor-every`` steps; the team is judged before and after on the next
+``--eval-tasks`` such posts of ``validation``: held out, drawn like the training posts. With
+``--eval-split test`` it is judged instead on the first ``--eval-tasks`` such posts of ``test``
+(the OpenAI TL;DR test sample: other subreddits, a ``TITLE:`` line the training posts lack), a
+transfer test. No post is in two of these.
 
 The judgement is the one the reward cannot be fitted to: **ROUGE-L F1 of each agent's summary
 against the post's human TL;DR** (``llm_marl_envs.metrics.rouge_l``), greedy, paired per post with a
@@ -70,6 +74,15 @@ def short_posts(env: Any, max_words: int, limit: int | None = None) -> list[int]
     if not found:
         raise ValueError(f"no post of {env.split!r} has at most {max_words} words; raise --max-post-words")
     return found[:limit] if limit is not None else found
+
+
+def held_out_posts(env: Any, max_words: int, count: int, skip: int = 0) -> list[int]:
+    """The ``count`` posts of ``env`` of at most ``max_words`` words after the first ``skip`` of them."""
+    found = short_posts(env, max_words)
+    if len(found) < skip + count:
+        raise ValueError(f"{env.split!r} has {len(found)} posts of at most {max_words} words, {skip} of them for the "
+                         f"monitor: too few to judge {count}; lower --eval-tasks or raise --max-post-words")
+    return found[skip:skip + count]
 
 
 def judge(evaluation: EvalResult, env: Any, agents: list[str]) -> dict[str, Any]:
@@ -151,7 +164,7 @@ def play(engine: RolloutEngine, trainer: MAGRPOTrainer, tasks: list[int], desc: 
 
 def plot_monitor(history: list[dict], monitor: list[dict], agents: list[str], before: dict, after: dict,
                  path: Path) -> None:
-    """Training reward per step (top) over the monitor's ROUGE-L (bottom), with the test before/after."""
+    """Training reward per step (top) over the monitor's ROUGE-L (bottom), with the held-out posts before/after."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -173,7 +186,7 @@ def plot_monitor(history: list[dict], monitor: list[dict], agents: list[str], be
             bottom.errorbar([x], [value["mean"]], yerr=[[value["mean"] - value["ci95"][0]],
                                                        [value["ci95"][1] - value["mean"]]],
                             fmt="s", color=color, capsize=4, alpha=0.6)
-    bottom.set_xlabel("training step (squares at 0 and the end: test posts, 95% CI)")
+    bottom.set_xlabel("training step (squares at 0 and the end: held-out posts, 95% CI)")
     bottom.set_ylabel("ROUGE-L F1 vs human TL;DR")
     bottom.set_ylim(bottom=0)
     bottom.legend(fontsize=8)
@@ -186,7 +199,7 @@ def plot_monitor(history: list[dict], monitor: list[dict], agents: list[str], be
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=40, help="MAGRPO training steps (at most)")
-    parser.add_argument("--train-minutes", type=float, default=22.0, help="stop training after this long")
+    parser.add_argument("--train-minutes", type=float, default=28.0, help="stop training after this long")
     parser.add_argument("--prompts-per-step", type=int, default=2, help="posts (tree roots) per step")
     parser.add_argument("--num-generations", type=int, default=4, help="G: samples per agent per post")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per summary")
@@ -199,8 +212,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="CoMLRL's writing reward without the quality factor (degenerate text can max it)")
     parser.add_argument("--semantic-judge", action="store_true",
                         help="add the embedding coverage/consistency terms (verifiers.semantic) to the reward")
-    parser.add_argument("--max-post-words", type=int, default=400, help="train/monitor on posts this short")
-    parser.add_argument("--eval-tasks", type=int, default=24, help="test posts judged before and after")
+    parser.add_argument("--max-post-words", type=int, default=400,
+                        help="train, monitor and judge on posts of at most this many words")
+    parser.add_argument("--eval-split", choices=("validation", "test"), default="validation",
+                        help="split of the judged posts: validation (held-out TIFU posts, after the monitor's) or "
+                             "test (the OpenAI TL;DR sample, a transfer test)")
+    parser.add_argument("--eval-tasks", type=int, default=40, help="held-out posts judged before and after")
     parser.add_argument("--monitor-tasks", type=int, default=6, help="validation posts of the hacking monitor")
     parser.add_argument("--monitor-every", type=int, default=5, help="steps between monitor evaluations")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -227,17 +244,20 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
     team = Team.shared_lora(model, tokenizer, agents=2,
                             lora_config=default_lora_config(r=args.lora_rank, alpha=2 * args.lora_rank))
     reward_config = without_quality_factor(TLDR_BANDS) if args.plain_reward else TLDR_BANDS
-    env, monitor_env, test_env = (llm_marl_envs.make(ENV_ID, split=split, semantic_judge=args.semantic_judge,
+    env, monitor_env, eval_env = (llm_marl_envs.make(ENV_ID, split=split, semantic_judge=args.semantic_judge,
                                                      reward_config=reward_config)
-                                  for split in ("train", "validation", "test"))
+                                  for split in ("train", "validation", args.eval_split))
     config = MAGRPOConfig(
         num_generations=args.num_generations, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         learning_rate=args.learning_rate, kl_coef=args.kl_coef, prompts_per_step=args.prompts_per_step,
         max_steps=args.steps, eval_tasks=args.eval_tasks, output_dir=str(out), seed=args.seed, save_every=10)
-    trainer = MAGRPOTrainer(env, team, config, eval_env=test_env)
+    trainer = MAGRPOTrainer(env, team, config, eval_env=eval_env)
     trainer.train_tasks = short_posts(env, args.max_post_words)
     monitor_engine = RolloutEngine(monitor_env, team)
     monitor_tasks = short_posts(monitor_env, args.max_post_words, args.monitor_tasks)
+    # judged posts: filtered like the training posts; from validation, the ones after the monitor's
+    skip = len(monitor_tasks) if args.eval_split == "validation" else 0
+    trainer.eval_tasks = held_out_posts(eval_env, args.max_post_words, args.eval_tasks, skip)
     agents = trainer.agents
 
     def run_monitor() -> dict[str, Any]:
@@ -250,7 +270,7 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
               flush=True)
         return row
 
-    before_scores = judge(play(trainer.eval_engine, trainer, trainer.eval_tasks, "test before"), test_env, agents)
+    before_scores = judge(play(trainer.eval_engine, trainer, trainer.eval_tasks, "held-out before"), eval_env, agents)
     monitor = [run_monitor()]
 
     # train in chunks of --monitor-every steps, so the monitor runs between them and the time budget holds
@@ -268,11 +288,13 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
         monitor.append(run_monitor())
     train_minutes = (time.time() - train_started) / 60
 
-    after_scores = judge(play(trainer.eval_engine, trainer, trainer.eval_tasks, "test after"), test_env, agents)
+    after_scores = judge(play(trainer.eval_engine, trainer, trainer.eval_tasks, "held-out after"), eval_env, agents)
     before, after = summary(before_scores), summary(after_scores)
     difference = paired(before_scores, after_scores)
     results = {
-        "env": ENV_ID, "held_out": {"split": "test", "tasks": len(trainer.eval_tasks)},
+        "env": ENV_ID,
+        "held_out": {"split": args.eval_split, "tasks": len(trainer.eval_tasks), "max_post_words": args.max_post_words,
+                     "task_indices": trainer.eval_tasks, "monitor_task_indices": monitor_tasks},
         "metric": "ROUGE-L F1 (rouge_score, stemmed) of each agent's summary vs the human TL;DR; never in the reward",
         "args": vars(args), "config": {**config.to_dict(), "max_steps": args.steps},
         "steps_trained": trainer.step, "train_minutes": train_minutes,
@@ -284,7 +306,8 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
     write_text_atomically(out / "results.json", json.dumps(results, indent=2, default=str))
     plot_monitor(history, monitor, agents, before, after, out / "hacking_monitor.png")
     fmt = lambda d: f"{d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"  # noqa: E731
-    print(f"held-out test posts: {len(trainer.eval_tasks)}; {trainer.step} steps in {train_minutes:.1f} min")
+    print(f"held-out {args.eval_split} posts: {len(trainer.eval_tasks)}; "
+          f"{trainer.step} steps in {train_minutes:.1f} min")
     print(f"joint reward (trained)   before {before['joint_reward']['mean']:.3f}  after "
           f"{after['joint_reward']['mean']:.3f}  paired {fmt(difference['joint_reward'])}")
     for agent in agents:

@@ -130,6 +130,20 @@ def test_example_calls_a_reward_gain_without_rouge_gain_hacking():
         example.paired(before, {**honest, "task_indices": list(range(1, 9))})
 
 
+def test_example_judges_posts_filtered_like_the_training_posts():
+    """Judged posts have at most --max-post-words words, skip the monitor's, and a too-small split is refused."""
+    import llm_marl_envs
+
+    test = llm_marl_envs.make(example.ENV_ID, split="test")
+    posts = example.held_out_posts(test, 150, 5, skip=3)
+    short = [i for i, task in enumerate(test.tasks) if len(task["source"].split()) <= 150]
+    assert posts == short[3:8] and len(short) < len(test.tasks)
+    validation = llm_marl_envs.make(example.ENV_ID, split="validation")
+    with pytest.raises(ValueError, match="too few to judge 100"):
+        example.held_out_posts(validation, 400, 100, skip=6)
+    assert example.parse_args([]).eval_split == "validation"
+
+
 def test_example_trains_with_the_monitor_and_judges_held_out_posts(tmp_path, one_torch_thread):
     """A 2-step run on the tiny model: the monitor runs at steps 0, 1, 2 and is logged; results and plot are written."""
     import json
@@ -140,7 +154,15 @@ def test_example_trains_with_the_monitor_and_judges_held_out_posts(tmp_path, one
                             "--learning-rate", "5e-2", "--out", str(tmp_path / "run")], (model, tokenizer))
     assert [m["step"] for m in results["monitor"]] == [0, 1, 2] and results["steps_trained"] == 2
     written = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert written["held_out"] == {"split": "test", "tasks": 2} and written["verdict"] == results["verdict"]
+    held_out = written["held_out"]
+    assert held_out["split"] == "validation" and held_out["tasks"] == 2 and written["verdict"] == results["verdict"]
+    # judged posts: held-out validation posts filtered like the training posts, none of them the monitor's
+    import llm_marl_envs
+
+    validation = llm_marl_envs.make(example.ENV_ID, split="validation")
+    short = [i for i, task in enumerate(validation.tasks) if len(task["source"].split()) <= 400]
+    assert held_out["monitor_task_indices"] == short[:2] and held_out["task_indices"] == short[2:4]
+    assert written["per_post"]["before"]["task_indices"] == short[2:4]
     assert set(written["paired_difference"]["rouge_l"]) == {"agent_0", "agent_1"}
     for agent in ("agent_0", "agent_1"):
         assert all(0.0 <= r <= 1.0 for r in written["per_post"]["after"]["rouge_l"][agent])
