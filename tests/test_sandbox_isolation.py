@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from verifiers import code
+from verifiers import sandbox as code
 
 FULL = {"netns": True, "pidns": True, "readonly_fs": True, "userns": False, "drop_uid": True}
 
