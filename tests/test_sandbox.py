@@ -197,3 +197,35 @@ def test_the_short_import_path_gives_the_sandbox_module_objects():
     for name in verifiers.code.__all__:
         assert getattr(verifiers.code, name) is getattr(verifiers.sandbox, name), name
     assert set(verifiers.code.__all__) == set(verifiers.sandbox.__all__)
+
+
+def test_threads_parse_and_compile_python_one_at_a_time(monkeypatch):
+    """CPython's AST constructor is not thread-safe (a shared recursion counter: SystemError under load), so the
+    sandbox's test instrumentation and the coding verifier's parser, which run in thread pools, take turns."""
+    import ast
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from verifiers.coding import parse_python
+
+    inside, widest, guard = [0], [0], threading.Lock()
+    real_parse = ast.parse
+
+    def slow_parse(*args, **kwargs):
+        with guard:
+            inside[0] += 1
+            widest[0] = max(widest[0], inside[0])
+        time.sleep(0.02)                       # a wide window: unserialized threads would overlap in it
+        try:
+            return real_parse(*args, **kwargs)
+        finally:
+            with guard:
+                inside[0] -= 1
+
+    monkeypatch.setattr(ast, "parse", slow_parse)
+    jobs = [lambda i=i: instrument_test(f"assert {i} + 0 == {i}\n") for i in range(12)]
+    jobs += [lambda i=i: parse_python(f"def f{i}():\n    return {i}\n") for i in range(12)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda job: job(), jobs))
+    assert all(r is not None for r in results)
+    assert widest[0] == 1

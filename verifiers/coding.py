@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import ast
 import re
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import Verdict
+from . import Verdict, _python_ast
 from .code import DEFAULT_TIMEOUT_S, run_tests
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -72,10 +71,8 @@ class CodingRewardConfig:
 
 
 def parse_python(code: str) -> ast.Module:
-    """``ast.parse`` without the Syntax/DeprecationWarnings of model code leaking into our process."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ast.parse(code)
+    """``ast.parse`` without the Syntax/DeprecationWarnings of model code leaking into our process (thread-safe)."""
+    return _python_ast.parse(code, quiet=True)
 
 
 def extract_code(response: str) -> str:

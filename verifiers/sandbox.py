@@ -76,7 +76,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import Verdict
+from . import Verdict, _python_ast
 from ._sandbox_zygote import read_message, write_message
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -155,7 +155,7 @@ class _AssertRecorder(ast.NodeTransformer):
 @lru_cache(maxsize=1024)
 def _compile_task_code(task_code: str) -> Any:
     try:
-        return compile(task_code, "<task>", "exec", dont_inherit=True, optimize=0)
+        return _python_ast.compile_module(task_code, "<task>")
     except SyntaxError as err:
         raise ValueError(f"task_code does not parse (line {err.lineno}: {err.msg}); pass valid Python") from None
 
@@ -172,7 +172,7 @@ def _test_source(test: str | Sequence[str]) -> str:
 def instrument_test(test: str) -> InstrumentedTest:
     """Parse ``test`` and rewrite its asserts to report individually (cached per test text)."""
     try:
-        tree = ast.parse(test)
+        tree = _python_ast.parse(test)
     except SyntaxError as err:
         raise ValueError(f"test code does not parse (line {err.lineno}: {err.msg}); pass valid Python") from None
     rewriter = _AssertRecorder(test)
@@ -180,7 +180,7 @@ def instrument_test(test: str) -> InstrumentedTest:
     if not rewriter.sources:
         raise ValueError("test contains no assert statements; the score is the fraction of asserts passed")
     calls_check = any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body)
-    code = compile(tree, "<test>", "exec", dont_inherit=True, optimize=0)
+    code = _python_ast.compile_module(tree, "<test>")
     return InstrumentedTest(code, tuple(rewriter.sources), calls_check)
 
 
