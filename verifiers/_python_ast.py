@@ -18,10 +18,12 @@ AST_LOCK = threading.Lock()
 
 def parse(source: str, quiet: bool = False) -> ast.Module:
     """``ast.parse(source)`` under :data:`AST_LOCK`; ``quiet`` drops the Syntax/DeprecationWarnings of model code."""
-    with AST_LOCK, warnings.catch_warnings():
-        if quiet:
+    with AST_LOCK:
+        if not quiet:
+            return ast.parse(source)
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-        return ast.parse(source)
+            return ast.parse(source)
 
 
 def compile_module(source: str | ast.Module, filename: str) -> CodeType:

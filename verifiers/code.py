@@ -6,15 +6,5 @@ import path that users and the design name keeps working. New code imports
 """
 from __future__ import annotations
 
-from verifiers.sandbox import (
-    DEFAULT_TIMEOUT_S,
-    Sandbox,
-    SandboxLimits,
-    default_sandbox,
-    instrument_test,
-    run_tests,
-    run_tests_batch,
-)
-
-__all__ = ["run_tests", "run_tests_batch", "Sandbox", "SandboxLimits", "instrument_test", "default_sandbox",
-           "DEFAULT_TIMEOUT_S"]
+from verifiers.sandbox import *  # noqa: F403
+from verifiers.sandbox import __all__  # noqa: F401
