@@ -24,14 +24,15 @@ from llm_marl.hardware import short_openmp_spin
 
 short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch starts its runtime
 
-from trainers.collaboration_study import ARMS, StudyConfig, run_study  # noqa: E402
+from trainers.collaboration_study import ARMS, LEVER_ARMS, StudyConfig, run_study  # noqa: E402
 
 
 def main() -> None:
     defaults = StudyConfig()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="outputs/collaboration_study", help="output directory (resumable)")
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated arms, from {','.join(ARMS)}")
+    parser.add_argument("--arms", default=",".join(ARMS),
+                        help=f"comma-separated arms, from {','.join(ARMS)} and the levers {','.join(LEVER_ARMS)}")
     parser.add_argument("--steps", type=int, default=defaults.steps, help="training steps of every arm")
     parser.add_argument("--num-generations", type=int, default=defaults.num_generations,
                         help="G of MAGRPO; every arm samples C = P·N·(G+…+G^T) completions per step")

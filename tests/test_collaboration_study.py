@@ -54,6 +54,12 @@ def test_counterfactual_cost_counts_messages_and_replays():
     assert completions_per_transcript(2, 2, 1) == 4 + 2 * 3 + 2 * 1
 
 
+def test_a_lever_arm_runs_only_when_named_with_the_batch_of_magrpo():
+    assert "magrpo_incentives" not in matched_batches(StudyConfig())
+    batches = matched_batches(StudyConfig(arms=("solo", "magrpo", "magrpo_incentives")))
+    assert batches["magrpo_incentives"].settings == batches["magrpo"].settings
+
+
 def test_a_shape_that_cannot_be_matched_says_which_arm_and_why():
     with pytest.raises(ValueError, match="shared and mappo cannot be matched"):
         matched_batches(StudyConfig(num_turns=3, num_generations=2))        # N·(2+4+8) = 28 rows, not a multiple of 6
@@ -121,9 +127,9 @@ def test_sampling_counter_counts_real_generations_and_restores_generate():
     assert counter.answer_tokens == sum(g.num_tokens for row in out for g in row) > 0
 
 
-@pytest.mark.parametrize("arm", ["solo", "shared", "magrpo", "mappo", "counterfactual"])
+@pytest.mark.parametrize("arm", ["solo", "shared", "magrpo", "mappo", "counterfactual", "magrpo_incentives"])
 def test_each_arm_samples_the_matched_completions(arm, tiny_model_dir, tmp_path):
-    config = StudyConfig(model=str(tiny_model_dir), steps=1, max_new_tokens=6, eval_tasks=2, hard_tasks=2)
+    config = StudyConfig(model=str(tiny_model_dir), steps=1, max_new_tokens=6, eval_tasks=2, hard_tasks=2, arms=(arm,))
     batch = matched_batches(config)[arm]
     trained = train_arm(arm, config, batch, tmp_path)
     assert trained.counts["completions"] == config.completions_per_step * config.steps

@@ -235,3 +235,59 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_loss(tmp_path):
             loss_at(tmp_path / "straight", step), rel=1e-6, abs=1e-9
         )
     assert loss_at(tmp_path / "straight", steps) != 0.0
+
+
+# ----------------------------------------------------------------------------- MAPoRL incentives
+class EvenLengthEnv(SayNumberEnv):
+    """SayNumberEnv whose answers are 'correct' when they have an even length: random tiny-model answers mix both."""
+
+    def verify_turn(self, answers):
+        verdicts = super().verify_turn(answers)
+        for agent, text in answers.items():
+            verdicts[agent] = verdicts[agent].__class__(score=float(len(text) % 2 == 0), correct=len(text) % 2 == 0,
+                                                        details={})
+        return verdicts
+
+
+def two_agent_bonus(me_before, me_now, other_before, alpha0, alpha1, penalties):
+    """MAPoRL's α terms written out for two agents (the other agent is the whole majority)."""
+    bonus = alpha0 * me_now * (1 - other_before) + alpha1 * (1 - me_before) * other_before * me_now
+    if penalties:
+        bonus -= me_before * (1 - me_now) * (alpha0 * (1 - other_before) + alpha1 * other_before)
+    return bonus
+
+
+@pytest.mark.parametrize("penalties", [False, True])
+def test_incentives_add_the_mean_bonus_of_the_turn_to_each_joint_reward(tmp_path, team, penalties):
+    env = EvenLengthEnv(num_turns=2)
+    config = small_config(tmp_path, num_generations=4, max_new_tokens=5, alpha0=0.3, alpha1=0.2,
+                          incentive_penalties=penalties, prompts_per_step=2)
+    trainer = MAGRPOTrainer(env, team, config)
+    roots = trainer.collect()
+    fired = 0
+    for root in roots:
+        assert root.joint_rewards == [sum(r.values()) / 2 for r in root.expansion.rewards]   # turn 0: no bonus
+        for child in root.children:
+            for reward, raw, infos in zip(child.joint_rewards, child.expansion.rewards, child.expansion.infos):
+                (a0, a1), (b0, b1) = [[int(c) for c in turn] for turn in infos["agent_0"]["correct"]]
+                bonus = (two_agent_bonus(a0, b0, a1, 0.3, 0.2, penalties)
+                         + two_agent_bonus(a1, b1, a0, 0.3, 0.2, penalties)) / 2
+                fired += bonus != 0
+                assert reward == pytest.approx(sum(raw.values()) / 2 + bonus)
+    assert fired > 0, "the random answers never triggered an incentive: the test checks nothing"
+
+
+def test_incentives_need_a_correct_table_and_two_agents(tmp_path, team):
+    from trainers.magrpo.trainer import incentive_shaped
+    from trainers.mappo.rewards import IncentiveWeights
+
+    bare = Expansion(None, {}, {}, [(0, 0)], [None], [{"agent_0": 1.0}], [False], [{"agent_0": {}}])
+    with pytest.raises(ValueError, match="'correct' table"):
+        incentive_shaped(bare, [1.0], IncentiveWeights(alpha0=0.1))
+    solo_team = Team.shared_lora(*tiny_model(seed=0), 1)
+    with pytest.raises(ValueError, match="at least 2 agents"):
+        MAGRPOTrainer(SayNumberEnv(num_agents=1), solo_team, small_config(tmp_path, alpha1=0.1))
+    with pytest.raises(ValueError, match="must be >= 0"):
+        small_config(tmp_path, alpha0=-0.1)
+    with pytest.raises(ValueError, match="credit='counterfactual'"):
+        small_config(tmp_path, alpha0=0.1, credit="counterfactual")

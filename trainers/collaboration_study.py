@@ -16,6 +16,12 @@ and reported beside the completions.
 - ``counterfactual``: one adapter per agent, MAGRPO with counterfactual per-message credit
   (:mod:`trainers.magrpo.counterfactual`); transcripts per step such that transcripts and replays make ``C``.
 
+Levers, arms run only when named (``arms=(..., "magrpo_incentives")``):
+
+- ``magrpo_incentives``: the ``magrpo`` arm with MAPoRL's incentives on the tree's joint rewards
+  (α0 = α1 = 0.2 with penalties: a right answer kept or found against the partner earns 0.2, a right
+  answer turned wrong costs 0.2); the same batch as ``magrpo``.
+
 ``C = P · N · (G + G² + … + G^T)``: the completions MAGRPO samples per step for ``P`` prompts, N agents,
 T turns and G samples per tree node.
 
@@ -50,7 +56,9 @@ from trainers.magrpo.counterfactual import completions_per_transcript
 
 ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
 TRAINED_ARMS = ARMS[1:]
-MULTI_AGENT_ARMS = ("magrpo", "mappo", "counterfactual")
+LEVER_ARMS = ("magrpo_incentives",)
+MULTI_AGENT_ARMS = ("magrpo", "mappo", "counterfactual", *LEVER_ARMS)
+INCENTIVES = {"alpha0": 0.2, "alpha1": 0.2, "incentive_penalties": True}   # the magrpo_incentives lever
 SINGLE_POLICY_ARMS = ("solo", "shared")
 SETTINGS = ("greedy", "sampled", "vote", "hard")
 
@@ -80,9 +88,9 @@ class StudyConfig:
 
     def __post_init__(self) -> None:
         self.arms = tuple(self.arms)
-        unknown = [a for a in self.arms if a not in ARMS]
+        unknown = [a for a in self.arms if a not in (*ARMS, *LEVER_ARMS)]
         if unknown:
-            raise ValueError(f"unknown arm(s) {unknown}; choose from {ARMS}")
+            raise ValueError(f"unknown arm(s) {unknown}; choose from {ARMS} or the levers {LEVER_ARMS}")
         if "untrained" not in self.arms:
             self.arms = ("untrained", *self.arms)    # every comparison is paired against the untrained team
         for name in ("num_agents", "num_turns", "prompts_per_step", "steps", "max_new_tokens", "eval_tasks",
@@ -129,8 +137,9 @@ def matched_batches(config: StudyConfig) -> dict[str, ArmBatch]:
     """
     c, g, n, t = config.completions_per_step, config.num_generations, config.num_agents, config.num_turns
     per_task = c // config.prompts_per_step
-    batches = {"magrpo": ArmBatch("magrpo", c, {"prompts_per_step": config.prompts_per_step, "num_generations": g},
-                                  f"{config.prompts_per_step} task tree(s) x N·(G+…+G^T) = {per_task} completions")}
+    batches = {arm: ArmBatch(arm, c, {"prompts_per_step": config.prompts_per_step, "num_generations": g},
+                             f"{config.prompts_per_step} task tree(s) x N·(G+…+G^T) = {per_task} completions")
+               for arm in ("magrpo", *LEVER_ARMS)}
     if c % g:
         raise ValueError(f"solo cannot be matched: C={c} completions per step is not a multiple of G={g}")
     batches["solo"] = ArmBatch("solo", c, {"prompts_per_step": c // g, "num_generations": g},
@@ -273,10 +282,11 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
             env = make_env(config, "train", agents=1, turns=1)
             team = Team.shared_lora(model, tokenizer, ["agent_0"], name=config.model)
             trainer = MAGRPOTrainer(env, team, MAGRPOConfig(**common, **batch.settings, micro_batch_size=32))
-        elif arm == "magrpo":
+        elif arm in ("magrpo", "magrpo_incentives"):
             team = Team.shared_lora(model, tokenizer, seats, name=config.model)
+            lever = INCENTIVES if arm == "magrpo_incentives" else {}
             trainer = MAGRPOTrainer(make_env(config, "train"), team,
-                                    MAGRPOConfig(**common, **batch.settings, micro_batch_size=32))
+                                    MAGRPOConfig(**common, **batch.settings, **lever, micro_batch_size=32))
         elif arm == "counterfactual":
             team = Team.shared_lora(model, tokenizer, seats, name=config.model)
             settings = dict(batch.settings)
@@ -292,7 +302,7 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
                                 critic_learning_rate=1e-4, reward_gamma=0.3, alpha1=0.2, beta1=0.2)
             trainer = MAPPOTrainer(make_env(config, "train"), team, mappo)
         else:
-            raise ValueError(f"unknown trained arm {arm!r}; choose from {TRAINED_ARMS}")
+            raise ValueError(f"unknown trained arm {arm!r}; choose from {TRAINED_ARMS + LEVER_ARMS}")
         with counter.active():
             history = trainer.train()
         if arm == "solo":
@@ -408,10 +418,11 @@ def arm_summary(scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def comparisons(arm_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Paired differences by task: each multi-agent arm against ``solo`` and ``shared`` (final turn and team answer)."""
+    """Paired differences by task: each multi-agent arm against ``solo``, ``shared`` and ``untrained``, and each lever
+    arm against ``magrpo`` (final turn and team answer)."""
     out = {}
     for arm in MULTI_AGENT_ARMS:
-        for base in (*SINGLE_POLICY_ARMS, "untrained"):
+        for base in (*SINGLE_POLICY_ARMS, "untrained", *(("magrpo",) if arm in LEVER_ARMS else ())):
             if arm not in arm_scores or base not in arm_scores:
                 continue
             out[f"{arm} - {base}"] = {
@@ -590,6 +601,6 @@ def _processor() -> str:
 
 
 
-__all__ = ["ARMS", "ArmBatch", "Evaluator", "SamplingCounter", "StudyConfig", "TrainedArm", "arm_summary",
+__all__ = ["ARMS", "LEVER_ARMS", "ArmBatch", "Evaluator", "SamplingCounter", "StudyConfig", "TrainedArm", "arm_summary",
            "comparisons", "format_table", "matched_batches", "research_bar",
            "run_study", "setting_summary", "summary_figure", "train_arm"]

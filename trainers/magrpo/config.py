@@ -26,7 +26,7 @@ class MAGRPOConfig(TrainerConfig):
     Parameters that control returns and advantages:
         credit, counterfactual_samples, counterfactual_reward, counterfactual_update, advantage_mode,
         normalize_advantages, advantage_std_floor, discount, early_termination_threshold,
-        early_termination, kl_placement.
+        early_termination, kl_placement, alpha0, alpha1, incentive_penalties (MAPoRL's incentives).
     Parameters that control training:
         agent_learning_rates, weight_decay, lr_scheduler, warmup_steps, prompts_per_step, micro_batch_size,
         update_order; and from ``TrainerConfig``: learning_rate, max_grad_norm, kl_coef (β of the k3 KL),
@@ -86,6 +86,16 @@ class MAGRPOConfig(TrainerConfig):
         "help": f"Which messages the update trains (credit='counterfactual'), one of {COUNTERFACTUAL_UPDATES}: 'all' "
                 "(the transcript's message and its K alternatives, each with its advantage in the group, as C3) or "
                 "'transcript' (only the transcript's messages)."})
+    alpha0: float = field(default=0.0, metadata={
+        "help": "MAPoRL incentive α0 (critical reasoning), added to the joint reward of a turn t >= 1 per agent "
+                "that is right while the others' majority was wrong at t-1 (0: off). Needs an env whose infos carry "
+                "the per-turn 'correct' table (the debate envs); see trainers.mappo.rewards."})
+    alpha1: float = field(default=0.0, metadata={
+        "help": "MAPoRL incentive α1 (persuadability): per agent wrong at t-1 that is right at t after the others' "
+                "majority was right at t-1 (0: off)."})
+    incentive_penalties: bool = field(default=False, metadata={
+        "help": "Also subtract α0/α1 per agent that turns a right answer wrong (MAPoRL's reference code; a penalty for "
+                "the correct-to-incorrect flips of a debate)."})
     # --- training
     agent_learning_rates: dict[str, float] | None = field(default=None, metadata={
         "help": "Per-agent learning rates {agent: lr}; agents not listed use learning_rate."})
@@ -133,7 +143,13 @@ class MAGRPOConfig(TrainerConfig):
         require(isinstance(self.counterfactual_samples, int) and self.counterfactual_samples >= 1,
                 f"counterfactual_samples (K alternatives per message) must be an int >= 1, got "
                 f"{self.counterfactual_samples!r}")
+        require(self.alpha0 >= 0 and self.alpha1 >= 0,
+                f"alpha0 and alpha1 are incentive weights and must be >= 0 (use incentive_penalties for the "
+                f"penalties), got alpha0={self.alpha0}, alpha1={self.alpha1}")
         if self.credit == "counterfactual":
+            require(self.alpha0 == 0 and self.alpha1 == 0,
+                    "the incentives alpha0/alpha1 shape the tree's joint rewards and do not apply to "
+                    "credit='counterfactual'; set them to 0")
             require(self.joint_mode == "aligned",
                     f"joint_mode={self.joint_mode!r} does not apply to credit='counterfactual' (one transcript per "
                     f"task, no joint-action tree); leave joint_mode='aligned'")

@@ -9,7 +9,8 @@ One training step:
    steps its own clone of the env, which supplies the next prompts (feedback).
    With ``early_termination_threshold`` set, a node whose mean joint reward exceeds it is not
    expanded further (CoMLRL; ``early_termination="joint_action"`` stops branch by branch).
-2. **compute_returns** — joint reward r = mean over agents of the env rewards; bottom-up
+2. **compute_returns** — joint reward r = mean over agents of the env rewards, plus the mean of
+   MAPoRL's incentive bonuses when ``alpha0``/``alpha1`` are set (:func:`incentive_shaped`); bottom-up
    ``R = r + γ · mean(R of the child's joint actions)`` (leaves: R = r).
 3. **compute_advantages** — per node and agent, the value of sample k is the mean return of
    the joint actions containing it (aligned: R_k itself), minus ``β · Σ_t k3`` of the sample
@@ -60,6 +61,7 @@ from ..common.distributed import prepare_training
 from ..common.evaluation import EvalResult, eval_report_path, evaluate_episodes, held_out_tasks
 from ..common.logging import MetricsLogger
 from ..common.losses import kl_per_token, sequence_means
+from ..mappo.rewards import IncentiveWeights, incentive_bonuses
 from .config import MAGRPOConfig
 from .counterfactual import CounterfactualBatch, MessageReplay, collect_counterfactual, team_outcome
 
@@ -73,6 +75,22 @@ class TreeNode:
     joint_rewards: list[float]                                  # r per joint action
     children: list[TreeNode | None] = field(default_factory=list)  # expansion of each joint action's child
     returns: list[float] = field(default_factory=list)          # R per joint action
+
+
+def incentive_shaped(expansion: Expansion, joint_rewards: Sequence[float], weights: IncentiveWeights) -> list[float]:
+    """Each joint action's reward plus the mean over agents of its incentive bonus for the turn just played.
+
+    The bonus (:func:`trainers.mappo.rewards.incentive_bonuses`) reads the env's per-turn ``correct`` table in the
+    infos, so a right answer kept or found earns α and, with penalties, a right answer turned wrong costs α.
+    """
+    shaped = []
+    for reward, infos in zip(joint_rewards, expansion.infos):
+        table = next(iter(infos.values()), {}).get("correct") if infos else None
+        if table is None:
+            raise ValueError("alpha0/alpha1 incentives need an env whose infos carry the per-turn 'correct' table "
+                             "(the debate envs do); set alpha0=alpha1=0 for this env")
+        shaped.append(reward + float(np.mean(incentive_bonuses(table, weights)[-1])))
+    return shaped
 
 
 def group_advantages(values: torch.Tensor, mode: str, normalize: bool = False, std_floor: float = 1e-4) -> torch.Tensor:
@@ -142,6 +160,11 @@ class MAGRPOTrainer:
         self.engine = RolloutEngine(env, team, self.sampling, progress=False)
         self.eval_engine = RolloutEngine(eval_env or env, team, progress=config.progress and self.distributed.is_main)
         self.train_tasks, self.eval_tasks = held_out_tasks(env, eval_env, config.eval_tasks)
+        weights = IncentiveWeights(alpha0=config.alpha0, alpha1=config.alpha1, penalties=config.incentive_penalties)
+        self.incentives = weights if weights.any_nonzero else None
+        if self.incentives and len(self.agents) < 2:
+            raise ValueError("alpha0/alpha1 incentives need at least 2 agents (they read the other agents' answers); "
+                             "set them to 0")
         self.task_rng = np.random.default_rng(config.seed)   # the same on every process: draws the global batch
         self.optimizers, self.schedulers, self.parameters = {}, {}, {}
         for agent in self.agents:
@@ -170,7 +193,9 @@ class MAGRPOTrainer:
             next_frontier, next_parents = [], []
             for expansion, parent in zip(expansions, parents):
                 joint_rewards = [float(np.mean(list(r.values()))) for r in expansion.rewards]   # shared joint reward
-                node = TreeNode(turn, expansion, joint_rewards, children=[None] * len(joint_rewards))
+                shaped = joint_rewards if self.incentives is None else incentive_shaped(expansion, joint_rewards,
+                                                                                         self.incentives)
+                node = TreeNode(turn, expansion, shaped, children=[None] * len(joint_rewards))
                 if parent is None:
                     roots.append(node)
                 else:
