@@ -1,6 +1,8 @@
 """Compute-matched collaboration study: untrained, solo, shared, MAGRPO, MAPPO and counterfactual-credit teams.
 
     PYTHONPATH=. python examples/collaboration_study.py --out outputs/collaboration_study
+    # one arm at a time on one thread (as the results page's first runs):
+    PYTHONPATH=. python examples/collaboration_study.py --jobs 1 --threads 1 --out outputs/collaboration_study
     # smoke test with any local HF model directory:
     PYTHONPATH=. python examples/collaboration_study.py --model DIR --steps 1 --eval-tasks 4 --hard-tasks 4 --out smoke
 
@@ -19,6 +21,7 @@ it). An interrupted study run again with the same ``--out`` and settings reuses 
 from __future__ import annotations
 
 import argparse
+import os
 
 from llm_marl.hardware import short_openmp_spin
 
@@ -48,20 +51,26 @@ def main() -> None:
     parser.add_argument("--hard-tasks", type=int, default=defaults.hard_tasks,
                         help="held-out tasks of the harder set (three 2-digit numbers added)")
     parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="arms trained at once, each in its own process (default: one per CPU core, at most the "
+                             "number of arms)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads of each job (default: the cores divided among the jobs)")
     parser.add_argument("--model", default=defaults.model, help="base model: the embedded name or a local HF directory")
     args = parser.parse_args()
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     config = StudyConfig(arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()), steps=args.steps,
                          num_generations=args.num_generations, prompts_per_step=args.prompts_per_step,
                          counterfactual_samples=args.counterfactual_samples, learning_rate=args.learning_rate,
                          temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                          eval_tasks=args.eval_tasks, samples=args.samples, hard_tasks=args.hard_tasks,
                          seed=args.seed, model=args.model)
-    run_study(config, args.out)
+    jobs = args.jobs or max(1, min(cores, len(config.arms)))
+    threads = args.threads or max(1, cores // jobs)
+    import torch
+
+    torch.set_num_threads(threads)
+    run_study(config, args.out, jobs=jobs, threads_per_job=threads)
 
 
 if __name__ == "__main__":

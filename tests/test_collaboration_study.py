@@ -162,3 +162,20 @@ def test_a_tiny_study_writes_results_checkpoints_and_resumes(tmp_path, tiny_mode
     again = []
     run_study(config, tmp_path, log=again.append)
     assert any("already done" in line for line in again if line.startswith("magrpo"))
+
+
+def test_arms_run_in_parallel_jobs_give_the_same_results_as_one_process(tmp_path, tiny_model_dir):
+    config = StudyConfig(model=str(tiny_model_dir), arms=("untrained", "solo"), steps=1, max_new_tokens=4,
+                         eval_tasks=2, hard_tasks=1, num_generations=2, counterfactual_samples=1)
+    one = run_study(config, tmp_path / "one", log=lambda line: None)
+    lines = []
+    two = run_study(config, tmp_path / "two", log=lines.append, jobs=2)
+    assert any(line.startswith("running 2 arms, 2 at a time") for line in lines)
+    assert two["jobs"] == 2
+    for arm in config.arms:
+        stored = [json.loads((tmp_path / run / "arms" / arm / "arm.json").read_text()) for run in ("one", "two")]
+        assert stored[0]["scores"] == stored[1]["scores"], arm
+        assert stored[0]["counts"] == stored[1]["counts"], arm
+    assert one["paired_differences"] == two["paired_differences"]
+    with pytest.raises(ValueError, match="jobs"):
+        run_study(config, tmp_path / "bad", jobs=0)

@@ -518,8 +518,69 @@ class _NoOptimizer:
         return {}
 
 
-def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print) -> dict[str, Any]:
-    """Train and evaluate every arm of ``config`` (reusing arms done in ``out``); write results.json and the figure."""
+# Expected cost of each arm relative to the others (training + evaluation on one core): parallel jobs start the
+# dearest arms first so that the cheap ones fill in around them.
+ARM_COST_ORDER = ("shared", "mappo", "counterfactual", "magrpo", "magrpo_incentives", "untrained", "solo")
+
+
+def finished_arm(config: StudyConfig, out: Path, arm: str) -> dict[str, Any] | None:
+    """The stored record of ``arm`` in ``out`` if it was run with these settings, else ``None``."""
+    record_path = out / "arms" / arm / "arm.json"
+    if record_path.is_file():
+        record = json.loads(record_path.read_text())
+        if record.get("key") == config.key():
+            return record
+    return None
+
+
+def run_arm(arm: str, config: StudyConfig, out: Path, evaluator: Evaluator, log: Any = print) -> dict[str, Any]:
+    """Train (unless ``untrained``) and evaluate one arm; its record, also written to ``out/arms/<arm>/arm.json``."""
+    batches = matched_batches(config)
+    arm_dir = out / "arms" / arm
+    arm_started = time.perf_counter()
+    if arm == "untrained":
+        trained = TrainedArm(evaluator.untrained, {"completions": 0, "answer_tokens": 0, "generate_calls": 0},
+                             0.0, [])
+    else:
+        log(f"{arm}: training ({batches[arm].how})")
+        trained = train_arm(arm, config, batches[arm], arm_dir / "train")
+    evaluator.load(trained.seats)
+    checkpoint = None
+    if arm != "untrained":
+        checkpoint = str(save_seated_checkpoint(evaluator, arm_dir / "team", config.steps, config))
+    eval_started = time.perf_counter()
+    scores = evaluator.play(arm_dir, label=arm)
+    record = {"key": config.key(), "arm": arm, "counts": trained.counts, "train_seconds": trained.seconds,
+              "eval_seconds": time.perf_counter() - eval_started, "checkpoint": checkpoint,
+              "matching": asdict(batches[arm]) if arm in batches else None,
+              "history": trained.history, "scores": scores}
+    write_text_atomically(arm_dir / "arm.json", json.dumps(record, default=str))
+    summary = setting_summary(scores["greedy"])
+    log(f"{arm}: done in {(time.perf_counter() - arm_started) / 60:.1f} min; sampled {trained.counts}; greedy "
+        f"turn 0 {summary['turn0_accuracy']['mean']:.3f}, final {summary['final_turn_accuracy']['mean']:.3f}, "
+        f"gain {summary['collaboration_gain']['mean']:+.3f}")
+    return record
+
+
+def _run_arm_in_worker(arm: str, config: StudyConfig, out: str, threads: int) -> str:
+    """One arm in a worker process of ``run_study(jobs=...)`` with ``threads`` torch threads; returns its log."""
+    import torch
+
+    torch.set_num_threads(threads)
+    lines: list[str] = []
+    run_arm(arm, config, Path(out), Evaluator(config), log=lines.append)
+    return "\n".join(lines)
+
+
+def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, jobs: int = 1,
+              threads_per_job: int = 1) -> dict[str, Any]:
+    """Train and evaluate every arm of ``config`` (reusing arms done in ``out``); write results.json and the figure.
+
+    ``jobs > 1`` runs that many arms at once, each in its own process with ``threads_per_job`` torch threads
+    (the dearest arms first); every arm's result is the same as in one process (each arm seeds itself).
+    """
+    if jobs < 1 or threads_per_job < 1:
+        raise ValueError(f"jobs and threads_per_job must be >= 1, got jobs={jobs}, threads_per_job={threads_per_job}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -528,40 +589,27 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print) 
         f"C = {config.completions_per_step} completions per step for every trained arm")
     for batch in batches.values():
         log(f"  {batch.arm:>14}: {batch.how}")
-    evaluator = Evaluator(config)
+    pending = [arm for arm in config.arms if finished_arm(config, out, arm) is None]
+    if jobs > 1 and len(pending) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        order = sorted(pending, key=lambda a: ARM_COST_ORDER.index(a) if a in ARM_COST_ORDER else -1)
+        log(f"running {len(order)} arms, {jobs} at a time with {threads_per_job} thread(s) each: {', '.join(order)}")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_run_arm_in_worker, arm, config, str(out), threads_per_job): arm for arm in order}
+            for future in as_completed(futures):
+                log(future.result())
+    evaluator = None
     arm_scores, arm_records = {}, {}
     for arm in config.arms:
-        arm_dir = out / "arms" / arm
-        record_path = arm_dir / "arm.json"
-        if record_path.is_file():
-            record = json.loads(record_path.read_text())
-            if record.get("key") == config.key():
-                log(f"{arm}: already done ({record_path}), reused")
-                arm_scores[arm], arm_records[arm] = record.pop("scores"), record
-                continue
-        arm_started = time.perf_counter()
-        if arm == "untrained":
-            trained = TrainedArm(evaluator.untrained, {"completions": 0, "answer_tokens": 0, "generate_calls": 0},
-                                 0.0, [])
+        record = finished_arm(config, out, arm)
+        if record is not None:
+            log(f"{arm}: already done ({out / 'arms' / arm / 'arm.json'}), reused")
         else:
-            log(f"{arm}: training ({batches[arm].how})")
-            trained = train_arm(arm, config, batches[arm], arm_dir / "train")
-        evaluator.load(trained.seats)
-        checkpoint = None
-        if arm != "untrained":
-            checkpoint = str(save_seated_checkpoint(evaluator, arm_dir / "team", config.steps, config))
-        eval_started = time.perf_counter()
-        scores = evaluator.play(arm_dir, label=arm)
-        record = {"key": config.key(), "arm": arm, "counts": trained.counts, "train_seconds": trained.seconds,
-                  "eval_seconds": time.perf_counter() - eval_started, "checkpoint": checkpoint,
-                  "matching": asdict(batches[arm]) if arm in batches else None,
-                  "history": trained.history}
-        write_text_atomically(record_path, json.dumps({**record, "scores": scores}, default=str))
-        arm_scores[arm], arm_records[arm] = scores, record
-        summary = setting_summary(scores["greedy"])
-        log(f"{arm}: done in {(time.perf_counter() - arm_started) / 60:.1f} min; sampled {trained.counts}; greedy "
-            f"turn 0 {summary['turn0_accuracy']['mean']:.3f}, final {summary['final_turn_accuracy']['mean']:.3f}, "
-            f"gain {summary['collaboration_gain']['mean']:+.3f}")
+            evaluator = evaluator or Evaluator(config)
+            record = run_arm(arm, config, out, evaluator, log=log)
+        arm_scores[arm], arm_records[arm] = record.pop("scores"), record
     summaries = {arm: arm_summary(arm_scores[arm]) for arm in config.arms}
     paired = comparisons(arm_scores)
     results = {
@@ -577,6 +625,7 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print) 
                     "answer: majority vote of the final answers; collaboration gain: final-turn minus turn-0 "
                     "accuracy of the same episodes; intervals: 95% percentile bootstrap over tasks, paired by task",
         "machine": {"processor": _processor(), "python": platform.python_version()},
+        "jobs": jobs, "threads_per_job": threads_per_job,
         "wall_time_s": {"this_call": time.perf_counter() - started,
                         "all_arms": sum(r["train_seconds"] + r["eval_seconds"] for r in arm_records.values())},
     }
@@ -586,9 +635,9 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print) 
     log(format_table(summaries, "sampled"))
     for arm, bar in results["research_bar"].items():
         log(f"research bar, {arm}: {'met' if bar['met'] else 'not met'} ({bar})")
-    log(f"wall time: all arms together {results['wall_time_s']['all_arms'] / 60:.1f} min (training + evaluation), "
-        f"this call {results['wall_time_s']['this_call'] / 60:.1f} min; wrote {out / 'results.json'} and "
-        f"{out / 'summary.png'}")
+    log(f"time: all arms together {results['wall_time_s']['all_arms'] / 60:.1f} min of training + evaluation "
+        f"(summed over arms), this call {results['wall_time_s']['this_call'] / 60:.1f} min wall with {jobs} job(s); "
+        f"wrote {out / 'results.json'} and {out / 'summary.png'}")
     return results
 
 
@@ -601,6 +650,6 @@ def _processor() -> str:
 
 
 
-__all__ = ["ARMS", "LEVER_ARMS", "ArmBatch", "Evaluator", "SamplingCounter", "StudyConfig", "TrainedArm", "arm_summary",
-           "comparisons", "format_table", "matched_batches", "research_bar",
-           "run_study", "setting_summary", "summary_figure", "train_arm"]
+__all__ = ["ARMS", "ArmBatch", "Evaluator", "LEVER_ARMS", "SamplingCounter", "StudyConfig", "TrainedArm",
+           "arm_summary", "comparisons", "finished_arm", "format_table", "matched_batches", "research_bar",
+           "run_arm", "run_study", "setting_summary", "summary_figure", "train_arm"]
