@@ -99,7 +99,7 @@ def strip_envs(roots):
 
 
 def build_mappo(output_dir: str | Path, max_steps: int = 2, init_seed: int | None = None, fsdp: bool = False,
-                resume: bool = False) -> MAPPOTrainer:
+                resume: bool = False, **overrides) -> MAPPOTrainer:
     """2 agents x 2 turns of arithmetic debate on a tiny shared base, scored by a tiny learned verifier."""
     import llm_marl_envs
     from verifiers.reward_model import RewardModel
@@ -114,7 +114,7 @@ def build_mappo(output_dir: str | Path, max_steps: int = 2, init_seed: int | Non
     config = MAPPOConfig(max_new_tokens=6, episodes_per_step=3, minibatch_size=5, ppo_epochs=2, learning_rate=1e-3,
                          critic_learning_rate=1e-3, max_steps=max_steps, output_dir=str(output_dir), progress=False,
                          report_to=("jsonl",), eval_tasks=2, alpha1=0.5, beta1=0.5, fsdp=fsdp,
-                         resume_from_checkpoint="latest" if resume else None)
+                         resume_from_checkpoint="latest" if resume else None, **overrides)
     return MAPPOTrainer(env, team, config, verifier=verifier)
 
 
