@@ -47,6 +47,8 @@ def main() -> None:
     out, jobs = Path(sys.argv[1]), sys.argv[2:]
     for job in jobs:
         run(out, job)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

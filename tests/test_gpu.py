@@ -242,7 +242,9 @@ def test_magrpo_trains_in_bf16_on_the_gpu_and_resumes(device, tmp_path):
 
 
 def test_mappo_trains_policy_and_critic_in_bf16_on_the_gpu(device, tmp_path):
-    trainer = build_mappo(tmp_path / "mappo", max_steps=1, init_seed=0, mixed_precision="bf16")
+    # the say-a-number env: the arithmetic debate's problems come from reasoning-gym, which needs a C extension
+    trainer = build_mappo(tmp_path / "mappo", max_steps=1, init_seed=0, env=SayNumberEnv(num_turns=2),
+                          mixed_precision="bf16")
     assert_placed(trainer, device)
     assert {p.device for p in trainer.critic.head.parameters()} == {device}
     before = {name: t.detach().clone() for name, t in mappo_trainable(trainer).items()}
@@ -268,7 +270,9 @@ def test_a_launched_process_joins_with_nccl_and_trains_with_and_without_fsdp(dev
         port = sock.getsockname()[1]
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", str(port),
                str(ROOT / "tests" / "gpu_worker.py"), str(tmp_path), "plain", "fsdp"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    # the caller's PYTHONPATH kept: on the GPU machine it holds the carried wheels
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "OMP_NUM_THREADS": "1"}
     if device.type == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -294,8 +298,9 @@ def test_agents_on_the_gpu_and_the_cpu_train_together(device, tmp_path, precisio
     torch.manual_seed(0)
     team = Team.separate([tiny_model(seed=0), tiny_model(seed=1)], agents, lora_config=default_lora_config())
     config = MAGRPOConfig(num_generations=3, max_new_tokens=6, max_steps=1, prompts_per_step=2, eval_tasks=2,
-                          learning_rate=5e-3, output_dir=str(tmp_path), report_to=("jsonl",), progress=False,
-                          mixed_precision=precision, agent_devices={"agent_0": str(device), "agent_1": "cpu"})
+                          learning_rate=5e-3, kl_coef=0.05, output_dir=str(tmp_path), report_to=("jsonl",),
+                          progress=False, mixed_precision=precision,
+                          agent_devices={"agent_0": str(device), "agent_1": "cpu"})
     trainer = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config)
     assert trainer.team.policy("agent_0").device.type == device.type
     assert trainer.team.policy("agent_1").device == torch.device("cpu")
