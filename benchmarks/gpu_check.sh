@@ -70,10 +70,10 @@ for name in ("transformers", "peft", "accelerate", "tokenizers", "numpy", "pytes
 PY
 } 2>&1 | tee "$OUT/versions.txt"
 
-timeout 330 python3 -m pytest -m gpu tests/test_gpu.py -v -rA -p no:cacheprovider --junitxml="$OUT/gpu.xml" 2>&1 \
+timeout 270 python3 -m pytest -m gpu tests/test_gpu.py -v -rA -p no:cacheprovider --junitxml="$OUT/gpu.xml" 2>&1 \
     | tee "$OUT/gpu.log"
 status=${PIPESTATUS[0]}
 # shellcheck disable=SC2086  # word splitting intended: extra arguments (a dry run: --device cpu --models tiny)
-timeout 150 python3 benchmarks/gpu_precision.py ${GPU_CHECK_PRECISION_ARGS:-} 2>&1 | tee "$OUT/precision.log"
+timeout 100 python3 benchmarks/gpu_precision.py ${GPU_CHECK_PRECISION_ARGS:---steps 2} 2>&1 | tee "$OUT/precision.log"
 echo "gpu_check: pytest exit status $status; outputs in $OUT"
 exit "$status"
