@@ -1,4 +1,4 @@
-"""The CUDA paths: sampling, both trainers in bf16, an NCCL launch, FSDP2 asked for, agents on two devices.
+"""The CUDA paths: sampling, both trainers in bf16 (MAGRPO in fp16 too), an NCCL launch, agents on two devices.
 
 Marked ``gpu`` and deselected by default; run them on a machine with a CUDA GPU with
 
@@ -239,6 +239,23 @@ def test_magrpo_trains_in_bf16_on_the_gpu_and_resumes(device, tmp_path):
     assert [r["step"] for r in continued] == [3] and resumed.step == 3
     assert latest_checkpoint(tmp_path / "run").name == "step-000003"
     assert any(not torch.equal(t, after[n]) for n, t in trainable(resumed).items())
+
+
+def test_magrpo_trains_in_fp16_with_loss_scaling_on_the_gpu(device, tmp_path):
+    if device.type != "cuda":
+        pytest.skip("fp16 autocast and loss scaling need CUDA (refused on the CPU)")
+    trainer = build_trainer(tmp_path / "fp16", max_steps=2, init_seed=0, mixed_precision="fp16")
+    assert trainer.accelerator.scaler is not None
+    before = {name: t.detach().clone() for name, t in trainable(trainer).items()}
+    history = trainer.train()
+    after = trainable(trainer)
+    scale = trainer.accelerator.scaler.get_scale()
+    print(f"MEASURED fp16 loss scale after 2 steps (8 optimizer steps): {scale}")
+    assert math.isfinite(scale) and scale > 0
+    assert all(math.isfinite(v) for r in history for k, v in r.items() if k.endswith("/loss"))
+    assert all(torch.isfinite(t).all() and t.dtype == torch.float32 for t in after.values())
+    moved = {n.split("/")[0] for n, t in after.items() if not torch.equal(t, before[n])}
+    assert moved == {"agent_0", "agent_1"}, "every update was skipped for overflow: the weights did not move"
 
 
 def test_mappo_trains_policy_and_critic_in_bf16_on_the_gpu(device, tmp_path):
