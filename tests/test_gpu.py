@@ -66,10 +66,16 @@ def device() -> torch.device:
 @pytest.fixture
 def ieee_float32():
     """float32 products in full float32 (no TF32) for the cross-device comparisons; restored afterwards."""
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    # torch >= 2.9 names it fp32_precision ("ieee" / "tf32") and refuses a mix with the older allow_tf32 flags
+    name, ieee = ("fp32_precision", "ieee") if hasattr(torch.backends.cuda.matmul, "fp32_precision") \
+        else ("allow_tf32", False)
+    backends = (torch.backends.cuda.matmul, torch.backends.cudnn)
+    saved = [getattr(backend, name) for backend in backends]
+    for backend in backends:
+        setattr(backend, name, ieee)
     yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+    for backend, value in zip(backends, saved):
+        setattr(backend, name, value)
 
 
 @pytest.fixture(autouse=True)
