@@ -157,7 +157,10 @@ def resolve(name_or_path: str | os.PathLike = DEFAULT_MODEL, cache_dir: str | os
     dir or a hub id."""
     name = str(name_or_path)
     if name in EMBEDDED_MODELS:
-        return str(_convert_gguf(gguf_path(name), cache_root(cache_dir) / "models" / name))
+        cached = cache_root(cache_dir) / "models" / name
+        if cached.is_dir():          # converted before: the package that ships the GGUF is needed only to convert
+            return str(cached)
+        return str(_convert_gguf(gguf_path(name), cached))
     if name.endswith(".gguf"):
         path = Path(name)
         if not path.is_file():

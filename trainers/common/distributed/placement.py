@@ -5,7 +5,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from llm_marl.backends.hf import HFPolicy
+from llm_marl.backends.hf import HFPolicy, set_weight_layout
 from llm_marl.team import Team
 
 from ..config import parse_device
@@ -47,6 +47,8 @@ def place_team(team: Team, agents: Sequence[str], agent_devices: Mapping[str, st
         policy = team.policy(agent)
         device = torch.device(wanted[id(policy)][agent])
         if isinstance(policy, HFPolicy) and policy.device != device:
+            if device.type != "cpu":      # the input-major layout is for the CPU's kernels; .to() would keep it
+                set_weight_layout(policy.model, input_major=False)
             policy.model.to(device)
         placed[agent] = device
     return placed
