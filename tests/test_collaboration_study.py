@@ -56,8 +56,9 @@ def test_counterfactual_cost_counts_messages_and_replays():
 
 def test_a_lever_arm_runs_only_when_named_with_the_batch_of_magrpo():
     assert "magrpo_incentives" not in matched_batches(StudyConfig())
-    batches = matched_batches(StudyConfig(arms=("solo", "magrpo", "magrpo_incentives")))
+    batches = matched_batches(StudyConfig(arms=("solo", "magrpo", "magrpo_incentives", "magrpo_final_turn")))
     assert batches["magrpo_incentives"].settings == batches["magrpo"].settings
+    assert batches["magrpo_final_turn"].settings == batches["magrpo"].settings
 
 
 def test_a_shape_that_cannot_be_matched_says_which_arm_and_why():
@@ -127,7 +128,8 @@ def test_sampling_counter_counts_real_generations_and_restores_generate():
     assert counter.answer_tokens == sum(g.num_tokens for row in out for g in row) > 0
 
 
-@pytest.mark.parametrize("arm", ["solo", "shared", "magrpo", "mappo", "counterfactual", "magrpo_incentives"])
+@pytest.mark.parametrize("arm", ["solo", "shared", "magrpo", "mappo", "counterfactual", "magrpo_incentives",
+                                 "magrpo_final_turn"])
 def test_each_arm_samples_the_matched_completions(arm, tiny_model_dir, tmp_path):
     config = StudyConfig(model=str(tiny_model_dir), steps=1, max_new_tokens=6, eval_tasks=2, hard_tasks=2, arms=(arm,))
     batch = matched_batches(config)[arm]

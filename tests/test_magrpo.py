@@ -291,3 +291,18 @@ def test_incentives_need_a_correct_table_and_two_agents(tmp_path, team):
         small_config(tmp_path, alpha0=-0.1)
     with pytest.raises(ValueError, match="credit='counterfactual'"):
         small_config(tmp_path, alpha0=0.1, credit="counterfactual")
+
+
+def test_final_turn_rewards_credit_the_first_answer_through_the_second_turn_only(tmp_path, team):
+    config = small_config(tmp_path, reward_turns="final", discount=0.5)
+    trainer = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config)
+    (root,) = trainer.collect()
+    assert root.joint_rewards == [0.0] * config.num_generations
+    assert any(sum(r.values()) > 0 for r in root.expansion.rewards)      # the env did reward the first answers
+    for child in root.children:
+        assert child.joint_rewards == [sum(r.values()) / 2 for r in child.expansion.rewards]
+    returns = trainer.compute_returns(root)
+    assert returns == pytest.approx([0.5 * sum(child.joint_rewards) / len(child.joint_rewards)
+                                     for child in root.children])
+    with pytest.raises(ValueError, match="reward_turns must be one of"):
+        small_config(tmp_path, reward_turns="last")

@@ -21,6 +21,8 @@ Levers, arms run only when named (``arms=(..., "magrpo_incentives")``):
 - ``magrpo_incentives``: the ``magrpo`` arm with MAPoRL's incentives on the tree's joint rewards
   (α0 = α1 = 0.2 with penalties: a right answer kept or found against the partner earns 0.2, a right
   answer turned wrong costs 0.2); the same batch as ``magrpo``.
+- ``magrpo_final_turn``: the ``magrpo`` arm rewarding the final turn only (``reward_turns="final"``):
+  a first answer is credited only through the discounted outcome of the second turn it leads to.
 
 ``C = P · N · (G + G² + … + G^T)``: the completions MAGRPO samples per step for ``P`` prompts, N agents,
 T turns and G samples per tree node.
@@ -56,9 +58,10 @@ from trainers.magrpo.counterfactual import completions_per_transcript
 
 ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
 TRAINED_ARMS = ARMS[1:]
-LEVER_ARMS = ("magrpo_incentives",)
+LEVER_ARMS = ("magrpo_incentives", "magrpo_final_turn")
 MULTI_AGENT_ARMS = ("magrpo", "mappo", "counterfactual", *LEVER_ARMS)
-INCENTIVES = {"alpha0": 0.2, "alpha1": 0.2, "incentive_penalties": True}   # the magrpo_incentives lever
+LEVERS = {"magrpo_incentives": {"alpha0": 0.2, "alpha1": 0.2, "incentive_penalties": True},
+          "magrpo_final_turn": {"reward_turns": "final"}}   # each lever arm's MAGRPOConfig settings over magrpo's
 SINGLE_POLICY_ARMS = ("solo", "shared")
 SETTINGS = ("greedy", "sampled", "vote", "hard")
 
@@ -282,11 +285,11 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
             env = make_env(config, "train", agents=1, turns=1)
             team = Team.shared_lora(model, tokenizer, ["agent_0"], name=config.model)
             trainer = MAGRPOTrainer(env, team, MAGRPOConfig(**common, **batch.settings, micro_batch_size=32))
-        elif arm in ("magrpo", "magrpo_incentives"):
+        elif arm in ("magrpo", *LEVER_ARMS):
             team = Team.shared_lora(model, tokenizer, seats, name=config.model)
-            lever = INCENTIVES if arm == "magrpo_incentives" else {}
             trainer = MAGRPOTrainer(make_env(config, "train"), team,
-                                    MAGRPOConfig(**common, **batch.settings, **lever, micro_batch_size=32))
+                                    MAGRPOConfig(**common, **batch.settings, **LEVERS.get(arm, {}),
+                                                 micro_batch_size=32))
         elif arm == "counterfactual":
             team = Team.shared_lora(model, tokenizer, seats, name=config.model)
             settings = dict(batch.settings)
@@ -520,7 +523,7 @@ class _NoOptimizer:
 
 # Expected cost of each arm relative to the others (training + evaluation on one core): parallel jobs start the
 # dearest arms first so that the cheap ones fill in around them.
-ARM_COST_ORDER = ("shared", "mappo", "counterfactual", "magrpo", "magrpo_incentives", "untrained", "solo")
+ARM_COST_ORDER = ("shared", "mappo", "counterfactual", "magrpo", *LEVER_ARMS, "untrained", "solo")
 
 
 def finished_arm(config: StudyConfig, out: Path, arm: str) -> dict[str, Any] | None:

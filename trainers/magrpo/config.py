@@ -13,6 +13,7 @@ KL_PLACEMENTS = ("reward", "loss")
 EARLY_TERMINATIONS = ("node_mean", "joint_action")
 UPDATE_ORDERS = ("last_turn_first", "first_turn_first")
 CREDITS = ("group", "counterfactual")
+REWARD_TURNS = ("every", "final")
 COUNTERFACTUAL_UPDATES = ("all", "transcript")
 
 
@@ -26,7 +27,7 @@ class MAGRPOConfig(TrainerConfig):
     Parameters that control returns and advantages:
         credit, counterfactual_samples, counterfactual_reward, counterfactual_update, advantage_mode,
         normalize_advantages, advantage_std_floor, discount, early_termination_threshold,
-        early_termination, kl_placement, alpha0, alpha1, incentive_penalties (MAPoRL's incentives).
+        early_termination, kl_placement, reward_turns, alpha0, alpha1, incentive_penalties (MAPoRL's incentives).
     Parameters that control training:
         agent_learning_rates, weight_decay, lr_scheduler, warmup_steps, prompts_per_step, micro_batch_size,
         update_order; and from ``TrainerConfig``: learning_rate, max_grad_norm, kl_coef (β of the k3 KL),
@@ -86,6 +87,10 @@ class MAGRPOConfig(TrainerConfig):
         "help": f"Which messages the update trains (credit='counterfactual'), one of {COUNTERFACTUAL_UPDATES}: 'all' "
                 "(the transcript's message and its K alternatives, each with its advantage in the group, as C3) or "
                 "'transcript' (only the transcript's messages)."})
+    reward_turns: str = field(default="every", metadata={
+        "help": f"Which turns' joint rewards enter the tree's returns, one of {REWARD_TURNS}: 'every' (each turn's "
+                "reward, CoMLRL) or 'final' (only joint actions that end the episode keep theirs; an earlier answer "
+                "is credited through the discounted returns of the turns it leads to)."})
     alpha0: float = field(default=0.0, metadata={
         "help": "MAPoRL incentive α0 (critical reasoning), added to the joint reward of a turn t >= 1 per agent "
                 "that is right while the others' majority was wrong at t-1 (0: off). Needs an env whose infos carry "
@@ -137,7 +142,8 @@ class MAGRPOConfig(TrainerConfig):
         for name in ("prompts_per_step", "micro_batch_size"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         require(self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}")
-        for name, choices in (("credit", CREDITS), ("counterfactual_reward", TEAM_OUTCOMES),
+        for name, choices in (("credit", CREDITS), ("reward_turns", REWARD_TURNS),
+                              ("counterfactual_reward", TEAM_OUTCOMES),
                               ("counterfactual_update", COUNTERFACTUAL_UPDATES)):
             require(getattr(self, name) in choices, f"{name} must be one of {choices}, got {getattr(self, name)!r}")
         require(isinstance(self.counterfactual_samples, int) and self.counterfactual_samples >= 1,
@@ -147,6 +153,9 @@ class MAGRPOConfig(TrainerConfig):
                 f"alpha0 and alpha1 are incentive weights and must be >= 0 (use incentive_penalties for the "
                 f"penalties), got alpha0={self.alpha0}, alpha1={self.alpha1}")
         if self.credit == "counterfactual":
+            require(self.reward_turns == "every",
+                    "reward_turns shapes the tree's returns and does not apply to credit='counterfactual' (see "
+                    "counterfactual_reward); leave reward_turns='every'")
             require(self.alpha0 == 0 and self.alpha1 == 0,
                     "the incentives alpha0/alpha1 shape the tree's joint rewards and do not apply to "
                     "credit='counterfactual'; set them to 0")
@@ -161,5 +170,5 @@ class MAGRPOConfig(TrainerConfig):
                     f"use kl_placement='loss' or kl_coef=0")
 
 
-__all__ = ["MAGRPOConfig", "ADVANTAGE_MODES", "CREDITS", "COUNTERFACTUAL_UPDATES", "TEAM_OUTCOMES", "JOINT_MODES",
-           "KL_PLACEMENTS", "EARLY_TERMINATIONS", "UPDATE_ORDERS"]
+__all__ = ["MAGRPOConfig", "ADVANTAGE_MODES", "CREDITS", "REWARD_TURNS", "COUNTERFACTUAL_UPDATES", "TEAM_OUTCOMES",
+           "JOINT_MODES", "KL_PLACEMENTS", "EARLY_TERMINATIONS", "UPDATE_ORDERS"]

@@ -10,7 +10,8 @@ One training step:
    With ``early_termination_threshold`` set, a node whose mean joint reward exceeds it is not
    expanded further (CoMLRL; ``early_termination="joint_action"`` stops branch by branch).
 2. **compute_returns** — joint reward r = mean over agents of the env rewards, plus the mean of
-   MAPoRL's incentive bonuses when ``alpha0``/``alpha1`` are set (:func:`incentive_shaped`); bottom-up
+   MAPoRL's incentive bonuses when ``alpha0``/``alpha1`` are set (:func:`incentive_shaped`), and with
+   ``reward_turns="final"`` zero for joint actions that do not end the episode; bottom-up
    ``R = r + γ · mean(R of the child's joint actions)`` (leaves: R = r).
 3. **compute_advantages** — per node and agent, the value of sample k is the mean return of
    the joint actions containing it (aligned: R_k itself), minus ``β · Σ_t k3`` of the sample
@@ -195,6 +196,8 @@ class MAGRPOTrainer:
                 joint_rewards = [float(np.mean(list(r.values()))) for r in expansion.rewards]   # shared joint reward
                 shaped = joint_rewards if self.incentives is None else incentive_shaped(expansion, joint_rewards,
                                                                                          self.incentives)
+                if cfg.reward_turns == "final":         # only the episode's last joint actions keep a reward
+                    shaped = [r if done else 0.0 for r, done in zip(shaped, expansion.done)]
                 node = TreeNode(turn, expansion, shaped, children=[None] * len(joint_rewards))
                 if parent is None:
                     roots.append(node)
