@@ -25,7 +25,10 @@ transfer test. No post is in two of these.
 
 The judgement is the one the reward cannot be fitted to: **ROUGE-L F1 of each agent's summary
 against the post's human TL;DR** (``llm_marl_envs.metrics.rouge_l``), greedy, paired per post with a
-bootstrap 95% CI. Beside it: the joint reward (what was trained) and the share of *degenerate*
+bootstrap 95% CI. Judged summaries, before and after alike, are decoded without repeating one of their
+own 3-grams of tokens (``--no-repeat-ngram``, the usual guard of summarisation decoders; training samples
+are unconstrained): plain greedy decoding of this model falls into loops on some posts before any
+training. Beside it: the joint reward (what was trained) and the share of *degenerate*
 summaries (distinct-word ratio below 0.4, e.g. ``"SUBREDDIT: SUBREDDIT: ..."``, the exploit this
 reward invites). A rising reward with a flat or falling ROUGE-L is reward hacking, and the script
 says so.
@@ -155,9 +158,12 @@ def provenance() -> dict[str, Any]:
             "cpu": cpu_info().model, "torch_threads": torch.get_num_threads()}
 
 
-def play(engine: RolloutEngine, trainer: MAGRPOTrainer, tasks: list[int], desc: str) -> EvalResult:
-    """Greedy episodes of ``tasks`` through ``engine`` (the trainer's shared evaluation path)."""
-    params = SamplingParams(max_new_tokens=trainer.config.max_new_tokens, temperature=0.0)
+def play(engine: RolloutEngine, trainer: MAGRPOTrainer, tasks: list[int], desc: str,
+         no_repeat_ngram: int = 0) -> EvalResult:
+    """Greedy episodes of ``tasks`` through ``engine`` (the trainer's shared evaluation path); with
+    ``no_repeat_ngram = n`` no summary repeats one of its own token n-grams."""
+    params = SamplingParams(max_new_tokens=trainer.config.max_new_tokens, temperature=0.0,
+                            no_repeat_ngram=no_repeat_ngram)
     return evaluate_episodes(engine, trainer.distributed, trainer.accelerator, tasks,
                              [trainer.config.seed] * len(tasks), params, desc=desc)
 
@@ -204,6 +210,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-generations", type=int, default=4, help="G: samples per agent per post")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per summary")
     parser.add_argument("--temperature", type=float, default=0.8, help="training sampling temperature")
+    parser.add_argument("--no-repeat-ngram", type=int, default=3,
+                        help="judged summaries (greedy) never repeat one of their own token n-grams of this size, "
+                             "as summarisation decoders do (0: plain greedy, which can loop)")
     parser.add_argument("--learning-rate", type=float, default=2e-4, help="AdamW learning rate of each adapter")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
     parser.add_argument("--kl-coef", type=float, default=0.02,
@@ -261,7 +270,8 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
     agents = trainer.agents
 
     def run_monitor() -> dict[str, Any]:
-        scores = judge(play(monitor_engine, trainer, monitor_tasks, "monitor"), monitor_env, agents)
+        played = play(monitor_engine, trainer, monitor_tasks, "monitor", args.no_repeat_ngram)
+        scores = judge(played, monitor_env, agents)
         row = {"step": trainer.step, "joint_reward": float(np.mean(scores["joint_reward"])),
                **{f"rouge_l/{a}": float(np.mean(v)) for a, v in scores["rouge_l"].items()},
                **{f"degenerate/{a}": float(np.mean(v)) for a, v in scores["degenerate"].items()}}
@@ -270,7 +280,8 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
               flush=True)
         return row
 
-    before_scores = judge(play(trainer.eval_engine, trainer, trainer.eval_tasks, "held-out before"), eval_env, agents)
+    before_scores = judge(play(trainer.eval_engine, trainer, trainer.eval_tasks, "held-out before",
+                              args.no_repeat_ngram), eval_env, agents)
     monitor = [run_monitor()]
 
     # train in chunks of --monitor-every steps, so the monitor runs between them and the time budget holds
@@ -288,7 +299,8 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
         monitor.append(run_monitor())
     train_minutes = (time.time() - train_started) / 60
 
-    after_scores = judge(play(trainer.eval_engine, trainer, trainer.eval_tasks, "held-out after"), eval_env, agents)
+    after_scores = judge(play(trainer.eval_engine, trainer, trainer.eval_tasks, "held-out after",
+                             args.no_repeat_ngram), eval_env, agents)
     before, after = summary(before_scores), summary(after_scores)
     difference = paired(before_scores, after_scores)
     results = {

@@ -27,14 +27,21 @@ class SamplingParams:
     MAGRPO tree) must not reuse it, or turn t+1 would draw the same noise as turn t; it derives a
     fresh seed per call with :meth:`for_call` (the rollout engine does this for every turn), so a
     whole run stays reproducible from its one seed while every call draws new noise.
+
+    ``no_repeat_ngram = n > 0`` bans, at every step, each token that would complete a token n-gram the
+    completion already holds (the prompt may still be quoted): greedy decoding cannot fall into a loop.
+    Only the ``hf`` backend applies it; the others refuse it with ``ValueError``.
     """
 
     max_new_tokens: int = 256
     temperature: float = 0.7
     top_p: float = 0.9
     seed: int | None = None
+    no_repeat_ngram: int = 0     # n > 0: a completion never repeats one of its own word-piece n-grams (HF backend)
 
     def __post_init__(self) -> None:
+        if self.no_repeat_ngram < 0:
+            raise ValueError(f"no_repeat_ngram must be >= 0 (0: off), got {self.no_repeat_ngram}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:

@@ -180,3 +180,43 @@ def test_chosen_logprobs_equal_log_softmax_and_take_the_logits_buffer():
     buffer = logits.clone()
     torch.testing.assert_close(chosen_logprobs_(buffer, ids), expected, rtol=1e-5, atol=1e-5)
     assert not torch.equal(buffer, logits)          # worked in place: the caller must not reuse its logits
+
+
+def repeated_ngrams(ids, n):
+    grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
+    return len(grams) - len(set(grams))
+
+
+def test_repeated_ngram_tokens_are_the_continuations_of_the_last_n_minus_1_tokens():
+    from llm_marl.backends.hf.decode_loop import repeated_ngram_tokens
+
+    assert repeated_ngram_tokens([5, 6, 7, 5, 6], 3) == [7]            # 5 6 -> 7 was seen after "5 6"
+    assert repeated_ngram_tokens([5, 6, 7, 5, 6, 9, 5, 6], 3) == [7, 9]
+    assert repeated_ngram_tokens([5, 6, 7], 3) == []                   # "6 7" never came before
+    assert repeated_ngram_tokens([1, 2], 3) == []
+    assert repeated_ngram_tokens([4, 4, 2], 1) == [2, 4]
+    assert repeated_ngram_tokens([4], 2) == [] and repeated_ngram_tokens([4, 4], 2) == [4]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.1], ids=["greedy", "sampled"])
+def test_no_repeat_ngram_keeps_a_looping_completion_free_of_repeated_ngrams(team, temperature):
+    policy = team.policy("agent_0")
+    plain = SamplingParams(max_new_tokens=40, temperature=temperature, seed=3)
+    free = [g.completion_ids for g in policy.generate(CONVERSATIONS, plain, num_samples=2)[0]]
+    assert any(repeated_ngrams(ids, 3) for ids in free), "the tiny model did not loop: nothing to guard against"
+    guarded = policy.generate(CONVERSATIONS, SamplingParams(max_new_tokens=40, temperature=temperature, seed=3,
+                                                            no_repeat_ngram=3), num_samples=2)
+    for group in guarded:
+        for g in group:
+            assert len(g.completion_ids) > 6 and repeated_ngrams(g.completion_ids, 3) == 0
+            assert all(lp > float("-inf") for lp in g.logprobs)
+
+
+def test_no_repeat_ngram_is_refused_where_a_backend_cannot_apply_it():
+    from llm_marl.backends.openai_compat import OpenAIPolicy
+
+    with pytest.raises(ValueError, match="no_repeat_ngram must be >= 0"):
+        SamplingParams(no_repeat_ngram=-1)
+    server = OpenAIPolicy("http://127.0.0.1:9", "m")     # never contacted: the check comes first
+    with pytest.raises(ValueError, match="does not apply no_repeat_ngram=3"):
+        server.generate(CONVERSATIONS, SamplingParams(no_repeat_ngram=3))

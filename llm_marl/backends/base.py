@@ -71,6 +71,9 @@ class InferenceBackend:
                              "use the 'hf' backend to run adapters, or pass adapters=None")
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if params.no_repeat_ngram:
+            raise ValueError(f"backend {self.backend!r} does not apply no_repeat_ngram={params.no_repeat_ngram}; "
+                             "use the 'hf' backend, or no_repeat_ngram=0")
         for i, conversation in enumerate(conversations):
             if not conversation or not all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in conversation):
                 raise ValueError(f"conversation {i} must be a non-empty list of {{'role', 'content'}} messages, "

@@ -20,13 +20,32 @@ from .kv_rows import MIN_DECODE_ROWS, forget_rejected_drafts, rows_to_keep
 from .sampling import chosen_logprobs_, nucleus_sample, row_keys
 
 
-def choose_tokens(logits: torch.Tensor, params: SamplingParams,
-                  keys: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def repeated_ngram_tokens(completion: Sequence[int], n: int) -> list[int]:
+    """The tokens that would complete an ``n``-gram ``completion`` already holds (its last ``n - 1`` tokens
+    followed by them somewhere before)."""
+    if n < 1 or len(completion) < n - 1:
+        return []
+    if n == 1:
+        return sorted(set(completion))
+    tail = tuple(completion[len(completion) - n + 1:])
+    return sorted({completion[i + n - 1] for i in range(len(completion) - n + 1)
+                   if tuple(completion[i:i + n - 1]) == tail})
+
+
+def choose_tokens(logits: torch.Tensor, params: SamplingParams, keys: torch.Tensor | None,
+                  completions: Sequence[Sequence[int]] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     """``(chosen [rows, positions], log-probs)`` from ``logits [rows, positions, V]`` (overwritten).
 
     Greedy (``temperature == 0``) takes the argmax at every position fed; otherwise the first position is
-    scaled by the temperature and sampled from its nucleus with the rows' noise ``keys``.
+    scaled by the temperature and sampled from its nucleus with the rows' noise ``keys``. With
+    ``params.no_repeat_ngram`` each row's first position first bans the tokens that would repeat an n-gram
+    of the row's ``completions`` entry (one position is fed per step then: no drafts).
     """
+    if params.no_repeat_ngram:
+        for row, completion in enumerate(completions):
+            banned = repeated_ngram_tokens(completion, params.no_repeat_ngram)
+            if banned:
+                logits[row, 0, banned] = float("-inf")
     if params.temperature == 0:
         chosen = logits.argmax(-1)
     else:
@@ -140,7 +159,7 @@ class DecodeLoop:
         seed = None if greedy else params.seed if params.seed is not None else int(torch.randint(0, 2**31 - 1, ()))
         device = self.device
         rows = DecodeRows(prompts, adapters, params.max_new_tokens, self.stop_ids, self.pad_id,
-                          self.draft_tokens if greedy else 0, device)
+                          self.draft_tokens if greedy and not params.no_repeat_ngram else 0, device)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -156,7 +175,8 @@ class DecodeLoop:
                     if wanted is not None and wanted != torch.get_num_threads():
                         torch.set_num_threads(wanted)    # asked once: the share can change between two asks
                     fed = max(map(len, rows.drafts))
-                    chosen, values = choose_tokens(logits, params, None if greedy else rows.noise_keys(seed))
+                    held = [rows.completions[r] for r in rows.live.tolist()] if params.no_repeat_ngram else ()
+                    chosen, values = choose_tokens(logits, params, None if greedy else rows.noise_keys(seed), held)
                     feed, kept = rows.take(chosen, values)
                     if fed:
                         self.draft_tokens_accepted += sum(kept)
