@@ -306,3 +306,5 @@ def test_final_turn_rewards_credit_the_first_answer_through_the_second_turn_only
                                      for child in root.children])
     with pytest.raises(ValueError, match="reward_turns must be one of"):
         small_config(tmp_path, reward_turns="last")
+    with pytest.raises(ValueError, match="early termination stops"):
+        small_config(tmp_path, reward_turns="final", early_termination_threshold=0.5)

@@ -149,6 +149,9 @@ class MAGRPOConfig(TrainerConfig):
         require(isinstance(self.counterfactual_samples, int) and self.counterfactual_samples >= 1,
                 f"counterfactual_samples (K alternatives per message) must be an int >= 1, got "
                 f"{self.counterfactual_samples!r}")
+        require(self.reward_turns == "every" or self.early_termination_threshold is None,
+                "reward_turns='final' leaves a branch that early termination stops without any reward; set "
+                "early_termination_threshold=None or reward_turns='every'")
         require(self.alpha0 >= 0 and self.alpha1 >= 0,
                 f"alpha0 and alpha1 are incentive weights and must be >= 0 (use incentive_penalties for the "
                 f"penalties), got alpha0={self.alpha0}, alpha1={self.alpha1}")
