@@ -5,6 +5,9 @@
     PYTHONPATH=. python examples/magrpo_tldr.py --learning-rate 5e-4 --kl-coef 0 --out outputs/magrpo_tldr_fast
     PYTHONPATH=. python examples/magrpo_tldr.py --semantic-judge --out outputs/magrpo_tldr_judge
     PYTHONPATH=. python examples/magrpo_tldr.py --eval-split test --out outputs/magrpo_tldr_transfer
+    # re-judge a run's last checkpoint with plain greedy decoding (loops allowed):
+    PYTHONPATH=. python examples/magrpo_tldr.py --no-repeat-ngram 0 \
+        --judge-checkpoint outputs/magrpo_tldr/checkpoints/step-000020 --out outputs/magrpo_tldr_plain_greedy
 
 Two agents share SmolLM2-135M-Instruct (the embedded default model, fp32) with one LoRA adapter
 each. On ``tldr_writing-v0`` agent 0 writes a concise summary of a Reddit post and agent 1 a
@@ -231,6 +234,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--monitor-every", type=int, default=5, help="steps between monitor evaluations")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--out", default="outputs/magrpo_tldr", help="output directory")
+    parser.add_argument("--judge-checkpoint", default=None,
+                        help="no training: judge the base team and this saved checkpoint (a step-* directory) on the "
+                             "held-out posts and write judged.json to --out")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="smollm2-135m", help="base model (a name of llm_marl.models or a path)")
     args = parser.parse_args(argv)
@@ -238,6 +244,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     return args
+
+
+def judge_checkpoint(trainer: MAGRPOTrainer, args: argparse.Namespace, before_scores: dict[str, Any], eval_env: Any,
+                     out: Path) -> dict[str, Any]:
+    """``--judge-checkpoint``: the base team against a saved checkpoint on the held-out posts, no training."""
+    trainer.load(args.judge_checkpoint)
+    after_scores = judge(play(trainer.eval_engine, trainer, trainer.eval_tasks, "held-out checkpoint",
+                              args.no_repeat_ngram), eval_env, trainer.agents)
+    before, after = summary(before_scores), summary(after_scores)
+    results = {"checkpoint": str(args.judge_checkpoint), "step": trainer.step, "args": vars(args),
+               "task_indices": trainer.eval_tasks, "before": before, "after": after,
+               "paired_difference": paired(before_scores, after_scores),
+               "per_post": {"before": before_scores, "after": after_scores}, "provenance": provenance()}
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(out / "judged.json", json.dumps(results, indent=2, default=str))
+    for agent in trainer.agents:
+        print(f"{agent}: ROUGE-L {before['rouge_l'][agent]['mean']:.3f} -> {after['rouge_l'][agent]['mean']:.3f}, "
+              f"degenerate {before['degenerate'][agent]:.0%} -> {after['degenerate'][agent]:.0%} "
+              f"(no_repeat_ngram={args.no_repeat_ngram}, checkpoint step {trainer.step})")
+    print(f"wrote {out / 'judged.json'}")
+    return results
 
 
 def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | None = None) -> dict[str, Any]:
@@ -282,6 +309,8 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
 
     before_scores = judge(play(trainer.eval_engine, trainer, trainer.eval_tasks, "held-out before",
                               args.no_repeat_ngram), eval_env, agents)
+    if args.judge_checkpoint:
+        return judge_checkpoint(trainer, args, before_scores, eval_env, out)
     monitor = [run_monitor()]
 
     # train in chunks of --monitor-every steps, so the monitor runs between them and the time budget holds
