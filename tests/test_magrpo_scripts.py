@@ -176,8 +176,8 @@ def test_example_trains_with_the_monitor_and_judges_held_out_posts(tmp_path, one
     # --judge-checkpoint: the base team and the last checkpoint, judged on the same posts without training
     checkpoint = sorted((tmp_path / "run" / "checkpoints").iterdir())[-1]
     judged = example.main(["--eval-tasks", "2", "--monitor-tasks", "2", "--max-new-tokens", "4",
-                           "--no-repeat-ngram", "0", "--judge-checkpoint", str(checkpoint),
+                           "--judge-checkpoint", str(checkpoint),
                            "--out", str(tmp_path / "judged")], tiny_model(seed=0))
     assert judged["step"] == 2 and judged["task_indices"] == short[2:4]
     assert judged["per_post"]["after"]["texts"] == written["per_post"]["after"]["texts"]   # same weights, same greedy
-    assert json.loads((tmp_path / "judged" / "judged.json").read_text())["args"]["no_repeat_ngram"] == 0
+    assert json.loads((tmp_path / "judged" / "judged.json").read_text())["step"] == 2
