@@ -58,10 +58,10 @@ from trainers.magrpo.counterfactual import completions_per_transcript
 
 ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
 TRAINED_ARMS = ARMS[1:]
-LEVER_ARMS = ("magrpo_incentives", "magrpo_final_turn")
-MULTI_AGENT_ARMS = ("magrpo", "mappo", "counterfactual", *LEVER_ARMS)
 LEVERS = {"magrpo_incentives": {"alpha0": 0.2, "alpha1": 0.2, "incentive_penalties": True},
           "magrpo_final_turn": {"reward_turns": "final"}}   # each lever arm's MAGRPOConfig settings over magrpo's
+LEVER_ARMS = tuple(LEVERS)
+MULTI_AGENT_ARMS = ("magrpo", "mappo", "counterfactual", *LEVER_ARMS)
 SINGLE_POLICY_ARMS = ("solo", "shared")
 SETTINGS = ("greedy", "sampled", "vote", "hard")
 
