@@ -5,6 +5,9 @@
     PYTHONPATH=. python examples/collaboration_study.py --jobs 1 --threads 1 --out outputs/collaboration_study
     # smoke test with any local HF model directory:
     PYTHONPATH=. python examples/collaboration_study.py --model DIR --steps 1 --eval-tasks 4 --hard-tasks 4 --out smoke
+    # the headline comparison again on three seeds (greedy only), with the spread in OUT/seeds.json:
+    PYTHONPATH=. python examples/collaboration_study.py --arms solo,magrpo_final_turn --evaluate greedy \
+        --seeds 0,1,2 --out outputs/collaboration_seeds
 
 Every trained arm samples the same number of completions per training step from the same base model,
 seed, learning rate, steps and sampling settings (how each arm is matched is printed first, and the
@@ -27,7 +30,7 @@ from llm_marl.hardware import short_openmp_spin
 
 short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch starts its runtime
 
-from trainers.collaboration_study import ARMS, LEVER_ARMS, StudyConfig, run_study  # noqa: E402
+from trainers.collaboration_study import ARMS, LEVER_ARMS, SETTINGS, StudyConfig, run_seeds, run_study  # noqa: E402
 
 
 def main() -> None:
@@ -51,6 +54,11 @@ def main() -> None:
     parser.add_argument("--hard-tasks", type=int, default=defaults.hard_tasks,
                         help="held-out tasks of the harder set (three 2-digit numbers added)")
     parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated seeds: the study once per seed in OUT/seed-<s>, and the spread over "
+                             "seeds in OUT/seeds.json and OUT/seeds.png (overrides --seed)")
+    parser.add_argument("--evaluate", default=",".join(SETTINGS),
+                        help=f"held-out settings played per arm, from {','.join(SETTINGS)} (greedy is required)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="arms trained at once, each in its own process (default: one per CPU core, at most the "
                              "number of arms)")
@@ -64,13 +72,18 @@ def main() -> None:
                          counterfactual_samples=args.counterfactual_samples, learning_rate=args.learning_rate,
                          temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                          eval_tasks=args.eval_tasks, samples=args.samples, hard_tasks=args.hard_tasks,
-                         seed=args.seed, model=args.model)
+                         seed=args.seed, model=args.model,
+                         evaluate=tuple(s.strip() for s in args.evaluate.split(",") if s.strip()))
     jobs = args.jobs or max(1, min(cores, len(config.arms)))
     threads = args.threads or max(1, cores // jobs)
     import torch
 
     torch.set_num_threads(threads)
-    run_study(config, args.out, jobs=jobs, threads_per_job=threads)
+    if args.seeds:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        run_seeds(config, args.out, seeds, jobs=jobs, threads_per_job=threads)
+    else:
+        run_study(config, args.out, jobs=jobs, threads_per_job=threads)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from trainers.collaboration_study import (
     ArmBatch,
     SamplingCounter,
     StudyConfig,
+    finished_arm,
     matched_batches,
     rename_adapter,
     research_bar,
@@ -69,7 +71,8 @@ def test_a_shape_that_cannot_be_matched_says_which_arm_and_why():
 
 
 @pytest.mark.parametrize("bad", [dict(num_turns=1), dict(num_agents=1), dict(num_generations=1), dict(steps=0),
-                                 dict(arms=("solo", "debate")), dict(samples=0)])
+                                 dict(arms=("solo", "debate")), dict(samples=0), dict(evaluate=("sampled",)),
+                                 dict(evaluate=("greedy", "beam"))])
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError):
         StudyConfig(**bad)
@@ -181,3 +184,37 @@ def test_arms_run_in_parallel_jobs_give_the_same_results_as_one_process(tmp_path
     assert one["paired_differences"] == two["paired_differences"]
     with pytest.raises(ValueError, match="jobs"):
         run_study(config, tmp_path / "bad", jobs=0)
+
+
+def test_seed_repeats_train_each_seed_again_and_report_the_spread(tmp_path, tiny_model_dir):
+    from trainers.collaboration_study import run_seeds
+
+    config = StudyConfig(model=str(tiny_model_dir), arms=("solo", "magrpo"), steps=1, max_new_tokens=4,
+                         eval_tasks=3, hard_tasks=1, num_generations=2, counterfactual_samples=1, evaluate=("greedy",))
+    with pytest.raises(ValueError, match="two distinct seeds"):
+        run_seeds(config, tmp_path, [3, 3])
+    results = run_seeds(config, tmp_path, [0, 1], log=lambda line: None)
+    records = {seed: json.loads((tmp_path / f"seed-{seed}" / "arms" / "magrpo" / "arm.json").read_text())
+               for seed in (0, 1)}
+    assert all(set(r["scores"]) == {"greedy"} for r in records.values())    # only the named setting was played
+    assert records[0]["history"] != records[1]["history"]                   # each seed trained again
+    spread = results["arms"]["magrpo"]["final_turn_minus_solo"]
+    per_seed = [json.loads((tmp_path / f"seed-{seed}" / "results.json").read_text())["paired_differences"]
+                ["magrpo - solo"]["greedy"]["final_turn_accuracy"]["mean"] for seed in (0, 1)]
+    assert [spread["per_seed"][s]["mean"] for s in ("0", "1")] == per_seed
+    assert spread["mean"] == pytest.approx(sum(per_seed) / 2)
+    assert spread["min"] == min(per_seed) and spread["max"] == max(per_seed)
+    assert set(results["arms"]["magrpo"]["research_bar_met"]) == {"0", "1"}
+    assert (tmp_path / "seeds.png").stat().st_size > 0
+    assert json.loads((tmp_path / "seeds.json").read_text())["seeds"] == [0, 1]
+
+
+def test_a_record_that_played_more_settings_is_reused_for_fewer(tmp_path, tiny_model_dir):
+    config = StudyConfig(model=str(tiny_model_dir), arms=("untrained",), steps=1, max_new_tokens=4, eval_tasks=2,
+                         hard_tasks=1, evaluate=("greedy", "hard"))
+    run_study(config, tmp_path, log=lambda line: None)
+    lines = []
+    fewer = run_study(replace(config, evaluate=("greedy",)), tmp_path, log=lines.append)
+    assert any("already done" in line for line in lines)
+    assert set(fewer["arms"]["untrained"]) >= {"greedy"} and "hard" not in fewer["arms"]["untrained"]
+    assert finished_arm(replace(config, evaluate=("greedy", "sampled")), tmp_path, "untrained") is None

@@ -45,7 +45,7 @@ import os
 import platform
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,10 +87,15 @@ class StudyConfig:
     hard_tasks: int = 100
     seed: int = 0
     arms: tuple[str, ...] = ARMS
+    evaluate: tuple[str, ...] = SETTINGS   # held-out settings played per arm (seed repeats may play "greedy" only)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.arms = tuple(self.arms)
+        self.evaluate = tuple(self.evaluate)
+        if "greedy" not in self.evaluate or any(s not in SETTINGS for s in self.evaluate):
+            raise ValueError(f"evaluate must name settings from {SETTINGS} and include 'greedy' (the research bar's "
+                             f"setting), got {self.evaluate}")
         unknown = [a for a in self.arms if a not in (*ARMS, *LEVER_ARMS)]
         if unknown:
             raise ValueError(f"unknown arm(s) {unknown}; choose from {ARMS} or the levers {LEVER_ARMS}")
@@ -118,8 +123,9 @@ class StudyConfig:
         return self.prompts_per_step * self.num_agents * sum(g ** k for k in range(1, t + 1))
 
     def key(self) -> str:
-        """A digest of every setting that changes what an arm learns or how it is evaluated (resuming checks it)."""
-        settings = {k: v for k, v in asdict(self).items() if k != "arms"}
+        """A digest of every setting that changes what an arm learns or how its held-out tasks are played (resuming
+        checks it; which settings are played is checked apart, so a record that played more is reused)."""
+        settings = {k: v for k, v in asdict(self).items() if k not in ("arms", "evaluate")}
         return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -362,7 +368,8 @@ class Evaluator:
                 "vote": ("vote", c.eval_tasks, 1, c.temperature), "hard": ("hard", c.hard_tasks, 1, 0.0)}
         scores = {}
         self.policy.model.eval()
-        for setting, (env_name, num_tasks, samples, temperature) in plan.items():
+        for setting in c.evaluate:
+            env_name, num_tasks, samples, temperature = plan[setting]
             env = self.envs[env_name]
             tasks = list(range(num_tasks))
             played = [task for task in tasks for _ in range(samples)]
@@ -433,12 +440,12 @@ def comparisons(arm_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
                                                          arm_scores[base][setting]["final"]),
                           "team_answer_accuracy": _paired(arm_scores[arm][setting]["team"],
                                                           arm_scores[base][setting]["team"])}
-                for setting in ("greedy", "sampled", "hard")}
+                for setting in ("greedy", "sampled", "hard") if setting in arm_scores[arm]}
     for arm in SINGLE_POLICY_ARMS:
         if arm in arm_scores and "untrained" in arm_scores:
             out[f"{arm} - untrained"] = {setting: {"final_turn_accuracy": _paired(
                 arm_scores[arm][setting]["final"], arm_scores["untrained"][setting]["final"])}
-                for setting in ("greedy", "sampled", "hard")}
+                for setting in ("greedy", "sampled", "hard") if setting in arm_scores[arm]}
     return out
 
 
@@ -464,8 +471,9 @@ def summary_figure(summaries: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     arms = list(summaries)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
-    for ax, setting in zip(axes, ("greedy", "sampled")):
+    settings = [s for s in ("greedy", "sampled") if s in summaries[arms[0]]]
+    fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 4.2), sharey=True, squeeze=False)
+    for ax, setting in zip(axes[0], settings):
         for offset, (key, label, color) in enumerate((("turn0_accuracy", "turn 0", "0.6"),
                                                       ("final_turn_accuracy", "final turn", "C0"))):
             entries = [summaries[a][setting][key] for a in arms]
@@ -480,7 +488,7 @@ def summary_figure(summaries: dict[str, Any], path: Path) -> Path:
         ax.set_ylim(0, 1)
         ax.set_title(f"{setting} debates")
         ax.legend(loc="upper left", fontsize=8)
-    axes[0].set_ylabel("fraction of agents right (95% CI)")
+    axes[0][0].set_ylabel("fraction of agents right (95% CI)")
     fig.suptitle("held-out accuracy per arm; the number under each pair is the collaboration gain (final − turn 0)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -531,7 +539,8 @@ def finished_arm(config: StudyConfig, out: Path, arm: str) -> dict[str, Any] | N
     record_path = out / "arms" / arm / "arm.json"
     if record_path.is_file():
         record = json.loads(record_path.read_text())
-        if record.get("key") == config.key():
+        if record.get("key") == config.key() and set(config.evaluate) <= set(record["scores"]):
+            record["scores"] = {setting: record["scores"][setting] for setting in config.evaluate}
             return record
     return None
 
@@ -635,13 +644,94 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
     write_text_atomically(out / "results.json", json.dumps(results, indent=2, default=str))
     summary_figure(summaries, out / "summary.png")
     log(format_table(summaries, "greedy"))
-    log(format_table(summaries, "sampled"))
+    if "sampled" in config.evaluate:
+        log(format_table(summaries, "sampled"))
     for arm, bar in results["research_bar"].items():
         log(f"research bar, {arm}: {'met' if bar['met'] else 'not met'} ({bar})")
     log(f"time: all arms together {results['wall_time_s']['all_arms'] / 60:.1f} min of training + evaluation "
         f"(summed over arms), this call {results['wall_time_s']['this_call'] / 60:.1f} min wall with {jobs} job(s); "
         f"wrote {out / 'results.json'} and {out / 'summary.png'}")
     return results
+
+
+def run_seeds(config: StudyConfig, out: str | os.PathLike, seeds: Sequence[int], *, log: Any = print,
+              jobs: int = 1, threads_per_job: int = 1) -> dict[str, Any]:
+    """The study once per seed in ``out/seed-<s>`` (resumable like :func:`run_study`), then the spread over seeds of
+    each multi-agent arm's greedy final turn against ``solo`` and of its collaboration gain: ``seeds.json`` and
+    ``seeds.png`` in ``out``."""
+    seeds = list(dict.fromkeys(int(s) for s in seeds))
+    if len(seeds) < 2:
+        raise ValueError(f"a seed repeat needs at least two distinct seeds, got {seeds}")
+    out = Path(out)
+    per_seed = {}
+    for seed in seeds:
+        log(f"seed {seed}: {out / f'seed-{seed}'}")
+        per_seed[seed] = run_study(replace(config, seed=seed), out / f"seed-{seed}", log=log, jobs=jobs,
+                                   threads_per_job=threads_per_job)
+    spread = {}
+    for arm in (a for a in MULTI_AGENT_ARMS if a in config.arms):
+        rows = {"final_turn_minus_solo": [per_seed[s]["paired_differences"].get(f"{arm} - solo", {})
+                                          .get("greedy", {}).get("final_turn_accuracy") for s in seeds],
+                "collaboration_gain": [per_seed[s]["arms"][arm]["greedy"]["collaboration_gain"] for s in seeds],
+                "final_turn_accuracy": [per_seed[s]["arms"][arm]["greedy"]["final_turn_accuracy"] for s in seeds]}
+        spread[arm] = {name: _spread(seeds, values) for name, values in rows.items() if all(values)}
+        spread[arm]["research_bar_met"] = {str(s): per_seed[s]["research_bar"].get(arm, {}).get("met") for s in seeds}
+    for arm in (a for a in SINGLE_POLICY_ARMS if a in config.arms):
+        spread[arm] = {"final_turn_accuracy": _spread(seeds, [per_seed[s]["arms"][arm]["greedy"]
+                                                                ["final_turn_accuracy"] for s in seeds])}
+    results = {"seeds": seeds, "config": {**asdict(config), "seed": None}, "setting": "greedy", "arms": spread,
+               "spread": "per seed: mean and paired 95% CI over the held-out tasks; over seeds: mean, sample standard "
+                         "deviation, min and max of the per-seed means"}
+    write_text_atomically(out / "seeds.json", json.dumps(results, indent=2, default=str))
+    seeds_figure(spread, seeds, out / "seeds.png")
+    for arm, rows in spread.items():
+        for name, row in rows.items():
+            if isinstance(row, dict) and "per_seed" in row:
+                log(f"{arm} {name}: " + ", ".join(f"seed {s} {v['mean']:+.3f} [{v['low']:+.3f}, {v['high']:+.3f}]"
+                                                  for s, v in row["per_seed"].items())
+                    + f"; over seeds {row['mean']:+.3f} ± {row['std']:.3f} (min {row['min']:+.3f}, max "
+                      f"{row['max']:+.3f})")
+    log(f"wrote {out / 'seeds.json'} and {out / 'seeds.png'}")
+    return results
+
+
+def _spread(seeds: Sequence[int], values: Sequence[dict[str, float]]) -> dict[str, Any]:
+    means = np.array([v["mean"] for v in values], float)
+    per_seed = {str(s): {"mean": v["mean"], "low": v["low"], "high": v["high"]} for s, v in zip(seeds, values)}
+    return {"per_seed": per_seed,
+            "mean": float(means.mean()), "std": float(means.std(ddof=1)), "min": float(means.min()),
+            "max": float(means.max())}
+
+
+def seeds_figure(spread: dict[str, Any], seeds: Sequence[int], path: Path) -> Path:
+    """Per multi-agent arm and seed: the greedy final turn minus solo's and the collaboration gain, with 95% CIs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("final_turn_minus_solo", "final turn − solo (paired)"), ("collaboration_gain", "collaboration gain"))
+    arms = [a for a in spread if any(name in spread[a] for name, _ in panels)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    for ax, (name, title) in zip(axes, panels):
+        for i, arm in enumerate(arms):
+            if name not in spread[arm]:
+                continue
+            for j, seed in enumerate(seeds):
+                v = spread[arm][name]["per_seed"][str(seed)]
+                x = i + (j - (len(seeds) - 1) / 2) * 0.15
+                ax.errorbar(x, v["mean"], yerr=[[v["mean"] - v["low"]], [v["high"] - v["mean"]]], fmt="o",
+                            color=f"C{j}", capsize=3, label=f"seed {seed}" if i == 0 else None)
+        ax.axhline(0, color="0.5", lw=0.8)
+        ax.set_xticks(range(len(arms)), arms, rotation=15)
+        ax.set_title(title)
+    axes[0].set_ylabel("accuracy difference (95% CI)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("greedy, held-out tasks: each seed trains every arm again")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def _processor() -> str:
@@ -655,4 +745,4 @@ def _processor() -> str:
 
 __all__ = ["ARMS", "ArmBatch", "Evaluator", "LEVER_ARMS", "SamplingCounter", "StudyConfig", "TrainedArm",
            "arm_summary", "comparisons", "finished_arm", "format_table", "matched_batches", "research_bar",
-           "run_arm", "run_study", "setting_summary", "summary_figure", "train_arm"]
+           "run_arm", "run_seeds", "run_study", "setting_summary", "summary_figure", "train_arm"]
