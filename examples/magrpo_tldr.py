@@ -216,6 +216,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-repeat-ngram", type=int, default=3,
                         help="judged summaries (greedy) never repeat one of their own token n-grams of this size, "
                              "as summarisation decoders do (0: plain greedy, which can loop)")
+    parser.add_argument("--train-no-repeat-ngram", type=int, default=0,
+                        help="training samples never repeat one of their own token n-grams of this size either "
+                             "(MAGRPOConfig.no_repeat_ngram; 0: unconstrained sampling)")
     parser.add_argument("--learning-rate", type=float, default=2e-4, help="AdamW learning rate of each adapter")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
     parser.add_argument("--kl-coef", type=float, default=0.02,
@@ -285,7 +288,8 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
                                   for split in ("train", "validation", args.eval_split))
     config = MAGRPOConfig(
         num_generations=args.num_generations, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-        learning_rate=args.learning_rate, kl_coef=args.kl_coef, prompts_per_step=args.prompts_per_step,
+        no_repeat_ngram=args.train_no_repeat_ngram, learning_rate=args.learning_rate, kl_coef=args.kl_coef,
+        prompts_per_step=args.prompts_per_step,
         max_steps=args.steps, eval_tasks=args.eval_tasks, output_dir=str(out), seed=args.seed, save_every=10)
     trainer = MAGRPOTrainer(env, team, config, eval_env=eval_env)
     trainer.train_tasks = short_posts(env, args.max_post_words)

@@ -308,3 +308,23 @@ def test_final_turn_rewards_credit_the_first_answer_through_the_second_turn_only
         small_config(tmp_path, reward_turns="last")
     with pytest.raises(ValueError, match="early termination stops"):
         small_config(tmp_path, reward_turns="final", early_termination_threshold=0.5)
+
+
+def test_no_repeat_ngram_keeps_every_training_sample_free_of_repeated_ngrams(tmp_path, team):
+    def repeats(ids, n=3):
+        grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
+        return len(grams) - len(set(grams))
+
+    def sampled_ids(trainer):
+        (root,) = trainer.collect()
+        return [g.completion_ids for group in root.expansion.samples.values() for g in group]
+
+    loose = dict(temperature=0.1, max_new_tokens=40)
+    plain = MAGRPOTrainer(SayNumberEnv(), team, small_config(tmp_path / "plain", **loose))
+    assert any(repeats(ids) for ids in sampled_ids(plain)), "the tiny model did not loop: nothing to guard against"
+    guarded = MAGRPOTrainer(SayNumberEnv(), team, small_config(tmp_path / "guarded", no_repeat_ngram=3, **loose))
+    assert guarded.sampling.no_repeat_ngram == 3
+    samples = sampled_ids(guarded)
+    assert all(len(ids) > 6 and repeats(ids) == 0 for ids in samples)
+    with pytest.raises(ValueError, match="no_repeat_ngram must be >= 0"):
+        small_config(tmp_path, no_repeat_ngram=-1)

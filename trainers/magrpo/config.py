@@ -22,7 +22,7 @@ class MAGRPOConfig(TrainerConfig):
     """Configuration of :class:`~trainers.magrpo.MAGRPOTrainer`.
 
     Parameters that control sampling:
-        num_generations (G), joint_mode; and from :class:`~trainers.common.config.TrainerConfig`:
+        num_generations (G), joint_mode, no_repeat_ngram; and from :class:`~trainers.common.config.TrainerConfig`:
         max_new_tokens, temperature, top_p.
     Parameters that control returns and advantages:
         credit, counterfactual_samples, counterfactual_reward, counterfactual_update, advantage_mode,
@@ -51,6 +51,10 @@ class MAGRPOConfig(TrainerConfig):
     joint_mode: str = field(default="aligned", metadata={
         "help": "How agents' samples form joint actions: 'aligned' (g-th with g-th, G per node) or 'cross' "
                 "(Cartesian product, G^N per node)."})
+    no_repeat_ngram: int = field(default=0, metadata={
+        "help": "n > 0: training samples never repeat one of their own token n-grams (the HF decode loop bans the "
+                "token that would; other backends refuse it), so a reward cannot be earned by looping text that "
+                "the evaluation decoder would not produce (0: off)."})
     # --- returns / advantages
     advantage_mode: str = field(default="mean", metadata={
         "help": "Group baseline: 'mean' (R - mean R), 'rloo' (R - mean of the others), 'max' (R - max R) or "
@@ -132,6 +136,7 @@ class MAGRPOConfig(TrainerConfig):
         require(self.joint_mode in JOINT_MODES, f"joint_mode must be one of {JOINT_MODES}, got {self.joint_mode!r}")
         require(self.advantage_mode in ADVANTAGE_MODES,
                 f"advantage_mode must be one of {ADVANTAGE_MODES}, got {self.advantage_mode!r}")
+        require(self.no_repeat_ngram >= 0, f"no_repeat_ngram must be >= 0 (0: off), got {self.no_repeat_ngram}")
         require(self.advantage_std_floor > 0, f"advantage_std_floor must be > 0, got {self.advantage_std_floor}")
         require(0 <= self.discount <= 1, f"discount must be in [0, 1], got {self.discount}")
         for name, choices in (("early_termination", EARLY_TERMINATIONS), ("kl_placement", KL_PLACEMENTS),

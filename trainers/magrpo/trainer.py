@@ -157,7 +157,7 @@ class MAGRPOTrainer:
         self.accelerator = self.distributed.accelerator
         set_seed(config.seed, device_specific=True)     # sampling noise differs per process
         self.sampling = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                                       top_p=config.top_p)
+                                       top_p=config.top_p, no_repeat_ngram=config.no_repeat_ngram)
         self.engine = RolloutEngine(env, team, self.sampling, progress=False)
         self.eval_engine = RolloutEngine(eval_env or env, team, progress=config.progress and self.distributed.is_main)
         self.train_tasks, self.eval_tasks = held_out_tasks(env, eval_env, config.eval_tasks)
