@@ -86,6 +86,15 @@ class Team:
         return cls({agent: Member(policy, agent) for agent in names})
 
     @classmethod
+    def one_lora(cls, model, tokenizer, agents: int | Sequence[str] = 2, lora_config=None, name: str | None = None,
+                 adapter: str = "shared") -> Team:
+        """Parameter sharing: one frozen base and one LoRA adapter (``adapter``) that every agent acts and trains
+        with; trainers step it once per turn on all the agents' samples."""
+        names = _agent_names(agents)
+        policy = HFPolicy(with_adapters(model, [adapter], lora_config), tokenizer, name=name)
+        return cls({agent: Member(policy, adapter) for agent in names})
+
+    @classmethod
     def separate(cls, models: Sequence[tuple[Any, Any]], agents: Sequence[str] | None = None,
                  lora_config=None, names: Sequence[str] | None = None) -> Team:
         """One ``(model, tokenizer)`` per agent (full fine-tune, or a LoRA adapter each when ``lora_config``).

@@ -6,8 +6,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 
 from trainers.collaboration_study import (
+    LEVER_ARMS,
     TRAINED_ARMS,
     ArmBatch,
     SamplingCounter,
@@ -58,9 +60,10 @@ def test_counterfactual_cost_counts_messages_and_replays():
 
 def test_a_lever_arm_runs_only_when_named_with_the_batch_of_magrpo():
     assert "magrpo_incentives" not in matched_batches(StudyConfig())
-    batches = matched_batches(StudyConfig(arms=("solo", "magrpo", "magrpo_incentives", "magrpo_final_turn")))
+    batches = matched_batches(StudyConfig(arms=("solo", "magrpo", *LEVER_ARMS)))
     assert batches["magrpo_incentives"].settings == batches["magrpo"].settings
     assert batches["magrpo_final_turn"].settings == batches["magrpo"].settings
+    assert batches["magrpo_one_adapter"].settings == batches["magrpo"].settings
 
 
 def test_a_shape_that_cannot_be_matched_says_which_arm_and_why():
@@ -132,7 +135,7 @@ def test_sampling_counter_counts_real_generations_and_restores_generate():
 
 
 @pytest.mark.parametrize("arm", ["solo", "shared", "magrpo", "mappo", "counterfactual", "magrpo_incentives",
-                                 "magrpo_final_turn"])
+                                 "magrpo_final_turn", "magrpo_one_adapter"])
 def test_each_arm_samples_the_matched_completions(arm, tiny_model_dir, tmp_path):
     config = StudyConfig(model=str(tiny_model_dir), steps=1, max_new_tokens=6, eval_tasks=2, hard_tasks=2, arms=(arm,))
     batch = matched_batches(config)[arm]
@@ -143,6 +146,10 @@ def test_each_arm_samples_the_matched_completions(arm, tiny_model_dir, tmp_path)
     assert set(trained.seats) == {"agent_0", "agent_1"}
     for seat, state in trained.seats.items():        # each seat's tensors are named for the seat's adapter
         assert state and all(f".{seat}." in name for name in state)
+    one_adapter = arm in ("solo", "shared", "magrpo_one_adapter")     # one trained policy seated in both seats
+    first, second = (trained.seats[seat] for seat in ("agent_0", "agent_1"))
+    same = all(torch.equal(a, second[name.replace(".agent_0.", ".agent_1.")]) for name, a in first.items())
+    assert same == one_adapter
 
 
 

@@ -328,3 +328,34 @@ def test_no_repeat_ngram_keeps_every_training_sample_free_of_repeated_ngrams(tmp
     assert all(len(ids) > 6 and repeats(ids) == 0 for ids in samples)
     with pytest.raises(ValueError, match="no_repeat_ngram must be >= 0"):
         small_config(tmp_path, no_repeat_ngram=-1)
+
+
+def test_agents_that_share_one_adapter_take_one_step_per_turn_on_all_their_samples(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    model, tokenizer = tiny_model(seed=0)
+    team = Team.one_lora(model, tokenizer, 2)
+    assert team.adapter("agent_0") == team.adapter("agent_1") == "shared"
+    config = small_config(tmp_path, save_every=1)
+    trainer = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config)
+    assert trainer.update_groups == {"agent_0": ["agent_0", "agent_1"]}
+    assert trainer.optimizers["agent_0"] is trainer.optimizers["agent_1"]
+    stepped = []
+    update_agent = trainer._update_agent
+    monkeypatch.setattr(trainer, "_update_agent",
+                        lambda agent, turn, rows: stepped.append((agent, turn, len(rows))) or update_agent(agent, turn,
+                                                                                                           rows))
+    before = {k: v.clone() for k, v in team.policy("agent_0").trainable_state_dict("shared").items()}
+    trainer.train()
+    g = config.num_generations
+    assert sorted(stepped) == [("agent_0", 0, 2 * g), ("agent_0", 1, 2 * g * g)]   # both agents' samples, one step
+    state = trainer.optimizers["agent_0"].state_dict()["state"]
+    assert {int(s["step"]) for s in state.values()} == {2}          # one optimiser step per turn, not per agent
+    after = team.policy("agent_0").trainable_state_dict("shared")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    resumed = MAGRPOTrainer(SayNumberEnv(num_turns=2), Team.one_lora(*tiny_model(seed=0), 2), config)
+    resumed.load(trainer.latest_checkpoint())
+    assert all(torch.equal(after[k], v) for k, v in resumed.team.policy("agent_1").trainable_state_dict("shared")
+               .items())
+    with pytest.raises(ValueError, match="share one adapter"):
+        MAGRPOTrainer(SayNumberEnv(), Team.one_lora(*tiny_model(seed=0), 2), small_config(
+            tmp_path, agent_learning_rates={"agent_1": 1e-3}))

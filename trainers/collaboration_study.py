@@ -23,6 +23,8 @@ Levers, arms run only when named (``arms=(..., "magrpo_incentives")``):
   answer turned wrong costs 0.2); the same batch as ``magrpo``.
 - ``magrpo_final_turn``: the ``magrpo`` arm rewarding the final turn only (``reward_turns="final"``):
   a first answer is credited only through the discounted outcome of the second turn it leads to.
+- ``magrpo_one_adapter``: ``magrpo_final_turn`` with parameter sharing: both seats act with one LoRA
+  adapter (``Team.one_lora``), stepped once per turn on both agents' samples; the same batch as ``magrpo``.
 
 ``C = P · N · (G + G² + … + G^T)``: the completions MAGRPO samples per step for ``P`` prompts, N agents,
 T turns and G samples per tree node.
@@ -59,7 +61,9 @@ from trainers.magrpo.counterfactual import completions_per_transcript
 ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
 TRAINED_ARMS = ARMS[1:]
 LEVERS = {"magrpo_incentives": {"alpha0": 0.2, "alpha1": 0.2, "incentive_penalties": True},
-          "magrpo_final_turn": {"reward_turns": "final"}}   # each lever arm's MAGRPOConfig settings over magrpo's
+          "magrpo_final_turn": {"reward_turns": "final"},
+          "magrpo_one_adapter": {"reward_turns": "final"}}   # each lever arm's MAGRPOConfig settings over magrpo's
+ONE_ADAPTER_ARMS = ("magrpo_one_adapter",)   # lever arms whose seats act and train with one shared LoRA adapter
 LEVER_ARMS = tuple(LEVERS)
 MULTI_AGENT_ARMS = ("magrpo", "mappo", "counterfactual", *LEVER_ARMS)
 SINGLE_POLICY_ARMS = ("solo", "shared")
@@ -292,7 +296,8 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
             team = Team.shared_lora(model, tokenizer, ["agent_0"], name=config.model)
             trainer = MAGRPOTrainer(env, team, MAGRPOConfig(**common, **batch.settings, micro_batch_size=32))
         elif arm in ("magrpo", *LEVER_ARMS):
-            team = Team.shared_lora(model, tokenizer, seats, name=config.model)
+            team = (Team.one_lora(model, tokenizer, seats, name=config.model) if arm in ONE_ADAPTER_ARMS
+                    else Team.shared_lora(model, tokenizer, seats, name=config.model))
             trainer = MAGRPOTrainer(make_env(config, "train"), team,
                                     MAGRPOConfig(**common, **batch.settings, **LEVERS.get(arm, {}),
                                                  micro_batch_size=32))
@@ -318,7 +323,8 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
             state = team.policy("agent_0").trainable_state_dict("agent_0")
             seat_states = {seat: rename_adapter(state, "agent_0", seat) for seat in seats}
         else:
-            seat_states = {seat: team.policy(seat).trainable_state_dict(seat) for seat in seats}
+            seat_states = {seat: rename_adapter(team.policy(seat).trainable_state_dict(team.adapter(seat)),
+                                                team.adapter(seat), seat) for seat in seats}
     return TrainedArm(seat_states, counter.to_dict(), time.perf_counter() - started, list(history))
 
 

@@ -168,7 +168,21 @@ class MAGRPOTrainer:
                              "set them to 0")
         self.task_rng = np.random.default_rng(config.seed)   # the same on every process: draws the global batch
         self.optimizers, self.schedulers, self.parameters = {}, {}, {}
+        # agents that act with the same weights (one policy and adapter) share one optimizer: an update group
+        self.update_groups: dict[str, list[str]] = {}
         for agent in self.agents:
+            leader = next((first for first in self.update_groups if team.policy(first) is team.policy(agent)
+                           and team.adapter(first) == team.adapter(agent)), None)
+            if leader is not None:
+                lrs = {a: (config.agent_learning_rates or {}).get(a, config.learning_rate) for a in (leader, agent)}
+                if len(set(lrs.values())) > 1:
+                    raise ValueError(f"{leader} and {agent} share one adapter ({team.adapter(agent)!r}) and so one "
+                                     f"optimizer, but agent_learning_rates gives them {lrs}")
+                self.update_groups[leader].append(agent)
+                for table in (self.optimizers, self.schedulers, self.parameters):
+                    table[agent] = table[leader]
+                continue
+            self.update_groups[agent] = [agent]
             params = team.policy(agent).trainable_parameters(team.adapter(agent))
             lr = (config.agent_learning_rates or {}).get(agent, config.learning_rate)
             fused = all(p.device.type in ("cpu", "cuda") for p in params)   # one pass over the weights per step
@@ -342,11 +356,12 @@ class MAGRPOTrainer:
                 metrics[f"turn{turn}/kl_sum_mean"] = float(
                     torch.cat([v for kl in node_kls for v in kl.values()]).mean()
                 )
-            for agent in self.agents:
+            for leader, group in self.update_groups.items():   # one step per group on all its agents' samples
                 rows = [(g.prompt_ids, g.completion_ids, float(a))
-                        for node, adv in zip(nodes, advantages)
+                        for agent in group for node, adv in zip(nodes, advantages)
                         for g, a in zip(node.expansion.samples[agent], adv[agent])]
-                metrics.update(self._update_agent(agent, turn, rows))
+                metrics.update(self._update_agent(leader, turn, rows))
+            for agent in self.agents:
                 if not nodes:
                     continue
                 rewards = [r[agent] for node in nodes for r in node.expansion.rewards]
@@ -380,15 +395,20 @@ class MAGRPOTrainer:
         order = range(num_turns - 1, -1, -1) if cfg.update_order == "last_turn_first" else range(num_turns)
         for turn in order:
             replays = by_turn.get(turn, [])
+            per_agent = {}
             for agent in self.agents:
                 mine = [replay for replay in replays if replay.agent == agent]
                 advantages = [self.counterfactual_advantages(replay) for replay in mine]
                 if cfg.counterfactual_update == "transcript":
                     advantages = [adv[:1] for adv in advantages]
                 trained = [[replay.actual, *replay.alternatives][:len(adv)] for replay, adv in zip(mine, advantages)]
-                rows = [(g.prompt_ids, g.completion_ids, float(a))
-                        for messages, adv in zip(trained, advantages) for g, a in zip(messages, adv)]
-                metrics.update(self._update_agent(agent, turn, rows))
+                per_agent[agent] = (mine, advantages, trained)
+            for leader, group in self.update_groups.items():   # one step per group on all its agents' messages
+                rows = [(g.prompt_ids, g.completion_ids, float(a)) for agent in group
+                        for messages, adv in zip(per_agent[agent][2], per_agent[agent][1])
+                        for g, a in zip(messages, adv)]
+                metrics.update(self._update_agent(leader, turn, rows))
+            for agent, (mine, advantages, trained) in per_agent.items():
                 if not mine:
                     continue
                 credits = [float(adv[0]) for adv in advantages]          # the transcript messages' credit
