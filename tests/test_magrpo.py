@@ -304,6 +304,10 @@ def test_final_turn_rewards_credit_the_first_answer_through_the_second_turn_only
     returns = trainer.compute_returns(root)
     assert returns == pytest.approx([0.5 * sum(child.joint_rewards) / len(child.joint_rewards)
                                      for child in root.children])
+    (logged,) = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config).train()
+    assert logged["turn0/joint_reward_mean"] == 0.0           # zeroed: the step's headline is the episodes' ends
+    assert logged["joint_reward_mean"] == pytest.approx(logged["turn1/joint_reward_mean"]) and logged[
+        "joint_reward_mean"] > 0
     with pytest.raises(ValueError, match="reward_turns must be one of"):
         small_config(tmp_path, reward_turns="last")
     with pytest.raises(ValueError, match="early termination stops"):

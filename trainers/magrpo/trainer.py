@@ -481,7 +481,11 @@ class MAGRPOTrainer:
                 metrics = self.update(batch)
                 sampled = [g for node in _walk(batch) for s in node.expansion.samples.values() for g in s]
                 completions, tokens = len(sampled), sum(g.num_tokens for g in sampled)
-                metrics["joint_reward_mean"] = float(np.mean([r for n in batch for r in n.joint_rewards]))
+                if cfg.reward_turns == "final":       # earlier turns' rewards are zeroed: report the episodes' ends
+                    ended = [r for n in _walk(batch) for r, done in zip(n.joint_rewards, n.expansion.done) if done]
+                    metrics["joint_reward_mean"] = float(np.mean(ended)) if ended else 0.0
+                else:
+                    metrics["joint_reward_mean"] = float(np.mean([r for n in batch for r in n.joint_rewards]))
             metrics.update({"tokens_per_s": tokens / max(rollout_time, 1e-9), "rollout_s": rollout_time,
                             "step_s": time.perf_counter() - started, "completions_sampled": completions,
                             "answer_tokens_sampled": tokens})
