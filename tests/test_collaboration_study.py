@@ -135,7 +135,7 @@ def test_sampling_counter_counts_real_generations_and_restores_generate():
 
 
 @pytest.mark.parametrize("arm", ["solo", "shared", "magrpo", "mappo", "counterfactual", "magrpo_incentives",
-                                 "magrpo_final_turn", "magrpo_one_adapter"])
+                                 "magrpo_final_turn", "magrpo_one_adapter", "magrpo_after_solo"])
 def test_each_arm_samples_the_matched_completions(arm, tiny_model_dir, tmp_path):
     config = StudyConfig(model=str(tiny_model_dir), steps=1, max_new_tokens=6, eval_tasks=2, hard_tasks=2, arms=(arm,))
     batch = matched_batches(config)[arm]
@@ -225,3 +225,33 @@ def test_a_record_that_played_more_settings_is_reused_for_fewer(tmp_path, tiny_m
     assert any("already done" in line for line in lines)
     assert set(fewer["arms"]["untrained"]) >= {"greedy"} and "hard" not in fewer["arms"]["untrained"]
     assert finished_arm(replace(config, evaluate=("greedy", "sampled")), tmp_path, "untrained") is None
+
+
+def test_the_after_solo_arm_trains_half_its_steps_alone_then_both_seats_from_that_adapter(tmp_path, tiny_model_dir,
+                                                                                         monkeypatch):
+    from trainers.common.checkpoint import latest_checkpoint
+    from trainers.magrpo import MAGRPOTrainer
+
+    entered = []         # each phase's team at the start of its training: agents and adapter tensors per agent
+    train = MAGRPOTrainer.train
+
+    def recording_train(self):
+        entered.append({a: {k: v.clone() for k, v in self.team.policy(a).trainable_state_dict(a).items()}
+                        for a in self.agents})
+        return train(self)
+
+    monkeypatch.setattr(MAGRPOTrainer, "train", recording_train)
+    config = StudyConfig(model=str(tiny_model_dir), steps=2, max_new_tokens=6, eval_tasks=2, hard_tasks=2,
+                         arms=("magrpo_after_solo",))
+    batch = matched_batches(config)["magrpo_after_solo"]
+    assert batch.how.startswith("1 step(s) as solo (10 prompts x G=4") and "then 1 of the magrpo tree" in batch.how
+    trained = train_arm("magrpo_after_solo", config, batch, tmp_path)
+    assert [row["phase"] for row in trained.history] == ["solo", "debate"]
+    assert "turn1/joint_reward_mean" not in trained.history[0] and "turn1/joint_reward_mean" in trained.history[1]
+    assert trained.counts["completions"] == 2 * config.completions_per_step    # 40 single answers, then one tree
+    solo_phase, debate_phase = entered
+    assert list(solo_phase) == ["agent_0"] and list(debate_phase) == ["agent_0", "agent_1"]
+    # LoRA A starts random per adapter: at the debate's start agent_1 holds agent_0's adapter as the solo phase left it
+    assert all(torch.equal(t, debate_phase["agent_1"][name.replace(".agent_0.", ".agent_1.")])
+               for name, t in debate_phase["agent_0"].items())
+    assert latest_checkpoint(tmp_path / "solo") is not None and latest_checkpoint(tmp_path / "debate") is not None

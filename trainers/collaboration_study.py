@@ -23,6 +23,8 @@ Levers, arms run only when named (``arms=(..., "magrpo_incentives")``):
   answer turned wrong costs 0.2); the same batch as ``magrpo``.
 - ``magrpo_final_turn``: the ``magrpo`` arm rewarding the final turn only (``reward_turns="final"``):
   a first answer is credited only through the discounted outcome of the second turn it leads to.
+- ``magrpo_after_solo``: the first half of the steps as the ``solo`` arm (one adapter, single answers,
+  its batch), then both seats start from that adapter and train as ``magrpo_final_turn`` for the rest.
 - ``magrpo_one_adapter``: ``magrpo_final_turn`` with parameter sharing: both seats act with one LoRA
   adapter (``Team.one_lora``), stepped once per turn on both agents' samples; the same batch as ``magrpo``.
 
@@ -62,8 +64,10 @@ ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
 TRAINED_ARMS = ARMS[1:]
 LEVERS = {"magrpo_incentives": {"alpha0": 0.2, "alpha1": 0.2, "incentive_penalties": True},
           "magrpo_final_turn": {"reward_turns": "final"},
-          "magrpo_one_adapter": {"reward_turns": "final"}}   # each lever arm's MAGRPOConfig settings over magrpo's
+          "magrpo_one_adapter": {"reward_turns": "final"},
+          "magrpo_after_solo": {"reward_turns": "final"}}   # each lever arm's MAGRPOConfig settings over magrpo's
 ONE_ADAPTER_ARMS = ("magrpo_one_adapter",)   # lever arms whose seats act and train with one shared LoRA adapter
+SOLO_FIRST_ARMS = ("magrpo_after_solo",)     # lever arms that spend the first half of their steps as the solo arm
 LEVER_ARMS = tuple(LEVERS)
 MULTI_AGENT_ARMS = ("magrpo", "mappo", "counterfactual", *LEVER_ARMS)
 SINGLE_POLICY_ARMS = ("solo", "shared")
@@ -157,6 +161,10 @@ def matched_batches(config: StudyConfig) -> dict[str, ArmBatch]:
         raise ValueError(f"solo cannot be matched: C={c} completions per step is not a multiple of G={g}")
     batches["solo"] = ArmBatch("solo", c, {"prompts_per_step": c // g, "num_generations": g},
                                f"{c // g} prompts x G={g} answers (1 agent, 1 turn)")
+    for arm in SOLO_FIRST_ARMS:
+        first = config.steps // 2
+        batches[arm] = replace(batches[arm], how=f"{first} step(s) as solo ({batches['solo'].how}), then "
+                                                 f"{config.steps - first} of the magrpo tree ({batches[arm].how})")
     if per_task % (n * t):
         raise ValueError(f"shared and mappo cannot be matched: {per_task} completions per task is not a whole number "
                          f"of {n}x{t} debates ({n * t} answers each); choose G and T so that N·(G+…+G^T) is a "
@@ -291,10 +299,29 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
         from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
         common = _trainer_config_kwargs(config, out)
+        solo_history: list[dict[str, Any]] = []
         if arm == "solo":
             env = make_env(config, "train", agents=1, turns=1)
             team = Team.shared_lora(model, tokenizer, ["agent_0"], name=config.model)
             trainer = MAGRPOTrainer(env, team, MAGRPOConfig(**common, **batch.settings, micro_batch_size=32))
+        elif arm in SOLO_FIRST_ARMS:
+            team = Team.shared_lora(model, tokenizer, seats, name=config.model)
+            policy, first = team.policy(seats[0]), config.steps // 2
+            if first:       # phase 1: the solo arm's batches, one adapter; then every seat starts from it
+                solo = MAGRPOTrainer(make_env(config, "train", agents=1, turns=1),
+                                     Team.from_policies({seats[0]: (policy, seats[0])}),
+                                     MAGRPOConfig(**{**common, "max_steps": first, "output_dir": str(out / "solo")},
+                                                  **matched_batches(replace(config, arms=("solo",)))["solo"].settings,
+                                                  micro_batch_size=32))
+                with counter.active():
+                    solo_history = [{**row, "phase": "solo"} for row in solo.train()]
+                state = policy.trainable_state_dict(seats[0])
+                for seat in seats[1:]:
+                    policy.load_trainable_state_dict(seat, rename_adapter(state, seats[0], seat))
+            trainer = MAGRPOTrainer(make_env(config, "train"), team,
+                                    MAGRPOConfig(**{**common, "max_steps": config.steps - first,
+                                                    "output_dir": str(out / "debate")},
+                                                 **batch.settings, **LEVERS[arm], micro_batch_size=32))
         elif arm in ("magrpo", *LEVER_ARMS):
             team = (Team.one_lora(model, tokenizer, seats, name=config.model) if arm in ONE_ADAPTER_ARMS
                     else Team.shared_lora(model, tokenizer, seats, name=config.model))
@@ -318,7 +345,7 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
         else:
             raise ValueError(f"unknown trained arm {arm!r}; choose from {TRAINED_ARMS + LEVER_ARMS}")
         with counter.active():
-            history = trainer.train()
+            history = solo_history + [{**row, "phase": "debate"} if solo_history else row for row in trainer.train()]
         if arm == "solo":
             state = team.policy("agent_0").trainable_state_dict("agent_0")
             seat_states = {seat: rename_adapter(state, "agent_0", seat) for seat in seats}
