@@ -29,9 +29,10 @@ transfer test. No post is in two of these.
 The judgement is the one the reward cannot be fitted to: **ROUGE-L F1 of each agent's summary
 against the post's human TL;DR** (``llm_marl_envs.metrics.rouge_l``), greedy, paired per post with a
 bootstrap 95% CI. Judged summaries, before and after alike, are decoded without repeating one of their
-own 3-grams of tokens (``--no-repeat-ngram``, the usual guard of summarisation decoders; training samples
-are unconstrained): plain greedy decoding of this model falls into loops on some posts before any
-training. Beside it: the joint reward (what was trained) and the share of *degenerate*
+own 3-grams of tokens (``--no-repeat-ngram``, the usual guard of summarisation decoders): plain greedy
+decoding of this model falls into loops on some posts before any training. Training samples are
+decoded with the same guard (``--train-no-repeat-ngram``), so the reward never pays for a loop that
+the judged decoder would not write. Beside it: the joint reward (what was trained) and the share of *degenerate*
 summaries (distinct-word ratio below 0.4, e.g. ``"SUBREDDIT: SUBREDDIT: ..."``, the exploit this
 reward invites). A rising reward with a flat or falling ROUGE-L is reward hacking, and the script
 says so.
@@ -207,8 +208,10 @@ def plot_monitor(history: list[dict], monitor: list[dict], agents: list[str], be
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=40, help="MAGRPO training steps (at most)")
-    parser.add_argument("--train-minutes", type=float, default=28.0, help="stop training after this long")
+    parser.add_argument("--steps", type=int, default=20, help="MAGRPO training steps")
+    parser.add_argument("--train-minutes", type=float, default=None,
+                        help="also stop training after this long (default: no time limit, so the run does not depend "
+                             "on the machine's load)")
     parser.add_argument("--prompts-per-step", type=int, default=2, help="posts (tree roots) per step")
     parser.add_argument("--num-generations", type=int, default=4, help="G: samples per agent per post")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per summary")
@@ -216,9 +219,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-repeat-ngram", type=int, default=3,
                         help="judged summaries (greedy) never repeat one of their own token n-grams of this size, "
                              "as summarisation decoders do (0: plain greedy, which can loop)")
-    parser.add_argument("--train-no-repeat-ngram", type=int, default=0,
+    parser.add_argument("--train-no-repeat-ngram", type=int, default=3,
                         help="training samples never repeat one of their own token n-grams of this size either "
-                             "(MAGRPOConfig.no_repeat_ngram; 0: unconstrained sampling)")
+                             "(MAGRPOConfig.no_repeat_ngram), so no reward is paid for a loop (0: unconstrained)")
     parser.add_argument("--learning-rate", type=float, default=2e-4, help="AdamW learning rate of each adapter")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
     parser.add_argument("--kl-coef", type=float, default=0.02,
@@ -317,14 +320,15 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
         return judge_checkpoint(trainer, args, before_scores, eval_env, out)
     monitor = [run_monitor()]
 
-    # train in chunks of --monitor-every steps, so the monitor runs between them and the time budget holds
+    # train in chunks of --monitor-every steps, so the monitor runs between them (and --train-minutes holds)
     history: list[dict] = []
     train_started = time.time()
     while trainer.step < args.steps:
         elapsed = time.time() - train_started
         per_step = elapsed / len(history) if history else 0.0
-        left = 60 * args.train_minutes - elapsed
-        chunk = min(args.monitor_every, args.steps - trainer.step, int(left // per_step) if per_step else args.steps)
+        chunk = min(args.monitor_every, args.steps - trainer.step)
+        if args.train_minutes is not None and per_step:        # the steps that still fit in the time limit
+            chunk = min(chunk, int((60 * args.train_minutes - elapsed) // per_step))
         if chunk < 1:
             break
         trainer.config.max_steps = trainer.step + chunk
