@@ -31,8 +31,7 @@ against the post's human TL;DR** (``llm_marl_envs.metrics.rouge_l``), greedy, pa
 bootstrap 95% CI. Judged summaries, before and after alike, are decoded without repeating one of their
 own 3-grams of tokens (``--no-repeat-ngram``, the usual guard of summarisation decoders): plain greedy
 decoding of this model falls into loops on some posts before any training. Training samples are
-decoded with the same guard (``--train-no-repeat-ngram``), so the reward never pays for a loop that
-the judged decoder would not write. Beside it: the joint reward (what was trained) and the share of *degenerate*
+unconstrained by default; ``--train-no-repeat-ngram 3`` samples them with the same guard. Beside it: the joint reward (what was trained) and the share of *degenerate*
 summaries (distinct-word ratio below 0.4, e.g. ``"SUBREDDIT: SUBREDDIT: ..."``, the exploit this
 reward invites). A rising reward with a flat or falling ROUGE-L is reward hacking, and the script
 says so.
@@ -219,9 +218,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-repeat-ngram", type=int, default=3,
                         help="judged summaries (greedy) never repeat one of their own token n-grams of this size, "
                              "as summarisation decoders do (0: plain greedy, which can loop)")
-    parser.add_argument("--train-no-repeat-ngram", type=int, default=3,
+    parser.add_argument("--train-no-repeat-ngram", type=int, default=0,
                         help="training samples never repeat one of their own token n-grams of this size either "
-                             "(MAGRPOConfig.no_repeat_ngram), so no reward is paid for a loop (0: unconstrained)")
+                             "(MAGRPOConfig.no_repeat_ngram; 0: unconstrained sampling, the default)")
     parser.add_argument("--learning-rate", type=float, default=2e-4, help="AdamW learning rate of each adapter")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
     parser.add_argument("--kl-coef", type=float, default=0.02,

@@ -173,7 +173,7 @@ def test_example_trains_with_the_monitor_and_judges_held_out_posts(tmp_path, one
     # weights is tested in test_magrpo.py; here the two steps ran and were logged beside the monitor
     assert [h["step"] for h in written["train_history"]] == [1, 2]
     assert sum("joint_reward_mean" in r for r in logged) == 2
-    assert written["config"]["no_repeat_ngram"] == 3 and written["args"]["train_minutes"] is None   # the defaults
+    assert written["config"]["no_repeat_ngram"] == 0 and written["args"]["train_minutes"] is None   # the defaults
     # a time limit stops training at the first chunk boundary past it
     limited = example.main(["--steps", "2", "--monitor-every", "1", "--eval-tasks", "2", "--monitor-tasks", "2",
                             "--max-new-tokens", "4", "--num-generations", "2", "--prompts-per-step", "1",
