@@ -31,10 +31,10 @@ against the post's human TL;DR** (``llm_marl_envs.metrics.rouge_l``), greedy, pa
 bootstrap 95% CI. Judged summaries, before and after alike, are decoded without repeating one of their
 own 3-grams of tokens (``--no-repeat-ngram``, the usual guard of summarisation decoders): plain greedy
 decoding of this model falls into loops on some posts before any training. Training samples are
-unconstrained by default; ``--train-no-repeat-ngram 3`` samples them with the same guard. Beside it: the joint reward (what was trained) and the share of *degenerate*
-summaries (distinct-word ratio below 0.4, e.g. ``"SUBREDDIT: SUBREDDIT: ..."``, the exploit this
-reward invites). A rising reward with a flat or falling ROUGE-L is reward hacking, and the script
-says so.
+unconstrained by default; ``--train-no-repeat-ngram 3`` samples them with the same guard. Beside it:
+the joint reward (what was trained) and the share of *degenerate* summaries (distinct-word ratio
+below 0.4, e.g. ``"SUBREDDIT: SUBREDDIT: ..."``, the exploit this reward invites). A rising reward
+with a flat or falling ROUGE-L is reward hacking, and the script says so.
 
 Writes to ``--out``: ``results.json`` (settings, per-post scores and summaries before and after, their paired
 differences, the monitor rows, the training history, the verdict),
