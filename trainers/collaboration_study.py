@@ -300,19 +300,21 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
 
         common = _trainer_config_kwargs(config, out)
         solo_history: list[dict[str, Any]] = []
+        def solo_trainer(team: Any, settings: dict[str, Any], **overrides: Any) -> Any:
+            """MAGRPO of one agent answering alone (1 agent, 1 turn): the solo arm's training."""
+            return MAGRPOTrainer(make_env(config, "train", agents=1, turns=1), team,
+                                 MAGRPOConfig(**{**common, **overrides}, **settings, micro_batch_size=32))
+
         if arm == "solo":
-            env = make_env(config, "train", agents=1, turns=1)
             team = Team.shared_lora(model, tokenizer, ["agent_0"], name=config.model)
-            trainer = MAGRPOTrainer(env, team, MAGRPOConfig(**common, **batch.settings, micro_batch_size=32))
+            trainer = solo_trainer(team, batch.settings)
         elif arm in SOLO_FIRST_ARMS:
             team = Team.shared_lora(model, tokenizer, seats, name=config.model)
             policy, first = team.policy(seats[0]), config.steps // 2
             if first:       # phase 1: the solo arm's batches, one adapter; then every seat starts from it
-                solo = MAGRPOTrainer(make_env(config, "train", agents=1, turns=1),
-                                     Team.from_policies({seats[0]: (policy, seats[0])}),
-                                     MAGRPOConfig(**{**common, "max_steps": first, "output_dir": str(out / "solo")},
-                                                  **matched_batches(replace(config, arms=("solo",)))["solo"].settings,
-                                                  micro_batch_size=32))
+                solo = solo_trainer(Team.from_policies({seats[0]: (policy, seats[0])}),
+                                    matched_batches(replace(config, arms=("solo",)))["solo"].settings,
+                                    max_steps=first, output_dir=str(out / "solo"))
                 with counter.active():
                     solo_history = [{**row, "phase": "solo"} for row in solo.train()]
                 state = policy.trainable_state_dict(seats[0])

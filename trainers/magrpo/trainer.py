@@ -170,11 +170,12 @@ class MAGRPOTrainer:
         self.optimizers, self.schedulers, self.parameters = {}, {}, {}
         # agents that act with the same weights (one policy and adapter) share one optimizer: an update group
         self.update_groups: dict[str, list[str]] = {}
+        learning_rates = {a: (config.agent_learning_rates or {}).get(a, config.learning_rate) for a in self.agents}
         for agent in self.agents:
             leader = next((first for first in self.update_groups if team.policy(first) is team.policy(agent)
                            and team.adapter(first) == team.adapter(agent)), None)
             if leader is not None:
-                lrs = {a: (config.agent_learning_rates or {}).get(a, config.learning_rate) for a in (leader, agent)}
+                lrs = {a: learning_rates[a] for a in (leader, agent)}
                 if len(set(lrs.values())) > 1:
                     raise ValueError(f"{leader} and {agent} share one adapter ({team.adapter(agent)!r}) and so one "
                                      f"optimizer, but agent_learning_rates gives them {lrs}")
@@ -184,7 +185,7 @@ class MAGRPOTrainer:
                 continue
             self.update_groups[agent] = [agent]
             params = team.policy(agent).trainable_parameters(team.adapter(agent))
-            lr = (config.agent_learning_rates or {}).get(agent, config.learning_rate)
+            lr = learning_rates[agent]
             fused = all(p.device.type in ("cpu", "cuda") for p in params)   # one pass over the weights per step
             self.optimizers[agent] = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay, fused=fused)
             self.schedulers[agent] = get_scheduler(config.lr_scheduler, self.optimizers[agent],
