@@ -31,8 +31,19 @@ The measured run, its command and what it shows: ``docs/results/magrpo_debate_20
 """
 from __future__ import annotations
 
-from trainers.common.experiment import debate_experiment_parser, debate_team_and_envs, train_and_compare
+import argparse
+from typing import Any
+
+from trainers.common.experiment import (
+    debate_experiment_parser,
+    debate_team_and_envs,
+    repeat_over_seeds,
+    run_arguments,
+    train_and_compare,
+)
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
+
+TITLE = "MAGRPO debate example: held-out gain per seed"
 
 
 def main() -> None:
@@ -42,6 +53,14 @@ def main() -> None:
     parser.add_argument("--num-generations", type=int, default=4, help="G: samples per agent per tree node")
     parser.add_argument("--learning-rate", type=float, default=2e-4, help="LoRA AdamW learning rate")
     args = parser.parse_args()
+    if args.seeds:
+        repeat_over_seeds(run, args, [int(s) for s in args.seeds.split(",") if s.strip()], title=TITLE)
+    else:
+        run(args)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """One training run of ``args`` (one seed): evaluate, train, evaluate again; the results dict."""
     team, env, eval_env = debate_team_and_envs(args)
     config = MAGRPOConfig(
         max_steps=args.steps, prompts_per_step=args.prompts_per_step, num_generations=args.num_generations,
@@ -49,9 +68,10 @@ def main() -> None:
         kl_coef=args.kl_coef, eval_tasks=args.eval_tasks, output_dir=args.out, seed=args.seed,
         save_every=10, micro_batch_size=32)
     trainer = MAGRPOTrainer(env, team, config, eval_env=eval_env)
-    train_and_compare(trainer, args.out, eval_tasks=args.eval_tasks, samples=args.samples,
-                      temperature=args.temperature, env_id=args.env,
-                      resume=args.resume, greedy=args.greedy, reward_key="joint_reward_mean")
+    return train_and_compare(trainer, args.out, eval_tasks=args.eval_tasks, samples=args.samples,
+                             temperature=args.temperature, env_id=args.env,
+                             resume=args.resume, greedy=args.greedy, reward_key="joint_reward_mean",
+                             extra={"arguments": run_arguments(args)})
 
 
 if __name__ == "__main__":

@@ -31,8 +31,19 @@ The measured run, its command and what it shows: ``docs/results/mappo_debate_200
 """
 from __future__ import annotations
 
-from trainers.common.experiment import debate_experiment_parser, debate_team_and_envs, train_and_compare
+import argparse
+from typing import Any
+
+from trainers.common.experiment import (
+    debate_experiment_parser,
+    debate_team_and_envs,
+    repeat_over_seeds,
+    run_arguments,
+    train_and_compare,
+)
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
+
+TITLE = "MAPPO debate example: held-out gain per seed"
 
 
 def main() -> None:
@@ -42,6 +53,14 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="actor LoRA AdamW learning rate")
     parser.add_argument("--critic-learning-rate", type=float, default=1e-4, help="critic AdamW learning rate")
     args = parser.parse_args()
+    if args.seeds:
+        repeat_over_seeds(run, args, [int(s) for s in args.seeds.split(",") if s.strip()], title=TITLE)
+    else:
+        run(args)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """One training run of ``args`` (one seed): evaluate, train, evaluate again; the results dict."""
     team, env, eval_env = debate_team_and_envs(args)
     config = MAPPOConfig(
         max_steps=args.steps, episodes_per_step=args.episodes_per_step, max_new_tokens=args.max_new_tokens,
@@ -50,9 +69,10 @@ def main() -> None:
         reward_gamma=0.3, alpha1=0.2, beta1=0.2, eval_tasks=args.eval_tasks, output_dir=args.out,
         seed=args.seed, save_every=8)
     trainer = MAPPOTrainer(env, team, config, eval_env=eval_env)
-    train_and_compare(trainer, args.out, eval_tasks=args.eval_tasks, samples=args.samples,
-                      temperature=args.temperature, env_id=args.env,
-                      resume=args.resume, greedy=args.greedy, reward_key="train_accuracy")
+    return train_and_compare(trainer, args.out, eval_tasks=args.eval_tasks, samples=args.samples,
+                             temperature=args.temperature, env_id=args.env,
+                             resume=args.resume, greedy=args.greedy, reward_key="train_accuracy",
+                             extra={"arguments": run_arguments(args)})
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ import numpy as np
 
 from llm_marl.files import write_text_atomically
 from llm_marl_envs import metrics
-from trainers.common.experiment import RESAMPLES, interval
+from trainers.common.experiment import RESAMPLES, interval, seed_spread
 from trainers.magrpo.counterfactual import completions_per_transcript
 
 ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
@@ -710,10 +710,10 @@ def run_seeds(config: StudyConfig, out: str | os.PathLike, seeds: Sequence[int],
                                           .get("greedy", {}).get("final_turn_accuracy") for s in seeds],
                 "collaboration_gain": [per_seed[s]["arms"][arm]["greedy"]["collaboration_gain"] for s in seeds],
                 "final_turn_accuracy": [per_seed[s]["arms"][arm]["greedy"]["final_turn_accuracy"] for s in seeds]}
-        spread[arm] = {name: _spread(seeds, values) for name, values in rows.items() if all(values)}
+        spread[arm] = {name: seed_spread(seeds, values) for name, values in rows.items() if all(values)}
         spread[arm]["research_bar_met"] = {str(s): per_seed[s]["research_bar"].get(arm, {}).get("met") for s in seeds}
     for arm in (a for a in SINGLE_POLICY_ARMS if a in config.arms):
-        spread[arm] = {"final_turn_accuracy": _spread(seeds, [per_seed[s]["arms"][arm]["greedy"]
+        spread[arm] = {"final_turn_accuracy": seed_spread(seeds, [per_seed[s]["arms"][arm]["greedy"]
                                                                 ["final_turn_accuracy"] for s in seeds])}
     results = {"seeds": seeds, "config": {**asdict(config), "seed": None}, "setting": "greedy", "arms": spread,
                "spread": "per seed: mean and paired 95% CI over the held-out tasks; over seeds: mean, sample standard "
@@ -729,14 +729,6 @@ def run_seeds(config: StudyConfig, out: str | os.PathLike, seeds: Sequence[int],
                       f"{row['max']:+.3f})")
     log(f"wrote {out / 'seeds.json'} and {out / 'seeds.png'}")
     return results
-
-
-def _spread(seeds: Sequence[int], values: Sequence[dict[str, float]]) -> dict[str, Any]:
-    means = np.array([v["mean"] for v in values], float)
-    per_seed = {str(s): {"mean": v["mean"], "low": v["low"], "high": v["high"]} for s, v in zip(seeds, values)}
-    return {"per_seed": per_seed,
-            "mean": float(means.mean()), "std": float(means.std(ddof=1)), "min": float(means.min()),
-            "max": float(means.max())}
 
 
 def seeds_figure(spread: dict[str, Any], seeds: Sequence[int], path: Path) -> Path:

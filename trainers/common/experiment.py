@@ -22,9 +22,10 @@ with a percentile bootstrap over tasks (:func:`llm_marl_envs.metrics.paired_diff
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -308,6 +309,99 @@ def train_and_compare(trainer: Any, out: str | os.PathLike, *, eval_tasks: int, 
     return results
 
 
+def seed_spread(seeds: Sequence[int], values: Sequence[dict[str, float]]) -> dict[str, Any]:
+    """One number's per-seed ``{mean, low, high}`` and the spread of the means over seeds (sample std)."""
+    means = np.array([v["mean"] for v in values], float)
+    per_seed = {str(s): {"mean": v["mean"], "low": v["low"], "high": v["high"]} for s, v in zip(seeds, values)}
+    return {"per_seed": per_seed, "mean": float(means.mean()), "std": float(means.std(ddof=1)) if len(means) > 1
+            else 0.0, "min": float(means.min()), "max": float(means.max())}
+
+
+def run_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The arguments that decide what a run computes (not how many threads compute it)."""
+    return {k: v for k, v in sorted(vars(args).items()) if k not in ("threads", "seeds", "out")}
+
+
+def repeat_over_seeds(run_one: Callable[[argparse.Namespace], dict[str, Any]], args: argparse.Namespace,
+                      seeds: Sequence[int], *, title: str) -> dict[str, Any]:
+    """Run a training example once per seed in ``args.out/seed-<s>``, then write the spread of its gains.
+
+    ``run_one(args)`` is the example's single run (it must return :func:`train_and_compare`'s results and
+    record ``run_arguments(args)`` under ``"arguments"``); a seed whose ``results.json`` was written with the
+    same arguments is reused, so an interrupted repeat resumes. Writes ``args.out/seeds.json``: per setting,
+    each seed's held-out gain (after − before final-turn accuracy, paired 95% CI) and the mean, sample std,
+    min and max over seeds; and ``args.out/seeds.png`` with one point and interval per seed.
+    """
+    seeds = list(dict.fromkeys(int(s) for s in seeds))
+    if len(seeds) < 2:
+        raise ValueError(f"a seed repeat needs at least two distinct seeds, got {seeds}")
+    if getattr(args, "resume", None):
+        raise ValueError("--resume names one run's checkpoint; it cannot be combined with --seeds")
+    out = Path(args.out)
+    per_seed: dict[int, dict[str, Any]] = {}
+    for seed in seeds:
+        seed_args = copy.copy(args)
+        seed_args.seed, seed_args.out = seed, str(out / f"seed-{seed}")
+        stored = Path(seed_args.out) / "results.json"
+        previous = json.loads(stored.read_text()) if stored.is_file() else None
+        if previous is not None and previous.get("arguments") == run_arguments(seed_args):
+            print(f"seed {seed}: already done ({stored}), reused", flush=True)
+            per_seed[seed] = previous
+        else:
+            print(f"seed {seed}: training and evaluating in {seed_args.out}", flush=True)
+            per_seed[seed] = run_one(seed_args)
+    settings = [name for name in ("greedy", "sampled") if all(name in r for r in per_seed.values())]
+    spread = {name: {"gain": seed_spread(seeds, [per_seed[s][name]["final_turn_accuracy"]["paired_difference"]
+                                                 for s in seeds]),
+                     "after": seed_spread(seeds, [per_seed[s][name]["final_turn_accuracy"]["after"]
+                                                  for s in seeds])}
+              for name in settings}
+    summary = {"title": title, "seeds": seeds, "arguments": run_arguments(args),
+               "gain": "after − before final-turn accuracy on the same held-out tasks, paired by task (95% "
+                       "bootstrap CI); mean, std (sample), min and max over seeds",
+               "settings": spread,
+               "wall_time_s": {str(s): per_seed[s]["wall_time_s"]["total"] for s in seeds}}
+    write_text_atomically(out / "seeds.json", json.dumps(summary, indent=2, default=str))
+    seed_gains_figure(spread, seeds, out / "seeds.png", title=title)
+    for name in settings:
+        gain = spread[name]["gain"]
+        cells = ", ".join(f"seed {s} {v['mean']:+.3f} [{v['low']:+.3f}, {v['high']:+.3f}]"
+                          for s, v in gain["per_seed"].items())
+        print(f"{name}: gain {cells}; mean {gain['mean']:+.3f} ± {gain['std']:.3f}", flush=True)
+    print(f"wrote {out / 'seeds.json'} and {out / 'seeds.png'}", flush=True)
+    return summary
+
+
+def seed_gains_figure(spread: dict[str, Any], seeds: Sequence[int], path: str | os.PathLike, *,
+                      title: str) -> Path:
+    """Per setting and seed: the held-out gain with its 95% CI, and the mean over seeds as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings = list(spread)
+    fig, ax = plt.subplots(figsize=(1.8 + 2.2 * len(settings), 3.8))
+    for i, name in enumerate(settings):
+        gain = spread[name]["gain"]
+        for j, seed in enumerate(seeds):
+            v = gain["per_seed"][str(seed)]
+            x = i + (j - (len(seeds) - 1) / 2) * 0.18
+            ax.errorbar(x, v["mean"], yerr=[[v["mean"] - v["low"]], [v["high"] - v["mean"]]], fmt="o",
+                        color=f"C{j}", capsize=3, label=f"seed {seed}" if i == 0 else None)
+        ax.hlines(gain["mean"], i - 0.35, i + 0.35, color="k", lw=1.5, label="mean over seeds" if i == 0 else None)
+    ax.axhline(0, color="0.5", lw=0.8)
+    ax.set_xticks(range(len(settings)), settings)
+    ax.set_xlim(-0.6, len(settings) - 0.4)
+    ax.set_ylabel("after − before final-turn accuracy (95% CI)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
 def debate_experiment_parser(description: str, *, out: str, kl_coef: float) -> argparse.ArgumentParser:
     """The arguments every debate training example shares (env, turns, sampling, evaluation, output)."""
     parser = argparse.ArgumentParser(description=description)
@@ -324,6 +418,11 @@ def debate_experiment_parser(description: str, *, out: str, kl_coef: float) -> a
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--out", default=out, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation, sampling and task order")
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated seeds: the run once per seed in OUT/seed-<s>, then the spread of the "
+                             "held-out gain over seeds in OUT/seeds.json and OUT/seeds.png (overrides --seed)")
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="base model: the embedded name or a local HF model directory")
     parser.add_argument("--no-greedy", dest="greedy", action="store_false",
                         help="skip the greedy evaluation (play only the --samples sampled ones)")
     parser.add_argument("--resume", default=None, metavar="CHECKPOINT",
@@ -332,8 +431,9 @@ def debate_experiment_parser(description: str, *, out: str, kl_coef: float) -> a
     return parser
 
 
-def debate_team_and_envs(args: Any, model_name: str = "smollm2-135m") -> tuple[Any, Any, Any]:
-    """``(team, train env, test env)`` of a debate example: one LoRA adapter per agent on ``model_name``."""
+def debate_team_and_envs(args: Any, model_name: str | None = None) -> tuple[Any, Any, Any]:
+    """``(team, train env, test env)`` of a debate example: one LoRA adapter per agent on ``model_name``
+    (default: ``args.model``, else the embedded SmolLM2-135M-Instruct)."""
     import torch
 
     import llm_marl_envs
@@ -343,6 +443,7 @@ def debate_team_and_envs(args: Any, model_name: str = "smollm2-135m") -> tuple[A
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    model_name = model_name or getattr(args, "model", None) or "smollm2-135m"
     model, tokenizer = load(model_name)
     team = Team.shared_lora(model, tokenizer, agents=2, name=model_name)
     env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="train")
@@ -355,6 +456,10 @@ __all__ = [
     "history_before",
     "debate_experiment_parser",
     "debate_team_and_envs",
+    "repeat_over_seeds",
+    "run_arguments",
+    "seed_gains_figure",
+    "seed_spread",
     "train_and_compare",
     "HeldOutScores",
     "held_out_scores",
