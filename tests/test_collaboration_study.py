@@ -10,6 +10,7 @@ import torch
 
 from trainers.collaboration_study import (
     LEVER_ARMS,
+    SHARED_MICRO_BATCH,
     TRAINED_ARMS,
     ArmBatch,
     SamplingCounter,
@@ -151,6 +152,16 @@ def test_each_arm_samples_the_matched_completions(arm, tiny_model_dir, tmp_path)
     same = all(torch.equal(a, second[name.replace(".agent_0.", ".agent_1.")]) for name, a in first.items())
     assert same == one_adapter
 
+
+
+def test_the_shared_arm_takes_one_optimizer_step_per_matched_batch_of_micro_batches(tiny_model_dir, tmp_path):
+    config = StudyConfig(model=str(tiny_model_dir), steps=2, max_new_tokens=6, eval_tasks=2, hard_tasks=2,
+                         arms=("shared",))
+    batch = matched_batches(config)["shared"]
+    assert batch.settings["tasks_per_step"] * batch.settings["rows_per_task"] > SHARED_MICRO_BATCH  # accumulates
+    trained = train_arm("shared", config, batch, tmp_path)
+    assert trained.counts["completions"] == config.completions_per_step * 2
+    assert [row["step"] for row in trained.history if "loss" in row] == [1, 2]
 
 
 def test_a_tiny_study_writes_results_checkpoints_and_resumes(tmp_path, tiny_model_dir):

@@ -72,6 +72,7 @@ LEVER_ARMS = tuple(LEVERS)
 MULTI_AGENT_ARMS = ("magrpo", "mappo", "counterfactual", *LEVER_ARMS)
 SINGLE_POLICY_ARMS = ("solo", "shared")
 SETTINGS = ("greedy", "sampled", "vote", "hard")
+SHARED_MICRO_BATCH = 8   # rows per forward and backward of the shared arm's TRL trainer
 
 
 @dataclass
@@ -281,13 +282,16 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
         from trainers.trl_bridge import make_grpo_trainer
 
         rows = batch.settings["rows_per_task"]
+        total = batch.settings["tasks_per_step"] * rows
+        # one generation of all rows per optimizer step, in micro-batches of at most 8 rows: the whole batch at once
+        # without gradient checkpointing (TRL's default, which recomputes every forward) needs about 20 GB
+        micro = max(d for d in range(1, min(total, SHARED_MICRO_BATCH) + 1) if total % d == 0)
         args = GRPOConfig(output_dir=str(out), num_generations=rows, max_steps=config.steps,
-                          per_device_train_batch_size=batch.settings["tasks_per_step"] * rows,
+                          per_device_train_batch_size=micro, gradient_accumulation_steps=total // micro,
                           learning_rate=config.learning_rate, max_completion_length=config.max_new_tokens,
                           temperature=config.temperature, top_p=config.top_p, beta=0.0, scale_rewards="none",
                           report_to="none", save_strategy="no", logging_steps=1, seed=config.seed, bf16=False,
-                          use_cpu=not torch.cuda.is_available(), disable_tqdm=False,
-                          gradient_checkpointing=False)   # TRL's default recomputes every forward: a third more time
+                          use_cpu=not torch.cuda.is_available(), disable_tqdm=False, gradient_checkpointing=False)
         trainer = make_grpo_trainer(make_env(config, "train"), model, tokenizer, args,
                                     peft_config=default_lora_config())
         with counter.active():
