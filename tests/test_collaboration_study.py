@@ -136,7 +136,8 @@ def test_sampling_counter_counts_real_generations_and_restores_generate():
 
 
 @pytest.mark.parametrize("arm", ["solo", "shared", "magrpo", "mappo", "counterfactual", "magrpo_incentives",
-                                 "magrpo_final_turn", "magrpo_one_adapter", "magrpo_after_solo"])
+                                 "magrpo_final_turn", "magrpo_one_adapter", "magrpo_after_solo",
+                                 "magrpo_after_solo_scores"])
 def test_each_arm_samples_the_matched_completions(arm, tiny_model_dir, tmp_path):
     config = StudyConfig(model=str(tiny_model_dir), steps=1, max_new_tokens=6, eval_tasks=2, hard_tasks=2, arms=(arm,))
     batch = matched_batches(config)[arm]
@@ -266,3 +267,57 @@ def test_the_after_solo_arm_trains_half_its_steps_alone_then_both_seats_from_tha
     assert all(torch.equal(t, debate_phase["agent_1"][name.replace(".agent_0.", ".agent_1.")])
                for name, t in debate_phase["agent_0"].items())
     assert latest_checkpoint(tmp_path / "solo") is not None and latest_checkpoint(tmp_path / "debate") is not None
+
+
+def test_the_show_scores_arms_debate_with_scores_and_their_control_is_the_solo_adapter_in_that_debate(
+        tmp_path, tiny_model_dir, monkeypatch):
+    from safetensors.torch import load_file
+
+    from trainers.collaboration_study import Evaluator
+    from trainers.magrpo import MAGRPOTrainer
+
+    config = StudyConfig(model=str(tiny_model_dir), steps=2, max_new_tokens=6, eval_tasks=2, hard_tasks=2,
+                         arms=("solo_scores", "magrpo_after_solo_scores"), evaluate=("greedy",))
+    assert config.arms == ("untrained", "solo", "solo_scores", "magrpo_after_solo_scores")   # the source comes first
+    # the Evaluator switches the debate (and the harder debate) to show_scores and back; the vote has one turn
+    evaluator = Evaluator(config)
+    plain = evaluator.envs
+    evaluator.use_debate({"show_scores": True})
+    assert evaluator.envs["debate"].show_scores and evaluator.envs["hard"].show_scores
+    evaluator.use_debate({})
+    assert evaluator.envs is plain and not plain["debate"].show_scores
+
+    trained_in = []
+    train = MAGRPOTrainer.train
+
+    def recording_train(self):
+        trained_in.append(getattr(self.env, "show_scores", None) if self.env.num_turns > 1 else "solo")
+        return train(self)
+
+    monkeypatch.setattr(MAGRPOTrainer, "train", recording_train)
+    results = run_study(config, tmp_path, log=lambda line: None)
+    assert trained_in == ["solo", "solo", True]      # solo; the lever's solo phase; its debate phase with scores
+    records = {arm: json.loads((tmp_path / "arms" / arm / "arm.json").read_text()) for arm in config.arms}
+    assert records["solo_scores"]["train_seconds"] == 0
+    assert records["solo_scores"]["counts"] == records["solo"]["counts"]
+
+    def seats(arm):
+        step = sorted((tmp_path / "arms" / arm / "team" / "checkpoints").glob("step-*"))[-1]
+        return {seat: load_file(step / "agents" / f"{seat}.safetensors") for seat in ("agent_0", "agent_1")}
+
+    solo, replayed = seats("solo"), seats("solo_scores")
+    assert all(torch.equal(t, replayed[seat][name]) for seat in solo for name, t in solo[seat].items())
+    paired = results["paired_differences"]
+    assert "magrpo_after_solo_scores - solo_scores" in paired and "magrpo_after_solo_scores - solo" in paired
+    assert not any(key.endswith("- solo_scores") and not key.startswith("magrpo_after_solo_scores") for key in paired)
+    bar = results["research_bar"]["magrpo_after_solo_scores"]
+    assert {"final_above_solo", "final_above_solo_scores"} <= set(bar)
+
+
+def test_a_replayed_arm_without_its_source_says_so(tmp_path, tiny_model_dir):
+    from trainers.collaboration_study import Evaluator, run_arm
+
+    config = StudyConfig(model=str(tiny_model_dir), steps=1, max_new_tokens=4, eval_tasks=2, hard_tasks=1,
+                         arms=("solo_scores",), evaluate=("greedy",))
+    with pytest.raises(ValueError, match="run the solo arm first"):
+        run_arm("solo_scores", config, tmp_path, Evaluator(config), log=lambda line: None)

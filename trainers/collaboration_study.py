@@ -27,6 +27,10 @@ Levers, arms run only when named (``arms=(..., "magrpo_incentives")``):
   its batch), then both seats start from that adapter and train as ``magrpo_final_turn`` for the rest.
 - ``magrpo_one_adapter``: ``magrpo_final_turn`` with parameter sharing: both seats act with one LoRA
   adapter (``Team.one_lora``), stepped once per turn on both agents' samples; the same batch as ``magrpo``.
+- ``magrpo_after_solo_scores``: ``magrpo_after_solo`` in a debate with ``show_scores=True`` (each agent
+  reads the verifier's score of the other agent's previous answer), in training and in evaluation.
+- ``solo_scores``: the ``solo`` arm's trained adapter (nothing trains again) seated in that
+  ``show_scores`` debate: the single-policy control a ``show_scores`` team is compared with.
 
 ``C = P · N · (G + G² + … + G^T)``: the completions MAGRPO samples per step for ``P`` prompts, N agents,
 T turns and G samples per tree node.
@@ -65,12 +69,17 @@ TRAINED_ARMS = ARMS[1:]
 LEVERS = {"magrpo_incentives": {"alpha0": 0.2, "alpha1": 0.2, "incentive_penalties": True},
           "magrpo_final_turn": {"reward_turns": "final"},
           "magrpo_one_adapter": {"reward_turns": "final"},
-          "magrpo_after_solo": {"reward_turns": "final"}}   # each lever arm's MAGRPOConfig settings over magrpo's
+          "magrpo_after_solo": {"reward_turns": "final"},
+          "magrpo_after_solo_scores": {"reward_turns": "final"}}   # each lever's MAGRPOConfig settings over magrpo's
 ONE_ADAPTER_ARMS = ("magrpo_one_adapter",)   # lever arms whose seats act and train with one shared LoRA adapter
-SOLO_FIRST_ARMS = ("magrpo_after_solo",)     # lever arms that spend the first half of their steps as the solo arm
-LEVER_ARMS = tuple(LEVERS)
-MULTI_AGENT_ARMS = ("magrpo", "mappo", "counterfactual", *LEVER_ARMS)
-SINGLE_POLICY_ARMS = ("solo", "shared")
+SOLO_FIRST_ARMS = ("magrpo_after_solo", "magrpo_after_solo_scores")   # the first half of their steps as solo
+DEBATE_SETTINGS = {"magrpo_after_solo_scores": {"show_scores": True},  # arms whose debate env differs from the
+                   "solo_scores": {"show_scores": True}}               # study's: its keyword arguments
+REPLAYED_ARMS = {"solo_scores": "solo"}   # arms that train nothing: another arm's adapters seated in their own debate
+SAME_DEBATE_CONTROL = {"magrpo_after_solo_scores": "solo_scores"}   # the single-policy control of an arm's debate
+LEVER_ARMS = (*LEVERS, *REPLAYED_ARMS)
+MULTI_AGENT_ARMS = ("magrpo", "mappo", "counterfactual", *LEVERS)
+SINGLE_POLICY_ARMS = ("solo", "shared", *REPLAYED_ARMS)
 SETTINGS = ("greedy", "sampled", "vote", "hard")
 SHARED_MICRO_BATCH = 8   # rows per forward and backward of the shared arm's TRL trainer
 
@@ -110,6 +119,10 @@ class StudyConfig:
             raise ValueError(f"unknown arm(s) {unknown}; choose from {ARMS} or the levers {LEVER_ARMS}")
         if "untrained" not in self.arms:
             self.arms = ("untrained", *self.arms)    # every comparison is paired against the untrained team
+        for arm, source in REPLAYED_ARMS.items():     # a replayed arm seats its source's adapters: source first
+            if arm in self.arms and (source not in self.arms or self.arms.index(source) > self.arms.index(arm)):
+                self.arms = tuple(a for a in self.arms if a != source)
+                self.arms = (*self.arms[:self.arms.index(arm)], source, *self.arms[self.arms.index(arm):])
         for name in ("num_agents", "num_turns", "prompts_per_step", "steps", "max_new_tokens", "eval_tasks",
                      "hard_tasks", "counterfactual_samples"):
             if getattr(self, name) < 1:
@@ -157,11 +170,15 @@ def matched_batches(config: StudyConfig) -> dict[str, ArmBatch]:
     per_task = c // config.prompts_per_step
     batches = {arm: ArmBatch(arm, c, {"prompts_per_step": config.prompts_per_step, "num_generations": g},
                              f"{config.prompts_per_step} task tree(s) x N·(G+…+G^T) = {per_task} completions")
-               for arm in ("magrpo", *LEVER_ARMS)}
+               for arm in ("magrpo", *LEVERS)}
     if c % g:
         raise ValueError(f"solo cannot be matched: C={c} completions per step is not a multiple of G={g}")
     batches["solo"] = ArmBatch("solo", c, {"prompts_per_step": c // g, "num_generations": g},
                                f"{c // g} prompts x G={g} answers (1 agent, 1 turn)")
+    for arm, source in REPLAYED_ARMS.items():
+        batches[arm] = replace(batches[source], arm=arm,
+                               how=f"{source}'s trained adapters, seated in its own debate (no training of its own; "
+                                   f"{source}: {batches[source].how})")
     for arm in SOLO_FIRST_ARMS:
         first = config.steps // 2
         batches[arm] = replace(batches[arm], how=f"{first} step(s) as solo ({batches['solo'].how}), then "
@@ -325,14 +342,14 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
                 state = policy.trainable_state_dict(seats[0])
                 for seat in seats[1:]:
                     policy.load_trainable_state_dict(seat, rename_adapter(state, seats[0], seat))
-            trainer = MAGRPOTrainer(make_env(config, "train"), team,
+            trainer = MAGRPOTrainer(make_env(config, "train", **DEBATE_SETTINGS.get(arm, {})), team,
                                     MAGRPOConfig(**{**common, "max_steps": config.steps - first,
                                                     "output_dir": str(out / "debate")},
                                                  **batch.settings, **LEVERS[arm], micro_batch_size=32))
-        elif arm in ("magrpo", *LEVER_ARMS):
+        elif arm in ("magrpo", *LEVERS):
             team = (Team.one_lora(model, tokenizer, seats, name=config.model) if arm in ONE_ADAPTER_ARMS
                     else Team.shared_lora(model, tokenizer, seats, name=config.model))
-            trainer = MAGRPOTrainer(make_env(config, "train"), team,
+            trainer = MAGRPOTrainer(make_env(config, "train", **DEBATE_SETTINGS.get(arm, {})), team,
                                     MAGRPOConfig(**common, **batch.settings, **LEVERS.get(arm, {}),
                                                  micro_batch_size=32))
         elif arm == "counterfactual":
@@ -350,7 +367,7 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
                                 critic_learning_rate=1e-4, reward_gamma=0.3, alpha1=0.2, beta1=0.2)
             trainer = MAPPOTrainer(make_env(config, "train"), team, mappo)
         else:
-            raise ValueError(f"unknown trained arm {arm!r}; choose from {TRAINED_ARMS + LEVER_ARMS}")
+            raise ValueError(f"unknown trained arm {arm!r}; choose from {TRAINED_ARMS + tuple(LEVERS)}")
         with counter.active():
             history = solo_history + [{**row, "phase": "debate"} if solo_history else row for row in trainer.train()]
         if arm == "solo":
@@ -375,13 +392,27 @@ class Evaluator:
         self.team = Team.shared_lora(model, tokenizer, self.seats, name=config.model)
         self.policy = self.team.policy(self.seats[0])
         self.untrained = {seat: self.policy.trainable_state_dict(seat) for seat in self.seats}
-        self.envs = {"debate": make_env(config, "test"),
-                     "vote": make_env(config, "test", agents=config.num_agents * config.num_turns, turns=1),
-                     "hard": make_env(config, "test", min_terms=3, max_terms=3, num_tasks=max(500, config.hard_tasks))}
+        self.envs = self.make_envs({})
+        self._envs_by_debate = {"{}": self.envs}
         for name in ("debate", "vote"):
             if len(self.envs[name].tasks) < config.eval_tasks:
                 raise ValueError(f"{config.env}'s test split has {len(self.envs[name].tasks)} tasks, fewer than "
                                  f"eval_tasks={config.eval_tasks}")
+
+    def make_envs(self, debate: dict[str, Any]) -> dict[str, Any]:
+        """The held-out envs of every setting, the debates built with the keyword arguments ``debate`` (the vote is
+        one turn of independent answers, which no debate argument changes)."""
+        c = self.config
+        return {"debate": make_env(c, "test", **debate),
+                "vote": make_env(c, "test", agents=c.num_agents * c.num_turns, turns=1),
+                "hard": make_env(c, "test", min_terms=3, max_terms=3, num_tasks=max(500, c.hard_tasks), **debate)}
+
+    def use_debate(self, debate: dict[str, Any]) -> None:
+        """Play the next arm in debates built with ``debate`` (e.g. ``{"show_scores": True}``; ``{}``: the study's)."""
+        key = json.dumps(debate, sort_keys=True)
+        if key not in self._envs_by_debate:
+            self._envs_by_debate[key] = self.make_envs(debate)
+        self.envs = self._envs_by_debate[key]
 
     def load(self, seats: dict[str, dict[str, Any]]) -> None:
         """Put an arm's adapter tensors on the seats."""
@@ -472,7 +503,9 @@ def comparisons(arm_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
     arm against ``magrpo`` (final turn and team answer)."""
     out = {}
     for arm in MULTI_AGENT_ARMS:
-        for base in (*SINGLE_POLICY_ARMS, "untrained", *(("magrpo",) if arm in LEVER_ARMS else ())):
+        for base in (*SINGLE_POLICY_ARMS, "untrained", *(("magrpo",) if arm in LEVERS else ())):
+            if base in REPLAYED_ARMS and SAME_DEBATE_CONTROL.get(arm) != base:
+                continue     # a control in another debate is compared only with the arms of that debate
             if arm not in arm_scores or base not in arm_scores:
                 continue
             out[f"{arm} - {base}"] = {
@@ -482,7 +515,7 @@ def comparisons(arm_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
                                                           arm_scores[base][setting]["team"])}
                 for setting in ("greedy", "sampled", "hard") if setting in arm_scores[arm]}
     for arm in SINGLE_POLICY_ARMS:
-        if arm in arm_scores and "untrained" in arm_scores:
+        if arm in arm_scores and "untrained" in arm_scores and arm not in REPLAYED_ARMS:
             out[f"{arm} - untrained"] = {setting: {"final_turn_accuracy": _paired(
                 arm_scores[arm][setting]["final"], arm_scores["untrained"][setting]["final"])}
                 for setting in ("greedy", "sampled", "hard") if setting in arm_scores[arm]}
@@ -490,7 +523,10 @@ def comparisons(arm_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def research_bar(summaries: dict[str, Any], paired: dict[str, Any]) -> dict[str, Any]:
-    """Issue's bar per multi-agent arm (greedy): gain CI > 0, final above solo (CI > 0), I→C above C→I."""
+    """Issue's bar per multi-agent arm (greedy): gain CI > 0, final above solo (CI > 0), I→C above C→I.
+
+    An arm that debates in another setting (``show_scores``) is held to ``solo`` both in the study's debate and in its
+    own (:data:`SAME_DEBATE_CONTROL`): the bar needs both."""
     out = {}
     for arm in MULTI_AGENT_ARMS:
         if arm not in summaries or f"{arm} - solo" not in paired:
@@ -499,6 +535,10 @@ def research_bar(summaries: dict[str, Any], paired: dict[str, Any]) -> dict[str,
         checks = {"collaboration_gain_above_0": greedy["collaboration_gain"]["low"] > 0,
                   "final_above_solo": paired[f"{arm} - solo"]["greedy"]["final_turn_accuracy"]["low"] > 0,
                   "i_to_c_above_c_to_i": greedy["transitions"]["I→C"] > greedy["transitions"]["C→I"]}
+        control = SAME_DEBATE_CONTROL.get(arm)
+        if control is not None:
+            same = paired.get(f"{arm} - {control}")
+            checks[f"final_above_{control}"] = bool(same and same["greedy"]["final_turn_accuracy"]["low"] > 0)
         out[arm] = {**checks, "met": all(checks.values())}
     return out
 
@@ -574,6 +614,16 @@ class _NoOptimizer:
 ARM_COST_ORDER = ("shared", "mappo", "counterfactual", "magrpo", *LEVER_ARMS, "untrained", "solo")
 
 
+def seated_adapters(team_dir: Path, seats: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each seat's adapter tensors from the last seated checkpoint in ``team_dir`` (what :func:`run_arm` saves)."""
+    from safetensors.torch import load_file
+
+    checkpoints = sorted((team_dir / "checkpoints").glob("step-*"))
+    if not checkpoints:
+        raise ValueError(f"no seated checkpoint in {team_dir}: run that arm again")
+    return {seat: load_file(checkpoints[-1] / "agents" / f"{seat}.safetensors") for seat in seats}
+
+
 def finished_arm(config: StudyConfig, out: Path, arm: str) -> dict[str, Any] | None:
     """The stored record of ``arm`` in ``out`` if it was run with these settings, else ``None``."""
     record_path = out / "arms" / arm / "arm.json"
@@ -593,10 +643,20 @@ def run_arm(arm: str, config: StudyConfig, out: Path, evaluator: Evaluator, log:
     if arm == "untrained":
         trained = TrainedArm(evaluator.untrained, {"completions": 0, "answer_tokens": 0, "generate_calls": 0},
                              0.0, [])
+    elif arm in REPLAYED_ARMS:
+        source = REPLAYED_ARMS[arm]
+        record = finished_arm(config, out, source)
+        if record is None:
+            raise ValueError(f"{arm} seats {source}'s trained adapters: run the {source} arm first (with the same "
+                             f"settings and --out)")
+        log(f"{arm}: {source}'s adapters in the debate {DEBATE_SETTINGS.get(arm, {})}")
+        trained = TrainedArm(seated_adapters(out / "arms" / source / "team", evaluator.seats), record["counts"], 0.0,
+                             [])
     else:
         log(f"{arm}: training ({batches[arm].how})")
         trained = train_arm(arm, config, batches[arm], arm_dir / "train")
     evaluator.load(trained.seats)
+    evaluator.use_debate(DEBATE_SETTINGS.get(arm, {}))
     checkpoint = None
     if arm != "untrained":
         checkpoint = str(save_seated_checkpoint(evaluator, arm_dir / "team", config.steps, config))
@@ -646,7 +706,8 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        order = sorted(pending, key=lambda a: ARM_COST_ORDER.index(a) if a in ARM_COST_ORDER else -1)
+        order = sorted((a for a in pending if a not in REPLAYED_ARMS),     # replayed arms follow, in this process
+                       key=lambda a: ARM_COST_ORDER.index(a) if a in ARM_COST_ORDER else -1)
         log(f"running {len(order)} arms, {jobs} at a time with {threads_per_job} thread(s) each: {', '.join(order)}")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(_run_arm_in_worker, arm, config, str(out), threads_per_job): arm for arm in order}
