@@ -78,10 +78,11 @@ def main() -> None:
     threads = args.threads or max(1, cores // jobs)
     import torch
 
+    from trainers.common.experiment import parse_seeds
+
     torch.set_num_threads(threads)
     if args.seeds:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-        run_seeds(config, args.out, seeds, jobs=jobs, threads_per_job=threads)
+        run_seeds(config, args.out, parse_seeds(args.seeds), jobs=jobs, threads_per_job=threads)
     else:
         run_study(config, args.out, jobs=jobs, threads_per_job=threads)
 

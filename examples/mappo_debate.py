@@ -37,8 +37,8 @@ from typing import Any
 from trainers.common.experiment import (
     debate_experiment_parser,
     debate_team_and_envs,
-    repeat_over_seeds,
     run_arguments,
+    run_once_or_over_seeds,
     train_and_compare,
 )
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
@@ -53,10 +53,7 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="actor LoRA AdamW learning rate")
     parser.add_argument("--critic-learning-rate", type=float, default=1e-4, help="critic AdamW learning rate")
     args = parser.parse_args()
-    if args.seeds:
-        repeat_over_seeds(run, args, [int(s) for s in args.seeds.split(",") if s.strip()], title=TITLE)
-    else:
-        run(args)
+    run_once_or_over_seeds(run, args, title=TITLE)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -61,7 +61,7 @@ import numpy as np
 
 from llm_marl.files import write_text_atomically
 from llm_marl_envs import metrics
-from trainers.common.experiment import RESAMPLES, interval, seed_spread
+from trainers.common.experiment import RESAMPLES, interval, plot_seed_points, seed_spread
 from trainers.magrpo.counterfactual import completions_per_transcript
 
 ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
@@ -327,6 +327,12 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
             return MAGRPOTrainer(make_env(config, "train", agents=1, turns=1), team,
                                  MAGRPOConfig(**{**common, **overrides}, **settings, micro_batch_size=32))
 
+        def debate_trainer(team: Any, **overrides: Any) -> Any:
+            """MAGRPO of the whole debate (in the arm's own debate settings) with the arm's batch and lever."""
+            return MAGRPOTrainer(make_env(config, "train", **DEBATE_SETTINGS.get(arm, {})), team,
+                                 MAGRPOConfig(**{**common, **overrides}, **batch.settings, **LEVERS.get(arm, {}),
+                                              micro_batch_size=32))
+
         if arm == "solo":
             team = Team.shared_lora(model, tokenizer, ["agent_0"], name=config.model)
             trainer = solo_trainer(team, batch.settings)
@@ -342,16 +348,11 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
                 state = policy.trainable_state_dict(seats[0])
                 for seat in seats[1:]:
                     policy.load_trainable_state_dict(seat, rename_adapter(state, seats[0], seat))
-            trainer = MAGRPOTrainer(make_env(config, "train", **DEBATE_SETTINGS.get(arm, {})), team,
-                                    MAGRPOConfig(**{**common, "max_steps": config.steps - first,
-                                                    "output_dir": str(out / "debate")},
-                                                 **batch.settings, **LEVERS[arm], micro_batch_size=32))
+            trainer = debate_trainer(team, max_steps=config.steps - first, output_dir=str(out / "debate"))
         elif arm in ("magrpo", *LEVERS):
             team = (Team.one_lora(model, tokenizer, seats, name=config.model) if arm in ONE_ADAPTER_ARMS
                     else Team.shared_lora(model, tokenizer, seats, name=config.model))
-            trainer = MAGRPOTrainer(make_env(config, "train", **DEBATE_SETTINGS.get(arm, {})), team,
-                                    MAGRPOConfig(**common, **batch.settings, **LEVERS.get(arm, {}),
-                                                 micro_batch_size=32))
+            trainer = debate_trainer(team)
         elif arm == "counterfactual":
             team = Team.shared_lora(model, tokenizer, seats, name=config.model)
             settings = dict(batch.settings)
@@ -392,8 +393,8 @@ class Evaluator:
         self.team = Team.shared_lora(model, tokenizer, self.seats, name=config.model)
         self.policy = self.team.policy(self.seats[0])
         self.untrained = {seat: self.policy.trainable_state_dict(seat) for seat in self.seats}
-        self.envs = self.make_envs({})
-        self._envs_by_debate = {"{}": self.envs}
+        self._envs_by_debate: dict[str, dict[str, Any]] = {}
+        self.use_debate({})
         for name in ("debate", "vote"):
             if len(self.envs[name].tasks) < config.eval_tasks:
                 raise ValueError(f"{config.env}'s test split has {len(self.envs[name].tasks)} tasks, fewer than "
@@ -810,11 +811,7 @@ def seeds_figure(spread: dict[str, Any], seeds: Sequence[int], path: Path) -> Pa
         for i, arm in enumerate(arms):
             if name not in spread[arm]:
                 continue
-            for j, seed in enumerate(seeds):
-                v = spread[arm][name]["per_seed"][str(seed)]
-                x = i + (j - (len(seeds) - 1) / 2) * 0.15
-                ax.errorbar(x, v["mean"], yerr=[[v["mean"] - v["low"]], [v["high"] - v["mean"]]], fmt="o",
-                            color=f"C{j}", capsize=3, label=f"seed {seed}" if i == 0 else None)
+            plot_seed_points(ax, i, spread[arm][name]["per_seed"], seeds, width=0.15, label=i == 0)
         ax.axhline(0, color="0.5", lw=0.8)
         ax.set_xticks(range(len(arms)), arms, rotation=15)
         ax.set_title(title)

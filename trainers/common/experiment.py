@@ -372,6 +372,29 @@ def repeat_over_seeds(run_one: Callable[[argparse.Namespace], dict[str, Any]], a
     return summary
 
 
+def plot_seed_points(ax: Any, x: float, per_seed: dict[str, dict[str, float]], seeds: Sequence[int], *,
+                     width: float, label: bool) -> None:
+    """One point with its 95% CI per seed around ``x`` (``width`` apart, one colour per seed; ``label``: name them)."""
+    for j, seed in enumerate(seeds):
+        v = per_seed[str(seed)]
+        ax.errorbar(x + (j - (len(seeds) - 1) / 2) * width, v["mean"],
+                    yerr=[[v["mean"] - v["low"]], [v["high"] - v["mean"]]], fmt="o", color=f"C{j}", capsize=3,
+                    label=f"seed {seed}" if label else None)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """The seeds of a ``--seeds 0,1,2`` option."""
+    return [int(s) for s in text.split(",") if s.strip()]
+
+
+def run_once_or_over_seeds(run_one: Callable[[argparse.Namespace], dict[str, Any]], args: argparse.Namespace, *,
+                           title: str) -> dict[str, Any]:
+    """An example's ``main``: ``run_one(args)``, or :func:`repeat_over_seeds` when ``args.seeds`` names seeds."""
+    if args.seeds:
+        return repeat_over_seeds(run_one, args, parse_seeds(args.seeds), title=title)
+    return run_one(args)
+
+
 def seed_gains_figure(spread: dict[str, Any], seeds: Sequence[int], path: str | os.PathLike, *,
                       title: str) -> Path:
     """Per setting and seed: the held-out gain with its 95% CI, and the mean over seeds as a line."""
@@ -384,11 +407,7 @@ def seed_gains_figure(spread: dict[str, Any], seeds: Sequence[int], path: str | 
     fig, ax = plt.subplots(figsize=(1.8 + 2.2 * len(settings), 3.8))
     for i, name in enumerate(settings):
         gain = spread[name]["gain"]
-        for j, seed in enumerate(seeds):
-            v = gain["per_seed"][str(seed)]
-            x = i + (j - (len(seeds) - 1) / 2) * 0.18
-            ax.errorbar(x, v["mean"], yerr=[[v["mean"] - v["low"]], [v["high"] - v["mean"]]], fmt="o",
-                        color=f"C{j}", capsize=3, label=f"seed {seed}" if i == 0 else None)
+        plot_seed_points(ax, i, gain["per_seed"], seeds, width=0.18, label=i == 0)
         ax.hlines(gain["mean"], i - 0.35, i + 0.35, color="k", lw=1.5, label="mean over seeds" if i == 0 else None)
     ax.axhline(0, color="0.5", lw=0.8)
     ax.set_xticks(range(len(settings)), settings)
@@ -456,7 +475,10 @@ __all__ = [
     "history_before",
     "debate_experiment_parser",
     "debate_team_and_envs",
+    "parse_seeds",
+    "plot_seed_points",
     "repeat_over_seeds",
+    "run_once_or_over_seeds",
     "run_arguments",
     "seed_gains_figure",
     "seed_spread",
