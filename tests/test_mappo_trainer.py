@@ -87,6 +87,31 @@ def test_update_moves_log_probs_along_the_advantages(tmp_path):
     assert gain > 0      # first-order improvement of the PPO surrogate Σ A·(log π_new - log π_old)
 
 
+def test_without_a_kl_penalty_no_reference_forward_runs_and_the_advantages_are_unchanged(tmp_path):
+    calls = []
+
+    def advantages_of(kl_coef, skip_reference):
+        trainer = build_trainer(tmp_path / str(kl_coef), kl_coef=kl_coef)
+        original = trainer.reference_logprobs
+
+        def counted(responses):
+            calls.append(kl_coef)
+            return original(responses)
+
+        trainer.reference_logprobs = counted
+        if not skip_reference:       # what the step did before: the reference pass, its KL multiplied by kl_coef
+            trainer.config.kl_coef = 1e-30
+        responses = trainer.compute_rewards(trainer.collect(1))
+        stats = trainer.compute_advantages(responses)
+        return [r.advantages for r in responses], stats
+
+    skipped, stats = advantages_of(0.0, skip_reference=True)
+    assert calls == [] and "kl_ref" not in stats        # KL 0: no forward of the base with adapters disabled
+    scored, stats = advantages_of(0.0, skip_reference=False)
+    assert calls and "kl_ref" in stats
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(skipped, scored))   # a zero-weight term: same
+
+
 def test_critic_reads_the_other_agents_answers_of_the_episode(tmp_path):
     trainer = build_trainer(tmp_path)
     episode = trainer.collect(1)[0]

@@ -132,7 +132,8 @@ class MAPPOConfig(TrainerConfig):
     max_new_tokens: int = trainer_default("max_new_tokens", 128)
     learning_rate: float = trainer_default("learning_rate", 1e-4)
     kl_coef: float = trainer_default("kl_coef", 0.05, help=(
-        "β of the per-token KL penalty to the reference (the base with adapters disabled), folded into the rewards."))
+        "β of the per-token KL penalty to the reference (the base with adapters disabled), folded into the rewards; "
+        "0 skips the reference forward (and its kl_ref metric)."))
     max_steps: int = trainer_default("max_steps", 10)
     output_dir: str = trainer_default("output_dir", "outputs/mappo")
 

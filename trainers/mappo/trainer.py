@@ -301,14 +301,20 @@ class MAPPOTrainer:
 
     @torch.no_grad()
     def compute_advantages(self, responses: Sequence[Response]) -> dict[str, float]:
-        """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response (on the CPU)."""
+        """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response (on the CPU).
+
+        The reference policy is scored only when ``kl_coef > 0`` (``kl_ref`` is logged then).
+        """
         c = self.config
         if not responses:
             return {}
         logp, mask = _pad_with_mask(self.old_logprobs(responses))
-        ref_logp, _ = _pad_with_mask(self.reference_logprobs(responses))
+        if c.kl_coef > 0:
+            ref_logp, _ = _pad_with_mask(self.reference_logprobs(responses))
+            kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
+        else:           # no KL penalty: the reference forward would only feed a term multiplied by 0
+            kl = torch.zeros_like(logp)
         values, _ = _pad_with_mask(self.rollout_values(responses))
-        kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
         # r_k = -β·kl_k on every token, plus R_i^t on the last one
         rewards = token_rewards(torch.tensor([r.reward for r in responses]), mask, kl=kl, kl_coef=c.kl_coef)
         # δ_k = r_k + γV_{k+1} - V_k ;  A_k = δ_k + γλA_{k+1} ;  G_k = A_k + V_k
@@ -320,10 +326,12 @@ class MAPPOTrainer:
             response.kl = kl[row, :n].clone()
         if c.whiten_advantages:
             self.whiten_advantages(responses)
-        return {"reward_mean": float(np.mean([r.reward for r in responses])),
-                "kl_ref": float(torch.cat([r.kl for r in responses]).mean()),
-                "value_mean": float(torch.cat([r.old_values for r in responses]).mean()),
-                "response_tokens": float(np.mean([len(r.completion_ids) for r in responses]))}
+        stats = {"reward_mean": float(np.mean([r.reward for r in responses])),
+                 "value_mean": float(torch.cat([r.old_values for r in responses]).mean()),
+                 "response_tokens": float(np.mean([len(r.completion_ids) for r in responses]))}
+        if c.kl_coef > 0:
+            stats["kl_ref"] = float(torch.cat([r.kl for r in responses]).mean())
+        return stats
 
     def old_logprobs(self, responses: Sequence[Response]) -> list[torch.Tensor]:
         """``log π_old`` of each completion token: the sampler's log-probs, else recomputed under the agent's adapter.
