@@ -46,6 +46,8 @@ def main() -> None:
     parser.add_argument("--counterfactual-samples", type=int, default=defaults.counterfactual_samples,
                         help="K: alternatives replayed per message by the counterfactual arm")
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+    parser.add_argument("--kl-coef", type=float, default=defaults.kl_coef,
+                        help="weight of every arm's KL to the base model (0: none)")
     parser.add_argument("--temperature", type=float, default=defaults.temperature,
                         help="sampling temperature of training, of the sampled evaluation and of the vote")
     parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens, help="tokens per answer")
@@ -69,7 +71,7 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     config = StudyConfig(arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()), steps=args.steps,
                          num_generations=args.num_generations, prompts_per_step=args.prompts_per_step,
-                         counterfactual_samples=args.counterfactual_samples, learning_rate=args.learning_rate,
+                         counterfactual_samples=args.counterfactual_samples, learning_rate=args.learning_rate, kl_coef=args.kl_coef,
                          temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                          eval_tasks=args.eval_tasks, samples=args.samples, hard_tasks=args.hard_tasks,
                          seed=args.seed, model=args.model,

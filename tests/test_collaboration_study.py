@@ -76,7 +76,7 @@ def test_a_shape_that_cannot_be_matched_says_which_arm_and_why():
 
 @pytest.mark.parametrize("bad", [dict(num_turns=1), dict(num_agents=1), dict(num_generations=1), dict(steps=0),
                                  dict(arms=("solo", "debate")), dict(samples=0), dict(evaluate=("sampled",)),
-                                 dict(evaluate=("greedy", "beam"))])
+                                 dict(evaluate=("greedy", "beam")), dict(kl_coef=-0.1)])
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError):
         StudyConfig(**bad)
@@ -153,6 +153,37 @@ def test_each_arm_samples_the_matched_completions(arm, tiny_model_dir, tmp_path)
     same = all(torch.equal(a, second[name.replace(".agent_0.", ".agent_1.")]) for name, a in first.items())
     assert same == one_adapter
 
+
+
+class _Built(Exception):
+    """Raised by a spy once an arm's trainer is built: the test reads its settings and trains nothing."""
+
+
+@pytest.mark.parametrize("arm", ["solo", "shared", "magrpo", "mappo", "counterfactual", "magrpo_final_turn"])
+def test_every_arm_trains_with_the_studys_kl_weight(arm, tiny_model_dir, tmp_path, monkeypatch):
+    import trainers.magrpo
+    import trainers.mappo
+    import trainers.trl_bridge
+
+    seen = []
+
+    def spy(self):
+        seen.append(self.config.kl_coef)
+        raise _Built
+
+    def spy_grpo(env, model, tokenizer, args, **kwargs):
+        seen.append(args.beta)
+        raise _Built
+
+    monkeypatch.setattr(trainers.magrpo.MAGRPOTrainer, "train", spy)
+    monkeypatch.setattr(trainers.mappo.MAPPOTrainer, "train", spy)
+    monkeypatch.setattr(trainers.trl_bridge, "make_grpo_trainer", spy_grpo)
+    for kl in (0.0, 0.05):
+        config = StudyConfig(model=str(tiny_model_dir), steps=1, max_new_tokens=4, eval_tasks=2, hard_tasks=2,
+                             arms=(arm,), kl_coef=kl)
+        with pytest.raises(_Built):
+            train_arm(arm, config, matched_batches(config)[arm], tmp_path / str(kl))
+    assert seen == [0.0, 0.05]       # MAPPO's own default (0.05) and TRL's (beta) do not leak into the study
 
 
 def test_the_shared_arm_takes_one_optimizer_step_per_matched_batch_of_micro_batches(tiny_model_dir, tmp_path):

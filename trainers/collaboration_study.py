@@ -1,7 +1,7 @@
 """A compute-matched collaboration study: does multi-agent training teach a debate team to use its second turn?
 
-Every arm starts from the same base model, seed, learning rate, steps and sampling settings, trains one
-LoRA adapter per trained policy, and samples **the same number of completions per training step**
+Every arm starts from the same base model, seed, learning rate, steps, sampling settings and KL weight to
+the base (``kl_coef``, 0 by default in every arm), trains one LoRA adapter per trained policy, and samples **the same number of completions per training step**
 (:func:`matched_batches` sets each arm's batch so; a shape that cannot be matched is a ``ValueError``
 saying why). The answer tokens actually sampled are counted in every arm (:class:`SamplingCounter`)
 and reported beside the completions.
@@ -96,6 +96,7 @@ class StudyConfig:
     prompts_per_step: int = 1         # P: MAGRPO's task trees per step
     steps: int = 30
     learning_rate: float = 2e-4
+    kl_coef: float = 0.0              # β of every arm's KL to the base model (0: none, and no reference forward)
     temperature: float = 0.7
     top_p: float = 0.9
     max_new_tokens: int = 40
@@ -135,6 +136,8 @@ class StudyConfig:
                              f"{self.num_generations}")
         if self.samples < 1:
             raise ValueError(f"samples must be >= 1 (sampled plays per held-out task), got {self.samples}")
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
         if not 0 < self.temperature:
             raise ValueError(f"temperature must be > 0 (the arms train by sampling), got {self.temperature}")
 
@@ -275,7 +278,8 @@ class TrainedArm:
 
 
 def _trainer_config_kwargs(config: StudyConfig, out: Path) -> dict[str, Any]:
-    return {"max_steps": config.steps, "learning_rate": config.learning_rate, "temperature": config.temperature,
+    return {"max_steps": config.steps, "learning_rate": config.learning_rate, "kl_coef": config.kl_coef,
+            "temperature": config.temperature,
             "top_p": config.top_p, "max_new_tokens": config.max_new_tokens, "seed": config.seed,
             "output_dir": str(out), "eval_tasks": 1, "save_every": 0, "report_to": ("jsonl",),
             "progress": True}
@@ -306,7 +310,8 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
         args = GRPOConfig(output_dir=str(out), num_generations=rows, max_steps=config.steps,
                           per_device_train_batch_size=micro, gradient_accumulation_steps=total // micro,
                           learning_rate=config.learning_rate, max_completion_length=config.max_new_tokens,
-                          temperature=config.temperature, top_p=config.top_p, beta=0.0, scale_rewards="none",
+                          temperature=config.temperature, top_p=config.top_p, beta=config.kl_coef,
+                          scale_rewards="none",
                           report_to="none", save_strategy="no", logging_steps=1, seed=config.seed, bf16=False,
                           use_cpu=not torch.cuda.is_available(), disable_tqdm=False, gradient_checkpointing=False)
         trainer = make_grpo_trainer(make_env(config, "train"), model, tokenizer, args,
@@ -358,7 +363,8 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
             settings = dict(batch.settings)
             cf = MAGRPOConfig(**common, credit="counterfactual", prompts_per_step=settings["transcripts_per_step"],
                               counterfactual_samples=settings["counterfactual_samples"],
-                              num_generations=config.num_generations, micro_batch_size=32)
+                              num_generations=config.num_generations, micro_batch_size=32,
+                              kl_placement="loss" if config.kl_coef else "reward")   # its credit takes no KL reward
             trainer = MAGRPOTrainer(make_env(config, "train"), team, cf)
         elif arm == "mappo":
             from trainers.mappo import MAPPOConfig, MAPPOTrainer
