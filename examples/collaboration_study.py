@@ -71,8 +71,8 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     config = StudyConfig(arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()), steps=args.steps,
                          num_generations=args.num_generations, prompts_per_step=args.prompts_per_step,
-                         counterfactual_samples=args.counterfactual_samples, learning_rate=args.learning_rate, kl_coef=args.kl_coef,
-                         temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                         counterfactual_samples=args.counterfactual_samples, learning_rate=args.learning_rate,
+                         kl_coef=args.kl_coef, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                          eval_tasks=args.eval_tasks, samples=args.samples, hard_tasks=args.hard_tasks,
                          seed=args.seed, model=args.model,
                          evaluate=tuple(s.strip() for s in args.evaluate.split(",") if s.strip()))

@@ -1,10 +1,10 @@
 """A compute-matched collaboration study: does multi-agent training teach a debate team to use its second turn?
 
 Every arm starts from the same base model, seed, learning rate, steps, sampling settings and KL weight to
-the base (``kl_coef``, 0 by default in every arm), trains one LoRA adapter per trained policy, and samples **the same number of completions per training step**
-(:func:`matched_batches` sets each arm's batch so; a shape that cannot be matched is a ``ValueError``
-saying why). The answer tokens actually sampled are counted in every arm (:class:`SamplingCounter`)
-and reported beside the completions.
+the base (``kl_coef``, 0 by default in every arm), trains one LoRA adapter per trained policy, and samples
+**the same number of completions per training step** (:func:`matched_batches` sets each arm's batch so; a
+shape that cannot be matched is a ``ValueError`` saying why). The answer tokens actually sampled are
+counted in every arm (:class:`SamplingCounter`) and reported beside the completions.
 
 - ``untrained``: nothing trains; the base model sits in every seat.
 - ``solo``: one agent trains alone (1 agent, 1 turn) with MAGRPO, then sits in every seat;
