@@ -103,12 +103,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         trained = manifest_models(manifest)
         models = trained[:1] if len(set(trained)) == 1 else trained
         num_agents = num_agents or len(manifest["agents"])
-        if num_turns is None and (manifest.get("env") or {}).get("id") == args.env:
-            num_turns = manifest["env"]["num_turns"]
+        trained_env = manifest.get("env") or {}
+        if num_turns is None and trained_env.get("id") == args.env:
+            num_turns = trained_env["num_turns"]
         if "checkpoint" not in baselines:
             baselines.append("checkpoint")
     backend = args.backend or ("hf" if checkpoint else default_backend(models))
     env_kwargs = {k: v for k, v in env_arguments(args).items() if k not in ("num_agents", "num_turns")}
+    if checkpoint is not None and trained_env.get("id") == args.env and trained_env.get("show_scores"):
+        env_kwargs["show_scores"] = True      # every baseline debates as the team trained: reading the scores
     config = BenchConfig(
         env_id=args.env, models=models, backend=backend, base_url=args.base_url, baseline=baselines[0],
         num_agents=num_agents, num_turns=num_turns, episodes=args.episodes, seed=args.seed,
@@ -301,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "weights) to --baseline; the other baselines run the checkpoint's base model, untrained. "
                        "Needs --backend hf (the default with it); --model, if given, must be the base it was "
                        "trained on; --num-agents defaults to the checkpoint's agents and --num-turns to its "
-                       "training turns when ENV is the env it was trained on")
+                       "training turns when ENV is the env it was trained on, and a team trained in a debate that "
+                       "shows each answer's verifier score (show_scores) is played in one, as are the baselines")
     bench.add_argument("--base-model", default=None, metavar="DIR",
                        help="where the --checkpoint's base model is now, when the local directory it was trained "
                        "from moved (a team trained on one base model); every baseline runs it")

@@ -96,6 +96,8 @@ def team_manifest(team: Team, agents: Sequence[str] | None = None, env: Any = No
     if env is not None:
         manifest["env"] = {"id": getattr(env, "env_id", None), "num_agents": len(env.possible_agents),
                            "num_turns": env.num_turns}
+        if getattr(env, "show_scores", False):      # `bench --checkpoint` replays it reading the scores too
+            manifest["env"]["show_scores"] = True
     return manifest
 
 

@@ -142,6 +142,25 @@ def test_bench_checkpoint_of_a_fully_fine_tuned_team(full_checkpoint, tmp_path, 
     assert [r["responses"] for r in records(alone / "episodes.jsonl")] == [r["responses"] for r in checkpoint]
 
 
+def test_a_team_trained_reading_the_scores_is_replayed_in_a_debate_that_shows_them(trained, tmp_path, capsys):
+    team = trained.team
+    optimizers = {a: torch.optim.AdamW(team.policy(a).trainable_parameters(team.adapter(a))) for a in AGENTS}
+    runs = {}
+    for shown in (True, False):
+        step = tmp_path / f"scores-{shown}"
+        save_checkpoint(step, 1, team, optimizers, {}, {}, env=make(ENV, num_agents=2, num_turns=2, show_scores=shown))
+        assert read_manifest(find_checkpoint(step))["env"] == {"id": ENV, "num_agents": 2, "num_turns": 2,
+                                                               **({"show_scores": True} if shown else {})}
+        out = runs[shown] = tmp_path / f"bench-{shown}"
+        assert main(bench("--checkpoint", str(step), "--out", str(out))) == 0, capsys.readouterr().err
+        for baseline in ("debate", "checkpoint"):     # every baseline debates as the team trained
+            config = json.loads((out / baseline / "run.json").read_text())["config"]
+            assert config["env_kwargs"].get("show_scores", False) is shown
+    shown, plain = (records(runs[s] / "checkpoint" / "episodes.jsonl") for s in (True, False))
+    assert [r["responses"][0] for r in shown] == [r["responses"][0] for r in plain]   # turn 0: the same prompts
+    assert [r["responses"][1] for r in shown] != [r["responses"][1] for r in plain]   # turn 1 read the scores
+
+
 # ------------------------------------------------------------------ refusals, each naming both sides
 def refused(capsys, *argv: str) -> str:
     assert main(bench(*argv, "--out", "/nonexistent/never-written")) == 2

@@ -15,6 +15,7 @@ from trainers.collaboration_study import (
     ArmBatch,
     SamplingCounter,
     StudyConfig,
+    comparisons,
     finished_arm,
     matched_batches,
     rename_adapter,
@@ -106,6 +107,18 @@ def test_setting_summary_gives_the_collaboration_gain_and_transition_rates_of_th
     assert summary["i_to_c_rate"]["mean"] == pytest.approx(2 / 3)
     assert summary["c_to_i_rate"]["mean"] == pytest.approx(1 / 5)
     assert summary["turn0_accuracy"]["mean"] == pytest.approx(0.625)
+
+
+def test_comparisons_pair_the_arms_by_task_including_shared_against_solo():
+    finals = {"untrained": [0, 0, 0, 0], "solo": [1, 0, 0, 0], "shared": [1, 1, 0, 0], "magrpo": [1, 1, 1, 0]}
+    arm_scores = {arm: {"greedy": {"final": final, "team": final}} for arm, final in finals.items()}
+    paired = comparisons(arm_scores)
+    assert paired["shared - solo"]["greedy"]["final_turn_accuracy"]["mean"] == pytest.approx(0.25)
+    assert paired["shared - solo"]["greedy"]["final_turn_accuracy"]["better"] == 1
+    assert paired["magrpo - shared"]["greedy"]["final_turn_accuracy"]["mean"] == pytest.approx(0.25)
+    assert paired["magrpo - solo"]["greedy"]["team_answer_accuracy"]["mean"] == pytest.approx(0.5)
+    assert paired["solo - untrained"]["greedy"]["final_turn_accuracy"]["mean"] == pytest.approx(0.25)
+    assert "solo - shared" not in paired and "sampled" not in paired["shared - solo"]
 
 
 def test_research_bar_needs_all_three_conditions():

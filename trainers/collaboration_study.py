@@ -506,8 +506,9 @@ def arm_summary(scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def comparisons(arm_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Paired differences by task: each multi-agent arm against ``solo``, ``shared`` and ``untrained``, and each lever
-    arm against ``magrpo`` (final turn and team answer)."""
+    """Paired differences by task: each multi-agent arm against ``solo``, ``shared`` and ``untrained``, each lever
+    arm against ``magrpo`` (final turn and team answer), each single policy against ``untrained``, and ``shared``
+    against ``solo`` (the same budget on one policy, trained on whole debates or on single answers)."""
     out = {}
     for arm in MULTI_AGENT_ARMS:
         for base in (*SINGLE_POLICY_ARMS, "untrained", *(("magrpo",) if arm in LEVERS else ())):
@@ -526,6 +527,10 @@ def comparisons(arm_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
             out[f"{arm} - untrained"] = {setting: {"final_turn_accuracy": _paired(
                 arm_scores[arm][setting]["final"], arm_scores["untrained"][setting]["final"])}
                 for setting in ("greedy", "sampled", "hard") if setting in arm_scores[arm]}
+    if "shared" in arm_scores and "solo" in arm_scores:
+        out["shared - solo"] = {setting: {"final_turn_accuracy": _paired(
+            arm_scores["shared"][setting]["final"], arm_scores["solo"][setting]["final"])}
+            for setting in ("greedy", "sampled", "hard") if setting in arm_scores["shared"]}
     return out
 
 
