@@ -623,7 +623,7 @@ class _NoOptimizer:
 
 # Expected cost of each arm relative to the others (training + evaluation on one core): parallel jobs start the
 # dearest arms first so that the cheap ones fill in around them.
-ARM_COST_ORDER = ("shared", "mappo", "counterfactual", "magrpo", *LEVER_ARMS, "untrained", "solo")
+ARM_COST_ORDER = ("mappo", "shared", "counterfactual", "magrpo", *LEVER_ARMS, "untrained", "solo")
 
 
 def seated_adapters(team_dir: Path, seats: Sequence[str]) -> dict[str, dict[str, Any]]:
