@@ -404,7 +404,7 @@ def seed_gains_figure(spread: dict[str, Any], seeds: Sequence[int], path: str | 
     import matplotlib.pyplot as plt
 
     settings = list(spread)
-    fig, ax = plt.subplots(figsize=(1.8 + 2.2 * len(settings), 3.8))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.8 + 2.2 * len(settings)), 3.8))   # wide enough for the title
     for i, name in enumerate(settings):
         gain = spread[name]["gain"]
         plot_seed_points(ax, i, gain["per_seed"], seeds, width=0.18, label=i == 0)
@@ -413,7 +413,7 @@ def seed_gains_figure(spread: dict[str, Any], seeds: Sequence[int], path: str | 
     ax.set_xticks(range(len(settings)), settings)
     ax.set_xlim(-0.6, len(settings) - 0.4)
     ax.set_ylabel("after − before final-turn accuracy (95% CI)")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
