@@ -27,7 +27,8 @@ KL, grad norm, response length), one ``report.html`` per evaluation, and the che
 up to ``--steps`` (a checkpoint at ``--steps`` is only evaluated): the way to re-evaluate a trained
 team on more tasks. ``--samples 0`` plays greedily only, ``--no-greedy`` only the sampled plays.
 
-The measured run, its command and what it shows: ``docs/results/magrpo_debate_200.md``.
+The measured run, its command and what it shows: ``docs/results/magrpo_debate_200.md``; the same defaults
+on three seeds: ``docs/results/debate_examples_seeds.md``.
 """
 from __future__ import annotations
 

@@ -32,7 +32,8 @@ step), one ``report.html`` per evaluation, and the checkpoint (``llm-marl bench 
 up to ``--steps`` (a checkpoint at ``--steps`` is only evaluated): the way to re-evaluate a trained
 team on more tasks. ``--samples 0`` plays greedily only, ``--no-greedy`` only the sampled plays.
 
-The measured run, its command and what it shows: ``docs/results/mappo_debate_200.md``.
+Measured at these defaults on three seeds: ``docs/results/debate_examples_seeds.md``; a run at the former
+defaults: ``docs/results/mappo_debate_200.md``.
 """
 from __future__ import annotations
 
