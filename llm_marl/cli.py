@@ -89,6 +89,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UserError(f"--models has an empty name in {args.models!r}; separate names with single commas")
     baselines = parse_baselines(args.baseline)
     num_agents, num_turns, checkpoint = args.num_agents, args.num_turns, None
+    trained_env: dict[str, Any] = {}        # the env a --checkpoint's team trained in, when it is ENV
     if args.base_model and not args.checkpoint:
         raise UserError("--base-model says where a --checkpoint's base model moved; give --checkpoint DIR too, or "
                         "name the model with --model")
@@ -103,14 +104,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         trained = manifest_models(manifest)
         models = trained[:1] if len(set(trained)) == 1 else trained
         num_agents = num_agents or len(manifest["agents"])
-        trained_env = manifest.get("env") or {}
-        if num_turns is None and trained_env.get("id") == args.env:
+        if (manifest.get("env") or {}).get("id") == args.env:
+            trained_env = manifest["env"]
+        if num_turns is None and trained_env:
             num_turns = trained_env["num_turns"]
         if "checkpoint" not in baselines:
             baselines.append("checkpoint")
     backend = args.backend or ("hf" if checkpoint else default_backend(models))
     env_kwargs = {k: v for k, v in env_arguments(args).items() if k not in ("num_agents", "num_turns")}
-    if checkpoint is not None and trained_env.get("id") == args.env and trained_env.get("show_scores"):
+    if trained_env.get("show_scores"):
         env_kwargs["show_scores"] = True      # every baseline debates as the team trained: reading the scores
     config = BenchConfig(
         env_id=args.env, models=models, backend=backend, base_url=args.base_url, baseline=baselines[0],

@@ -279,8 +279,8 @@ class TrainedArm:
 
 def _trainer_config_kwargs(config: StudyConfig, out: Path) -> dict[str, Any]:
     return {"max_steps": config.steps, "learning_rate": config.learning_rate, "kl_coef": config.kl_coef,
-            "temperature": config.temperature,
-            "top_p": config.top_p, "max_new_tokens": config.max_new_tokens, "seed": config.seed,
+            "temperature": config.temperature, "top_p": config.top_p, "max_new_tokens": config.max_new_tokens,
+            "seed": config.seed,
             "output_dir": str(out), "eval_tasks": 1, "save_every": 0, "report_to": ("jsonl",),
             "progress": True}
 
@@ -311,9 +311,9 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
                           per_device_train_batch_size=micro, gradient_accumulation_steps=total // micro,
                           learning_rate=config.learning_rate, max_completion_length=config.max_new_tokens,
                           temperature=config.temperature, top_p=config.top_p, beta=config.kl_coef,
-                          scale_rewards="none",
-                          report_to="none", save_strategy="no", logging_steps=1, seed=config.seed, bf16=False,
-                          use_cpu=not torch.cuda.is_available(), disable_tqdm=False, gradient_checkpointing=False)
+                          scale_rewards="none", report_to="none", save_strategy="no", logging_steps=1,
+                          seed=config.seed, bf16=False, use_cpu=not torch.cuda.is_available(), disable_tqdm=False,
+                          gradient_checkpointing=False)
         trainer = make_grpo_trainer(make_env(config, "train"), model, tokenizer, args,
                                     peft_config=default_lora_config())
         with counter.active():
@@ -522,15 +522,12 @@ def comparisons(arm_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
                           "team_answer_accuracy": _paired(arm_scores[arm][setting]["team"],
                                                           arm_scores[base][setting]["team"])}
                 for setting in ("greedy", "sampled", "hard") if setting in arm_scores[arm]}
-    for arm in SINGLE_POLICY_ARMS:
-        if arm in arm_scores and "untrained" in arm_scores and arm not in REPLAYED_ARMS:
-            out[f"{arm} - untrained"] = {setting: {"final_turn_accuracy": _paired(
-                arm_scores[arm][setting]["final"], arm_scores["untrained"][setting]["final"])}
+    single_pairs = [(arm, "untrained") for arm in SINGLE_POLICY_ARMS if arm not in REPLAYED_ARMS]
+    for arm, base in (*single_pairs, ("shared", "solo")):
+        if arm in arm_scores and base in arm_scores:
+            out[f"{arm} - {base}"] = {setting: {"final_turn_accuracy": _paired(
+                arm_scores[arm][setting]["final"], arm_scores[base][setting]["final"])}
                 for setting in ("greedy", "sampled", "hard") if setting in arm_scores[arm]}
-    if "shared" in arm_scores and "solo" in arm_scores:
-        out["shared - solo"] = {setting: {"final_turn_accuracy": _paired(
-            arm_scores["shared"][setting]["final"], arm_scores["solo"][setting]["final"])}
-            for setting in ("greedy", "sampled", "hard") if setting in arm_scores["shared"]}
     return out
 
 

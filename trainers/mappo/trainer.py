@@ -309,7 +309,8 @@ class MAPPOTrainer:
         if not responses:
             return {}
         logp, mask = _pad_with_mask(self.old_logprobs(responses))
-        if c.kl_coef > 0:
+        score_reference = c.kl_coef > 0
+        if score_reference:
             ref_logp, _ = _pad_with_mask(self.reference_logprobs(responses))
             kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
         else:           # no KL penalty: the reference forward would only feed a term multiplied by 0
@@ -329,7 +330,7 @@ class MAPPOTrainer:
         stats = {"reward_mean": float(np.mean([r.reward for r in responses])),
                  "value_mean": float(torch.cat([r.old_values for r in responses]).mean()),
                  "response_tokens": float(np.mean([len(r.completion_ids) for r in responses]))}
-        if c.kl_coef > 0:
+        if score_reference:
             stats["kl_ref"] = float(torch.cat([r.kl for r in responses]).mean())
         return stats
 
