@@ -94,7 +94,7 @@ class StudyConfig:
     num_turns: int = 2
     num_generations: int = 4          # G: MAGRPO's samples per agent per tree node; sets C, the completions per step
     prompts_per_step: int = 1         # P: MAGRPO's task trees per step
-    steps: int = 30
+    steps: int = 20
     learning_rate: float = 2e-4
     kl_coef: float = 0.0              # β of every arm's KL to the base model (0: none, and no reference forward)
     temperature: float = 0.7
