@@ -7,7 +7,8 @@ adapter each; the centralized critic is a third adapter on the same base with a 
 debate ``arithmetic_debate-v0`` (two 2-digit numbers added) for 2 turns: each answers, then reads
 the other's answer and answers again. Rewards are MAPoRL's influence-aware returns (γ = 0.3) with
 the persuadability and persuasion incentives (α1 = β1 = 0.2, with their correct→incorrect
-penalties). Training draws tasks from the train split only; the test split is held out.
+penalties); ``--reward-rule last_turn`` pays each of an agent's turns its own final score instead
+(the incentives stay). Training draws tasks from the train split only; the test split is held out.
 
 The defaults (10 debates = 40 answers a step, 20 steps, learning rate 2e-4, no KL penalty, PPO
 minibatches of 16 answers) are the recipe of the collaboration study's ``mappo`` arm at a smaller
@@ -48,12 +49,16 @@ from trainers.common.experiment import (
     train_and_compare,
 )
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
+from trainers.mappo.rewards import REWARD_RULES
 
 TITLE = "MAPPO debate example: held-out gain per seed"
 
 
 def main() -> None:
     parser = debate_experiment_parser(__doc__.split("\n\n")[0], out="outputs/mappo_debate", kl_coef=0.0)
+    parser.add_argument("--reward-rule", choices=REWARD_RULES, default="influence_aware",
+                        help="how verifier scores become turn rewards: influence_aware (MAPoRL's returns), "
+                             "current_turn (own score at that turn) or last_turn (own score at the last turn)")
     parser.add_argument("--steps", type=int, default=20, help="MAPPO steps")
     parser.add_argument("--episodes-per-step", type=int, default=10, help="debates collected per step")
     parser.add_argument("--minibatch-size", type=int, default=16, help="answers per PPO gradient step")
@@ -70,8 +75,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         max_steps=args.steps, episodes_per_step=args.episodes_per_step, max_new_tokens=args.max_new_tokens,
         ppo_epochs=1, minibatch_size=args.minibatch_size, learning_rate=args.learning_rate,
         critic_learning_rate=args.critic_learning_rate, kl_coef=args.kl_coef, temperature=args.temperature,
-        reward_gamma=0.3, alpha1=0.2, beta1=0.2, eval_tasks=args.eval_tasks, output_dir=args.out,
-        seed=args.seed, save_every=8)
+        reward_rule=args.reward_rule, reward_gamma=0.3, alpha1=0.2, beta1=0.2, eval_tasks=args.eval_tasks,
+        output_dir=args.out, seed=args.seed, save_every=8)
     trainer = MAPPOTrainer(env, team, config, eval_env=eval_env)
     return train_and_compare(trainer, args.out, eval_tasks=args.eval_tasks, samples=args.samples,
                              temperature=args.temperature, env_id=args.env,
