@@ -56,9 +56,9 @@ TITLE = "MAPPO debate example: held-out gain per seed"
 
 def main() -> None:
     parser = debate_experiment_parser(__doc__.split("\n\n")[0], out="outputs/mappo_debate", kl_coef=0.0)
-    parser.add_argument("--reward-rule", choices=REWARD_RULES, default="influence_aware",
-                        help="how verifier scores become turn rewards: influence_aware (MAPoRL's returns), "
-                             "current_turn (own score at that turn) or last_turn (own score at the last turn)")
+    reward_rule = MAPPOConfig.__dataclass_fields__["reward_rule"]      # its default and help are the config's
+    parser.add_argument("--reward-rule", choices=REWARD_RULES, default=reward_rule.default,
+                        help=reward_rule.metadata["help"])
     parser.add_argument("--steps", type=int, default=20, help="MAPPO steps")
     parser.add_argument("--episodes-per-step", type=int, default=10, help="debates collected per step")
     parser.add_argument("--minibatch-size", type=int, default=16, help="answers per PPO gradient step")
