@@ -23,8 +23,10 @@ reported beside it as ``team_answer_accuracy``); differences are paired by task 
 bootstrap over tasks.
 
 Writes to ``--out``: ``results.json`` (``final_turn_accuracy`` before/after/paired difference for
-the sampled setting, ``greedy`` and ``sampled`` blocks with per-turn accuracy and transitions incl.
-the I→C rate change, the checkpoint path, the training history), ``learning_curve.png``,
+the sampled setting, ``greedy`` and ``sampled`` blocks with per-turn accuracy, transitions incl.
+the I→C rate change, the collaboration gain (final turn − turn 0 of the same episodes) and per seat its
+accuracy and whether its last answers were its own, its partner's or new; the checkpoint path, the
+training history), ``learning_curve.png``,
 ``metrics.jsonl`` / TensorBoard logs (train accuracy, KL, entropy, response length, grad norm per
 step), one ``report.html`` per evaluation, and the checkpoint (``llm-marl bench arithmetic_debate-v0
 --checkpoint OUT`` replays it).

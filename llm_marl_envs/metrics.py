@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 TRANSITION_LABELS = ("C→C", "C→I", "I→C", "I→I")
+ANSWER_SOURCES = ("kept", "partner", "new")
 
 
 def pad_turns(per_turn: Sequence[Sequence[Any]], num_turns: int) -> list[list[Any]]:
@@ -52,6 +53,27 @@ def transition_counts(correct: Sequence[Sequence[bool | None]]) -> np.ndarray:
             if b is None or a is None:
                 continue
             counts[0 if b else 1, 0 if a else 1] += 1
+    return counts
+
+
+def answer_sources(answers: Sequence[Sequence[str | None]]) -> np.ndarray:
+    """Where each agent's last-turn answer came from: ``[agents, 3]`` one-hot rows over :data:`ANSWER_SOURCES`.
+
+    ``kept``: the agent's own answer at the turn before; ``partner``: another agent's answer at the turn
+    before (and not its own); ``new``: neither (an empty answer counts as new). Answers are compared after
+    stripping whitespace. A one-turn episode has no earlier turn: all zeros.
+    """
+    if not answers:
+        raise ValueError("an episode needs at least one completed turn to trace its answers")
+    last = [a.strip() if isinstance(a, str) else "" for a in answers[-1]]
+    counts = np.zeros((len(last), len(ANSWER_SOURCES)), dtype=np.int64)
+    if len(answers) < 2:
+        return counts
+    earlier = [a.strip() if isinstance(a, str) else "" for a in answers[-2]]
+    for agent, answer in enumerate(last):
+        others = {a for j, a in enumerate(earlier) if j != agent and a}
+        source = 0 if answer and answer == earlier[agent] else 1 if answer in others else 2
+        counts[agent, source] = 1
     return counts
 
 

@@ -8,11 +8,13 @@ import torch
 
 from llm_marl.models import tiny_model
 from llm_marl.team import Team
+from llm_marl_envs.metrics import answer_sources
 from tests.toy_env import SayNumberEnv
 from trainers.common.evaluation import EvalResult
 from trainers.common.experiment import (
     compare,
     fix_rate,
+    format_comparison,
     held_out_scores,
     merged_history,
     scores_from,
@@ -78,6 +80,36 @@ def test_compare_pairs_by_task_and_reports_the_fix_rate_change():
     assert out["per_turn"][0]["paired_difference"]["mean"] == 0.0
     with pytest.raises(ValueError, match="same tasks"):
         compare(before, scores_from(result_of([[[False, False], [False, False]]] * 20), list(range(1, 21)), 1, 0.0))
+
+
+def test_answer_sources_say_whether_each_seat_kept_its_answer_took_a_partners_or_wrote_a_new_one():
+    # seat 0 takes seat 1's "7"; seat 1 keeps "7" (whitespace ignored); seat 2 writes "9"
+    assert answer_sources([["5", "7", "8"], ["7", " 7 ", "9"]]).tolist() == [[0, 1, 0], [1, 0, 0], [0, 0, 1]]
+    # an empty answer is new, even when the seat was empty before; the last two turns are compared
+    assert answer_sources([["1", "2"], ["3", ""], ["3", None]]).tolist() == [[1, 0, 0], [0, 0, 1]]
+    assert answer_sources([["4", "4"]]).tolist() == [[0, 0, 0], [0, 0, 0]]     # one turn: nothing to trace
+    with pytest.raises(ValueError, match="at least one"):
+        answer_sources([])
+
+
+def test_compare_reports_the_collaboration_gain_and_what_each_seat_did_at_its_last_turn():
+    # before: nobody changes; after: seat 0 is right at once, seat 1 is wrong and then takes seat 0's answer
+    before = scores_from(result_of([[[True, False], [True, False]]] * 20, [[["5", "3"], ["5", "3"]]] * 20),
+                         list(range(20)), 1, 0.0)
+    after = scores_from(result_of([[[True, False], [True, True]]] * 12 + [[[False, False], [False, False]]] * 8,
+                                  [[["5", "3"], ["5", "5"]]] * 12 + [[["4", "3"], ["4", "2"]]] * 8),
+                        list(range(20)), 1, 0.0)
+    out = compare(before, after)
+    assert out["collaboration_gain"]["before"]["mean"] == 0.0
+    gain = out["collaboration_gain"]["after"]                  # 12 tasks go from 0.5 to 1.0, 8 stay at 0
+    assert gain["mean"] == pytest.approx(0.3) and gain["low"] > 0 and gain["better"] == 12 and gain["tie"] == 8
+    seat0, seat1 = out["seats"]["after"]
+    assert seat0["turn0_accuracy"]["mean"] == pytest.approx(0.6) and seat1["turn0_accuracy"]["mean"] == 0.0
+    assert seat1["final_turn_accuracy"]["mean"] == pytest.approx(0.6)
+    assert seat0["final_answer_from"] == {"kept": 20, "partner": 0, "new": 0}
+    assert seat1["final_answer_from"] == {"kept": 0, "partner": 12, "new": 8}
+    assert out["seats"]["before"][1]["final_answer_from"] == {"kept": 20, "partner": 0, "new": 0}
+    assert "final - turn 0 after 0.300" in format_comparison("greedy", out)
 
 
 @pytest.fixture()

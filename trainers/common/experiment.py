@@ -49,7 +49,9 @@ class HeldOutScores:
 
     ``final``: final-turn accuracy (mean over agents, and over samples when sampled); ``team``: majority
     vote of the final answers; ``per_turn``: ``[tasks, turns]``; ``transitions``: ``[tasks, 4]`` counts
-    C→C, C→I, I→C, I→I summed over agents, turn pairs and samples.
+    C→C, C→I, I→C, I→I summed over agents, turn pairs and samples; ``agent_turns``: ``[tasks, agents,
+    turns]`` accuracy of each seat (mean over samples); ``sources``: ``[tasks, agents, 3]`` counts of where
+    each seat's last answer came from (:data:`~llm_marl_envs.metrics.ANSWER_SOURCES`), summed over samples.
     """
 
     tasks: list[int]
@@ -60,6 +62,8 @@ class HeldOutScores:
     per_turn: np.ndarray
     transitions: np.ndarray
     episodes: list[dict[str, Any]]
+    agent_turns: np.ndarray
+    sources: np.ndarray
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary: means with 95% CIs (no per-episode records)."""
@@ -94,11 +98,13 @@ def transition_summary(counts: np.ndarray) -> dict[str, Any]:
 def scores_from(result: EvalResult, tasks: Sequence[int], samples: int, temperature: float) -> HeldOutScores:
     """Reduce an evaluation whose episodes are ``samples`` consecutive plays of each task to per-task scores."""
     num_turns = result.num_turns
-    finals, teams, turns, transitions = [], [], [], []
+    finals, teams, turns, transitions, agent_turns, sources = [], [], [], [], [], []
     for record in result.episodes:
         correct = metrics.pad_turns(record["correct"], num_turns)
         answers = metrics.pad_turns(record["answers"], num_turns)
         per_turn = [float(np.mean([bool(c) for c in turn])) for turn in correct]
+        agent_turns.append([[float(bool(c)) for c in agent] for agent in zip(*correct)])
+        sources.append(metrics.answer_sources(answers))
         turns.append(per_turn)
         finals.append(per_turn[-1])
         teams.append(float(bool(metrics.majority_correct(answers[-1], correct[-1]))))
@@ -109,7 +115,8 @@ def scores_from(result: EvalResult, tasks: Sequence[int], samples: int, temperat
         return array.reshape(len(tasks), samples, *array.shape[1:])
 
     return HeldOutScores(list(tasks), samples, temperature, per_task(finals).mean(1), per_task(teams).mean(1),
-                         per_task(turns).mean(1), per_task(transitions).sum(1), result.episodes)
+                         per_task(turns).mean(1), per_task(transitions).sum(1), result.episodes,
+                         per_task(agent_turns).mean(1), per_task(sources).sum(1))
 
 
 def held_out_scores(trainer: Any, tasks: Sequence[int], *, samples: int = 1, temperature: float = 0.0,
@@ -146,6 +153,12 @@ def compare(before: HeldOutScores, after: HeldOutScores) -> dict[str, Any]:
 
     rows = np.concatenate([before.transitions, after.transitions], axis=1)
     fix_change = interval(rows, lambda r: fix_rate(r[:, 4:]) - fix_rate(r[:, :4]))
+    debate = {}
+    if before.per_turn.shape[1] > 1:
+        # the same episodes' final turn against their own first answers, and what each seat's last answer was
+        debate = {"collaboration_gain": {when: paired(s.final, s.per_turn[:, 0])
+                                         for when, s in (("before", before), ("after", after))},
+                  "seats": {when: seat_summary(s) for when, s in (("before", before), ("after", after))}}
     return {
         "final_turn_accuracy": {"before": interval(before.final), "after": interval(after.final),
                                 "paired_difference": paired(after.final, before.final)},
@@ -156,7 +169,17 @@ def compare(before: HeldOutScores, after: HeldOutScores) -> dict[str, Any]:
                      for t in range(before.per_turn.shape[1])],
         "transitions": {"before": transition_summary(before.transitions),
                         "after": transition_summary(after.transitions), "i_to_c_rate_change": fix_change},
+        **debate,
     }
+
+
+def seat_summary(scores: HeldOutScores) -> list[dict[str, Any]]:
+    """Per seat: its first-turn and last-turn accuracy and where its last answers came from (counts)."""
+    totals = scores.sources.sum(axis=0)
+    return [{"agent": seat, "turn0_accuracy": interval(scores.agent_turns[:, seat, 0]),
+             "final_turn_accuracy": interval(scores.agent_turns[:, seat, -1]),
+             "final_answer_from": {name: int(n) for name, n in zip(metrics.ANSWER_SOURCES, totals[seat])}}
+            for seat in range(scores.agent_turns.shape[1])]
 
 
 def format_comparison(name: str, comparison: dict[str, Any]) -> str:
@@ -168,8 +191,10 @@ def format_comparison(name: str, comparison: dict[str, Any]) -> str:
 
     change = comparison["transitions"]["i_to_c_rate_change"]
     fix = "n/a" if change["mean"] is None else ci(change)
+    gain = comparison.get("collaboration_gain")
+    own = f"  final - turn 0 after {ci(gain['after'])}" if gain else ""
     return (f"{name:>8}: before {ci(acc['before'])}  after {ci(acc['after'])}  "
-            f"after - before {ci(acc['paired_difference'])}  I→C rate change {fix}")
+            f"after - before {ci(acc['paired_difference'])}  I→C rate change {fix}{own}")
 
 
 def plot_learning_curve(history: Sequence[dict[str, Any]], evaluations: dict[str, dict[str, Any]],
