@@ -26,6 +26,11 @@ TRANSITION_LABELS = ("C→C", "C→I", "I→C", "I→I")
 ANSWER_SOURCES = ("kept", "partner", "new")
 
 
+def normalised_answers(answers: Sequence[str | None]) -> list[str]:
+    """The answers stripped of surrounding whitespace; a missing answer becomes ``""``."""
+    return [a.strip() if isinstance(a, str) else "" for a in answers]
+
+
 def pad_turns(per_turn: Sequence[Sequence[Any]], num_turns: int) -> list[list[Any]]:
     """Repeat the last turn's entries until there are ``num_turns`` turns (early-stopped episodes)."""
     if not per_turn:
@@ -65,11 +70,11 @@ def answer_sources(answers: Sequence[Sequence[str | None]]) -> np.ndarray:
     """
     if not answers:
         raise ValueError("an episode needs at least one completed turn to trace its answers")
-    last = [a.strip() if isinstance(a, str) else "" for a in answers[-1]]
+    last = normalised_answers(answers[-1])
     counts = np.zeros((len(last), len(ANSWER_SOURCES)), dtype=np.int64)
     if len(answers) < 2:
         return counts
-    earlier = [a.strip() if isinstance(a, str) else "" for a in answers[-2]]
+    earlier = normalised_answers(answers[-2])
     for agent, answer in enumerate(last):
         others = {a for j, a in enumerate(earlier) if j != agent and a}
         source = 0 if answer and answer == earlier[agent] else 1 if answer in others else 2
@@ -79,7 +84,7 @@ def answer_sources(answers: Sequence[Sequence[str | None]]) -> np.ndarray:
 
 def majority_answer(answers: Sequence[str | None]) -> str | None:
     """The most frequent non-empty answer; ties go to the answer of the lowest-indexed agent."""
-    normalised = [a.strip() if isinstance(a, str) else None for a in answers]
+    normalised = normalised_answers(answers)
     votes = Counter(a for a in normalised if a)
     if not votes:
         return None
@@ -99,7 +104,7 @@ def majority_correct(answers: Sequence[str | None], correct: Sequence[bool | Non
 
 def consensus(answers: Sequence[str | None]) -> bool:
     """Whether every agent gave the same non-empty answer."""
-    normalised = [a.strip() if isinstance(a, str) else "" for a in answers]
+    normalised = normalised_answers(answers)
     return all(normalised) and len(set(normalised)) == 1
 
 

@@ -61,7 +61,7 @@ import numpy as np
 
 from llm_marl.files import write_text_atomically
 from llm_marl_envs import metrics
-from trainers.common.experiment import RESAMPLES, interval, plot_seed_points, seed_spread
+from trainers.common.experiment import interval, paired_interval, plot_seed_points, seed_spread
 from trainers.magrpo.counterfactual import completions_per_transcript
 
 ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
@@ -469,12 +469,6 @@ def scores_arrays(scores: Any) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ summaries
-def _paired(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
-    diff = metrics.paired_difference(np.asarray(a, float), np.asarray(b, float), num_resamples=RESAMPLES)
-    return {"mean": diff["mean"], "low": diff["ci95"][0], "high": diff["ci95"][1], "better": diff["wins"],
-            "tie": diff["ties"], "worse": diff["losses"]}
-
-
 def _rate(rows: np.ndarray, numerator: int, denominators: Sequence[int]) -> float:
     total = rows[:, list(denominators)].sum()
     return float(rows[:, numerator].sum() / total) if total else float("nan")
@@ -489,7 +483,7 @@ def setting_summary(scores: dict[str, Any]) -> dict[str, Any]:
            "team_answer_accuracy": interval(scores["team"])}
     if per_turn.shape[1] > 1:
         counts = rows.sum(axis=0)
-        out["collaboration_gain"] = _paired(final, per_turn[:, 0])
+        out["collaboration_gain"] = paired_interval(final, per_turn[:, 0])
         out["transitions"] = {label: int(n) for label, n in zip(metrics.TRANSITION_LABELS, counts)}
         # labels: C→C, C→I, I→C, I→I; I→C rate = I→C / (I→C + I→I), C→I rate = C→I / (C→C + C→I)
         out["i_to_c_rate"] = interval(rows, lambda r: _rate(r, 2, (2, 3)))
@@ -501,7 +495,7 @@ def arm_summary(scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Every setting's summary, and whether the sampled debate's team answer beats the vote of the same policy."""
     out = {setting: setting_summary(scores[setting]) for setting in SETTINGS if setting in scores}
     if "sampled" in scores and "vote" in scores:
-        out["debate_minus_vote"] = _paired(scores["sampled"]["team"], scores["vote"]["team"])
+        out["debate_minus_vote"] = paired_interval(scores["sampled"]["team"], scores["vote"]["team"])
     return out
 
 
@@ -517,15 +511,15 @@ def comparisons(arm_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
             if arm not in arm_scores or base not in arm_scores:
                 continue
             out[f"{arm} - {base}"] = {
-                setting: {"final_turn_accuracy": _paired(arm_scores[arm][setting]["final"],
+                setting: {"final_turn_accuracy": paired_interval(arm_scores[arm][setting]["final"],
                                                          arm_scores[base][setting]["final"]),
-                          "team_answer_accuracy": _paired(arm_scores[arm][setting]["team"],
+                          "team_answer_accuracy": paired_interval(arm_scores[arm][setting]["team"],
                                                           arm_scores[base][setting]["team"])}
                 for setting in ("greedy", "sampled", "hard") if setting in arm_scores[arm]}
     single_pairs = [(arm, "untrained") for arm in SINGLE_POLICY_ARMS if arm not in REPLAYED_ARMS]
     for arm, base in (*single_pairs, ("shared", "solo")):
         if arm in arm_scores and base in arm_scores:
-            out[f"{arm} - {base}"] = {setting: {"final_turn_accuracy": _paired(
+            out[f"{arm} - {base}"] = {setting: {"final_turn_accuracy": paired_interval(
                 arm_scores[arm][setting]["final"], arm_scores[base][setting]["final"])}
                 for setting in ("greedy", "sampled", "hard") if setting in arm_scores[arm]}
     return out

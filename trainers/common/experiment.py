@@ -79,6 +79,13 @@ def interval(values: Sequence[float] | np.ndarray, statistic=None) -> dict[str, 
     return {"mean": entry["mean"], "low": entry["ci95"][0], "high": entry["ci95"][1]}
 
 
+def paired_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> dict[str, Any]:
+    """``a − b`` paired by task: the mean difference, its 95% bootstrap interval and the better/tie/worse counts."""
+    diff = metrics.paired_difference(np.asarray(a, float), np.asarray(b, float), num_resamples=RESAMPLES)
+    return {"mean": diff["mean"], "low": diff["ci95"][0], "high": diff["ci95"][1], "better": diff["wins"],
+            "tie": diff["ties"], "worse": diff["losses"]}
+
+
 def fix_rate(rows: np.ndarray) -> float:
     """I→C / (I→C + I→I) over the rows' summed transition counts (NaN when no answer was incorrect)."""
     fixed, kept = rows[:, 2].sum(), rows[:, 3].sum()
@@ -102,9 +109,10 @@ def scores_from(result: EvalResult, tasks: Sequence[int], samples: int, temperat
     for record in result.episodes:
         correct = metrics.pad_turns(record["correct"], num_turns)
         answers = metrics.pad_turns(record["answers"], num_turns)
-        per_turn = [float(np.mean([bool(c) for c in turn])) for turn in correct]
-        agent_turns.append([[float(bool(c)) for c in agent] for agent in zip(*correct)])
+        by_seat = np.array([[bool(c) for c in turn] for turn in correct], dtype=float).T   # [agents, turns]
+        agent_turns.append(by_seat)
         sources.append(metrics.answer_sources(answers))
+        per_turn = by_seat.mean(axis=0)
         turns.append(per_turn)
         finals.append(per_turn[-1])
         teams.append(float(bool(metrics.majority_correct(answers[-1], correct[-1]))))
@@ -146,26 +154,21 @@ def compare(before: HeldOutScores, after: HeldOutScores) -> dict[str, Any]:
     if before.tasks != after.tasks:
         raise ValueError("before and after must be evaluated on the same tasks in the same order to be paired")
 
-    def paired(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
-        diff = metrics.paired_difference(a, b, num_resamples=RESAMPLES)
-        return {"mean": diff["mean"], "low": diff["ci95"][0], "high": diff["ci95"][1], "better": diff["wins"],
-                "tie": diff["ties"], "worse": diff["losses"]}
-
     rows = np.concatenate([before.transitions, after.transitions], axis=1)
     fix_change = interval(rows, lambda r: fix_rate(r[:, 4:]) - fix_rate(r[:, :4]))
     debate = {}
     if before.per_turn.shape[1] > 1:
         # the same episodes' final turn against their own first answers, and what each seat's last answer was
-        debate = {"collaboration_gain": {when: paired(s.final, s.per_turn[:, 0])
+        debate = {"collaboration_gain": {when: paired_interval(s.final, s.per_turn[:, 0])
                                          for when, s in (("before", before), ("after", after))},
                   "seats": {when: seat_summary(s) for when, s in (("before", before), ("after", after))}}
     return {
         "final_turn_accuracy": {"before": interval(before.final), "after": interval(after.final),
-                                "paired_difference": paired(after.final, before.final)},
+                                "paired_difference": paired_interval(after.final, before.final)},
         "team_answer_accuracy": {"before": interval(before.team), "after": interval(after.team),
-                                 "paired_difference": paired(after.team, before.team)},
+                                 "paired_difference": paired_interval(after.team, before.team)},
         "per_turn": [{"turn": t, "before": interval(before.per_turn[:, t]), "after": interval(after.per_turn[:, t]),
-                      "paired_difference": paired(after.per_turn[:, t], before.per_turn[:, t])}
+                      "paired_difference": paired_interval(after.per_turn[:, t], before.per_turn[:, t])}
                      for t in range(before.per_turn.shape[1])],
         "transitions": {"before": transition_summary(before.transitions),
                         "after": transition_summary(after.transitions), "i_to_c_rate_change": fix_change},
