@@ -343,7 +343,8 @@ def summarize(records: Sequence[dict[str, Any]], num_turns: int, *, seed: int = 
     """Metrics over episode records, each with a bootstrap 95% CI (resampling episodes, seeded).
 
     ``accuracy_per_turn`` (fraction of agents correct, or mean score where the verifier has no
-    notion of correct), ``final_majority_accuracy``, ``transitions`` between consecutive turns,
+    notion of correct), ``final_majority_accuracy``, ``transitions`` between consecutive turns (the counts
+    and the fix and break rates of :func:`llm_marl_envs.metrics.transition_summary`),
     ``consensus_rate`` on the final turn, ``tokens_per_episode``, ``wall_time_per_episode_s``.
     """
     if not records:
@@ -369,11 +370,8 @@ def summarize(records: Sequence[dict[str, Any]], num_turns: int, *, seed: int = 
         "wall_time_total_s": float(sum(r["wall_time_s"] for r in records)),
     }
     if num_turns > 1 and judged:
-        rates = metrics.with_ci(counts.reshape(len(records), 4), metrics.transition_rates, **ci)
-        summary["transitions"] = {
-            "counts": counts.sum(axis=0).tolist(),
-            "rates": dict(zip(metrics.TRANSITION_LABELS, rates)),
-        }
+        summary["transitions"] = metrics.transition_summary(
+            counts, interval=lambda rows, statistic: metrics.with_ci(rows, statistic, **ci))
     return summary
 
 
@@ -446,16 +444,14 @@ def render_report(summary: dict[str, Any], run: dict[str, Any]) -> str:
         f"![{label} per turn]({ACCURACY_PLOT})",
     ]
     if "transitions" in summary:
-        (cc, ci_), (ic, ii) = summary["transitions"]["counts"]
-        rates = summary["transitions"]["rates"]
+        transitions = summary["transitions"]
         lines += [
             "",
             "## Correctness transitions between consecutive turns (per agent)",
             "",
-            "| transition | count | rate [95% CI] |",
-            "| --- | ---: | --- |",
-            *(f"| {name} | {count} | {report.format_ci(rates[name])} |"
-              for name, count in zip(metrics.TRANSITION_LABELS, (cc, ci_, ic, ii))),
+            "| transition | count |",
+            "| --- | ---: |",
+            *(f"| {metrics.TRANSITION_LABELS[key]} | {transitions[key]} |" for key in metrics.TRANSITIONS),
             "",
             f"![transitions]({TRANSITIONS_PLOT})",
         ]

@@ -6,7 +6,8 @@ same env, tasks, seed, sampling and loaded models; only ``baseline`` differs), t
 
     compare.json        the baselines compared (each sub-run checks its own settings on resume)
     single/ majority/ debate/ checkpoint/    one ordinary bench run directory per baseline
-    comparison.json     per baseline: headline metrics with bootstrap 95% CIs;
+    comparison.json     per baseline: headline metrics with bootstrap 95% CIs (the fix and break rates of
+                        :func:`llm_marl_envs.metrics.transition_summary` among them);
                         per pair: the paired difference of team-answer accuracy on the same tasks
     comparison.md       the same as tables, with comparison.png
     report.html         every baseline's tables, plots and episodes on one page (:mod:`llm_marl.report`)
@@ -104,7 +105,8 @@ def comparison(views: Sequence[RunView]) -> dict[str, Any]:
             "final_turn_accuracy": s["accuracy_per_turn"][-1],
             "team_answer_accuracy": metrics.with_ci(team[view.label], seed=seed),
             "consensus_rate": s["consensus_rate"],
-            "transitions": s.get("transitions", {}).get("rates"),
+            "fix_rate": s.get("transitions", {}).get("fix_rate"),
+            "break_rate": s.get("transitions", {}).get("break_rate"),
             "tokens_per_episode": s["tokens_per_episode"],
             "wall_time_per_episode_s": s["wall_time_per_episode_s"],
             "tokens_total": s["tokens_total"],
@@ -176,20 +178,20 @@ def comparison_meta(result: dict[str, Any], run: dict[str, Any]) -> list[str]:
 
 def comparison_tables(result: dict[str, Any]) -> list[Table]:
     """The side-by-side table and the paired-difference table."""
-    header = ["baseline", "agents × turns", "first answer", "final turn", "team answer (vote)", "C→I", "I→C",
-              "tokens / episode", "wall s / episode"]
+    header = ["baseline", "agents × turns", "first answer", "final turn", "team answer (vote)", "fix rate",
+              "break rate", "tokens / episode", "wall s / episode"]
     rows = []
     for name, row in result["baselines"].items():
-        rates = row["transitions"] or {}
         rows.append([name, "{} × {}".format(*row["env_shape"]), format_ci(row["first_answer_accuracy"]),
                      format_ci(row["final_turn_accuracy"]), format_ci(row["team_answer_accuracy"]),
-                     format_ci(rates.get("C→I")), format_ci(rates.get("I→C")),
+                     format_ci(row["fix_rate"]), format_ci(row["break_rate"]),
                      format_ci(row["tokens_per_episode"], digits=0),
                      format_ci(row["wall_time_per_episode_s"], digits=2)])
     side = Table("Baselines on the same tasks (mean [95% CI])", header, rows,
                  note="first answer: per-sample accuracy at turn 0; final turn: mean over agents at the last turn; "
-                      "team answer: majority vote of the final answers; C→I / I→C: share of an agent's consecutive-"
-                      "turn pairs going from correct to incorrect and back.")
+                      "team answer: majority vote of the final answers; fix rate: I→C ÷ (I→C + I→I), the share of an "
+                      "agent's incorrect answers its next turn makes correct; break rate: C→I ÷ (C→C + C→I), the "
+                      "share of its correct answers its next turn makes incorrect.")
     pairs = Table("Paired differences of team-answer accuracy (same tasks)",
                   ["comparison", "difference [95% CI]", "better / tie / worse (tasks)"],
                   [[f"{p['a']} − {p['b']}", format_ci(p, digits=3), f"{p['wins']} / {p['ties']} / {p['losses']}"]

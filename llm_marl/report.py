@@ -42,7 +42,8 @@ from llm_marl_envs import metrics
 from .files import write_file_atomically, write_text_atomically
 
 REPORT_HTML = "report.html"
-TRANSITION_KEYS = {"C→I": "C-I", "I→C": "I-C"}   # label -> URL value (ASCII, for the hash)
+TRANSITION_KEYS = {"c_to_i": "C-I", "i_to_c": "I-C"}   # transition -> URL value (ASCII, for the hash)
+RATE_NAMES = {"fix_rate": "fix rate: I→C ÷ (I→C + I→I)", "break_rate": "break rate: C→I ÷ (C→C + C→I)"}
 
 
 @dataclass
@@ -97,6 +98,8 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [(f"{label}, turn {t} (mean over agents)", format_ci(e)) for t, e in enumerate(summary["accuracy_per_turn"])]
     rows += [
         ("final majority-vote accuracy", format_ci(summary.get("final_majority_accuracy"))),
+        *((name, format_ci(summary["transitions"].get(key))) for key, name in RATE_NAMES.items()
+          if "transitions" in summary),
         ("consensus rate (final turn)", format_ci(summary["consensus_rate"])),
         ("tokens generated per episode", format_ci(summary["tokens_per_episode"], digits=1)),
         ("wall time per episode (s)", format_ci(summary["wall_time_per_episode_s"], digits=2)),
@@ -174,14 +177,15 @@ def accuracy_figure(views: Sequence[RunView], title: str) -> Any:
 def transitions_figure(view: RunView) -> Any:
     """The 2×2 correctness-transition heatmap of one run; the C→I and I→C cells link to those episodes."""
     plt = pyplot()
-    counts = np.array(view.summary["transitions"]["counts"])
+    transitions = view.summary["transitions"]
+    counts = np.array([transitions[key] for key in metrics.TRANSITIONS]).reshape(2, 2)
     total = max(int(counts.sum()), 1)
     fig, ax = plt.subplots(figsize=(4, 3.5))
     image = ax.imshow(counts / total, cmap="Blues", vmin=0, vmax=1)
     for (row, col), count in np.ndenumerate(counts):
         text = ax.text(col, row, f"{count}\n{count / total:.0%}", ha="center", va="center",
                        color="white" if count / total > 0.5 else "black")
-        key = TRANSITION_KEYS.get(metrics.TRANSITION_LABELS[row * 2 + col])
+        key = TRANSITION_KEYS.get(metrics.TRANSITIONS[row * 2 + col])
         if key:
             text.set_url(f"#run={view.slug}&transition={key}")
     ax.set_xticks([0, 1], ["correct", "incorrect"])
@@ -201,8 +205,8 @@ def run_figures(views: Sequence[RunView], title: str) -> list[tuple[str, Any, li
             accuracy_figure(views, title), [(f"all {v.label} episodes", f"#run={v.slug}") for v in views])]
     for view in views:
         if "transitions" in view.summary:
-            links = [(f"{view.label}: {label}", f"#run={view.slug}&transition={key}")
-                     for label, key in TRANSITION_KEYS.items()]
+            links = [(f"{view.label}: {metrics.TRANSITION_LABELS[name]}", f"#run={view.slug}&transition={key}")
+                     for name, key in TRANSITION_KEYS.items()]
             out.append((f"{view.label}: how each agent's correctness changed between consecutive turns "
                         "(counts and share). Click C→I or I→C to see those episodes.", transitions_figure(view), links))
     return out

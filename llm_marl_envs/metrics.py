@@ -8,7 +8,11 @@ of the verifier verdicts (``Verdict.details["answer"]``).
 Conventions:
 
 * correctness transitions are counted per agent between consecutive turns, as a 2×2 matrix
-  ``[[C→C, C→I], [I→C, I→I]]`` (rows: before, columns: after); ``None`` entries are skipped;
+  ``[[C→C, C→I], [I→C, I→I]]`` (rows: before, columns: after); ``None`` entries are skipped.
+  Flattened, the four counts are keyed :data:`TRANSITIONS` (``c_to_c``, ``c_to_i``, ``i_to_c``,
+  ``i_to_i``); the **fix rate** is I→C / (I→C + I→I), the share of incorrect answers the next turn
+  makes correct, and the **break rate** C→I / (C→C + C→I), the share of correct answers it makes
+  incorrect (:func:`transition_summary`);
 * the majority answer is the most frequent non-empty answer, ties going to the answer given
   by the lowest-indexed agent; it is correct when an agent giving it was judged correct;
 * an episode that stopped early (e.g. on consensus) keeps its last answers for the remaining
@@ -22,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-TRANSITION_LABELS = ("C→C", "C→I", "I→C", "I→I")
+TRANSITIONS = ("c_to_c", "c_to_i", "i_to_c", "i_to_i")   # the counts' keys, in transition_counts().ravel() order
+TRANSITION_LABELS = {"c_to_c": "C→C", "c_to_i": "C→I", "i_to_c": "I→C", "i_to_i": "I→I"}   # how tables print them
 ANSWER_SOURCES = ("kept", "partner", "new")
 
 
@@ -141,11 +146,46 @@ def bootstrap_ci(
     return estimate, low, high
 
 
-def transition_rates(counts: np.ndarray) -> np.ndarray:
-    """Summed 2×2 counts (or a stack of per-episode counts) -> the four rates, flattened, summing to 1."""
-    total = np.asarray(counts, dtype=float).reshape(-1, 4).sum(axis=0)
-    n = total.sum()
-    return total / n if n else np.full(4, np.nan)
+def transition_totals(counts: np.ndarray | Sequence[Any]) -> np.ndarray:
+    """The four counts C→C, C→I, I→C, I→I summed over a stack of episodes' (or tasks') 2×2 or flattened counts."""
+    return np.asarray(counts, dtype=float).reshape(-1, 4).sum(axis=0)
+
+
+def fix_rate(counts: np.ndarray | Sequence[Any]) -> float:
+    """I→C / (I→C + I→I) over the summed counts: the share of incorrect answers the next turn makes correct.
+
+    NaN when no answer was incorrect. ``counts``: one 2×2 matrix, a stack of them, or rows of four counts.
+    """
+    _, _, fixed, kept = transition_totals(counts)
+    return float(fixed / (fixed + kept)) if fixed + kept else float("nan")
+
+
+def break_rate(counts: np.ndarray | Sequence[Any]) -> float:
+    """C→I / (C→C + C→I) over the summed counts: the share of correct answers the next turn makes incorrect.
+
+    NaN when no answer was correct. ``counts`` as in :func:`fix_rate`.
+    """
+    kept, broken, _, _ = transition_totals(counts)
+    return float(broken / (kept + broken)) if kept + broken else float("nan")
+
+
+def transition_summary(counts: np.ndarray | Sequence[Any],
+                       interval: Callable[[np.ndarray, Callable[[np.ndarray], float]], Any] | None = None
+                       ) -> dict[str, Any]:
+    """The summed counts keyed :data:`TRANSITIONS`, and ``fix_rate`` and ``break_rate`` with a bootstrap interval.
+
+    ``counts``: one row (or 2×2 matrix) per episode or task; the rates are ratios of sums, resampled by row.
+    ``interval(rows, statistic)`` gives each rate's entry (default :func:`with_ci`); the rates are left out when
+    there is no transition at all.
+    """
+    rows = np.asarray(counts, dtype=float).reshape(-1, 4)
+    totals = rows.sum(axis=0)
+    out: dict[str, Any] = {key: int(n) for key, n in zip(TRANSITIONS, totals)}
+    if totals.sum():
+        interval = interval or with_ci
+        out["fix_rate"] = interval(rows, fix_rate)
+        out["break_rate"] = interval(rows, break_rate)
+    return out
 
 
 def with_ci(data: Sequence[Any] | np.ndarray, statistic: Callable[[np.ndarray], Any] | None = None,

@@ -56,9 +56,18 @@ def test_bootstrap_ci_brackets_the_mean_and_is_seeded():
         metrics.bootstrap_ci([])
 
 
-def test_transition_rates_pool_counts_before_dividing():
-    per_episode = np.array([[[1, 0], [0, 0]], [[0, 1], [2, 0]]])
-    np.testing.assert_allclose(metrics.transition_rates(per_episode), [0.25, 0.25, 0.5, 0.0])
+def test_fix_and_break_rates_divide_by_the_answers_that_could_make_that_transition():
+    # episode 0: C→C 3, C→I 1; episode 1: I→C 2, I→I 6, C→C 1. Summed: C→C 4, C→I 1, I→C 2, I→I 6
+    per_episode = np.array([[[3, 1], [0, 0]], [[1, 0], [2, 6]]])
+    assert metrics.fix_rate(per_episode) == pytest.approx(2 / 8)       # I→C / (I→C + I→I), not / all 13
+    assert metrics.break_rate(per_episode) == pytest.approx(1 / 5)     # C→I / (C→C + C→I)
+    assert metrics.fix_rate(per_episode.reshape(2, 4)) == pytest.approx(2 / 8)   # rows of four counts alike
+    assert np.isnan(metrics.fix_rate([[[3, 1], [0, 0]]]))             # no incorrect answer: nothing to fix
+    summary = metrics.transition_summary(per_episode, interval=lambda rows, stat: stat(rows))
+    assert summary == {"c_to_c": 4, "c_to_i": 1, "i_to_c": 2, "i_to_i": 6, "fix_rate": 0.25, "break_rate": 0.2}
+    with_ci = metrics.transition_summary(per_episode)
+    assert with_ci["fix_rate"]["mean"] == pytest.approx(0.25) and len(with_ci["fix_rate"]["ci95"]) == 2
+    assert metrics.transition_summary(np.zeros((3, 2, 2))) == {"c_to_c": 0, "c_to_i": 0, "i_to_c": 0, "i_to_i": 0}
 
 
 def record(i, correct, answers, tokens=10, wall=1.0):
@@ -81,8 +90,10 @@ def test_summarize_hand_made_episodes():
     assert summary["final_majority_accuracy"]["mean"] == pytest.approx(2 / 3)  # "5" right, "2" wrong, "9" right
     assert summary["consensus_rate"]["mean"] == pytest.approx(2 / 3)
     # transitions: ep0 C->C, I->C, I->I; ep1 3x I->I; ep2 (padded) 3x C->C
-    assert summary["transitions"]["counts"] == [[4, 0], [1, 4]]
-    assert summary["transitions"]["rates"]["C→C"]["mean"] == pytest.approx(4 / 9)
+    transitions = summary["transitions"]
+    assert [transitions[k] for k in metrics.TRANSITIONS] == [4, 0, 1, 4]
+    assert transitions["fix_rate"]["mean"] == pytest.approx(1 / 5)     # I→C 1 of the 5 incorrect answers
+    assert transitions["break_rate"]["mean"] == pytest.approx(0 / 4)
     assert summary["tokens_total"] == 60 and summary["tokens_per_episode"]["mean"] == pytest.approx(20)
     assert summary["wall_time_total_s"] == pytest.approx(6.0)
     for entry in [*summary["accuracy_per_turn"], summary["consensus_rate"]]:
@@ -143,7 +154,7 @@ def test_bench_run_writes_episodes_summary_report_and_plots(tiny_policy, tmp_pat
     assert summary["num_episodes"] == 3 and summary["seed"] == 7 and summary["env_shape"] == [2, 2]
     assert summary["tokens_total"] == sum(r["tokens"] for r in records)
     assert len(summary["accuracy_per_turn"]) == 2 and "transitions" in summary
-    assert sum(sum(row) for row in summary["transitions"]["counts"]) == 3 * 2  # 3 episodes x 2 agents x 1 pair
+    assert sum(summary["transitions"][k] for k in metrics.TRANSITIONS) == 3 * 2  # 3 episodes x 2 agents x 1 pair
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     report = (tmp_path / "report.md").read_text()
     assert "final majority-vote accuracy" in report and "C→I" in report and "seed 7" in report

@@ -36,7 +36,10 @@ def test_comparison_pairs_baselines_on_the_same_tasks():
     assert result["num_paired_tasks"] == 3
     assert result["baselines"]["debate"]["team_answer_accuracy"]["mean"] == pytest.approx(2 / 3)
     assert result["baselines"]["debate"]["first_answer_accuracy"]["mean"] == pytest.approx(0.5)
-    assert result["baselines"]["single"]["transitions"] is None
+    assert result["baselines"]["single"]["fix_rate"] is None and result["baselines"]["single"]["break_rate"] is None
+    # debate: C→C 2, C→I 1 (episode 0), I→C 2 (episode 1), I→I 1: fixes 2 of 3 wrong answers, breaks 1 of 3 right ones
+    assert result["baselines"]["debate"]["fix_rate"]["mean"] == pytest.approx(2 / 3)
+    assert result["baselines"]["debate"]["break_rate"]["mean"] == pytest.approx(1 / 3)
     (pair,) = result["paired_team_answer_difference"]
     assert (pair["a"], pair["b"], pair["wins"], pair["ties"], pair["losses"]) == ("debate", "single", 1, 2, 0)
     assert pair["mean"] == pytest.approx(1 / 3)
