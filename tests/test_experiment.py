@@ -1,4 +1,5 @@
-"""Before/after held-out comparison (trainers.common.experiment): per-task reduction, pairing, the one-command run."""
+"""Held-out scores (trainers.common.evaluation) and the before/after run of the examples (trainers.common.experiment):
+per-task reduction, pairing, the one summary shape, the one-command run."""
 import json
 from pathlib import Path
 
@@ -8,18 +9,17 @@ import torch
 
 from llm_marl.models import tiny_model
 from llm_marl.team import Team
-from llm_marl_envs.metrics import answer_sources
+from llm_marl_envs.metrics import answer_sources, fix_rate
 from tests.toy_env import SayNumberEnv
-from trainers.common.evaluation import EvalResult
-from trainers.common.experiment import (
+from trainers.common.evaluation import (
+    EvalResult,
+    HeldOutScores,
     compare,
-    fix_rate,
     format_comparison,
     held_out_scores,
-    merged_history,
     scores_from,
-    train_and_compare,
 )
+from trainers.common.experiment import merged_history, train_and_compare
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 
@@ -75,8 +75,9 @@ def test_compare_pairs_by_task_and_reports_the_fix_rate_change():
     out = compare(before, after)
     diff = out["final_turn_accuracy"]["paired_difference"]
     assert diff["mean"] == pytest.approx(0.5) and diff["low"] > 0 and diff["better"] == 10 and diff["tie"] == 10
-    assert out["transitions"]["before"]["I→C"] == 0 and out["transitions"]["after"]["I→C"] == 20
-    assert out["transitions"]["i_to_c_rate_change"]["mean"] == pytest.approx(0.5)
+    assert out["transitions"]["before"]["i_to_c"] == 0 and out["transitions"]["after"]["i_to_c"] == 20
+    assert out["transitions"]["after"]["fix_rate"]["mean"] == pytest.approx(20 / 40)
+    assert out["transitions"]["fix_rate_change"]["mean"] == pytest.approx(0.5)
     assert out["per_turn"][0]["paired_difference"]["mean"] == 0.0
     with pytest.raises(ValueError, match="same tasks"):
         compare(before, scores_from(result_of([[[False, False], [False, False]]] * 20), list(range(1, 21)), 1, 0.0))
@@ -110,6 +111,25 @@ def test_compare_reports_the_collaboration_gain_and_what_each_seat_did_at_its_la
     assert seat1["final_answer_from"] == {"kept": 0, "partner": 12, "new": 8}
     assert out["seats"]["before"][1]["final_answer_from"] == {"kept": 20, "partner": 0, "new": 0}
     assert "final - turn 0 after 0.300" in format_comparison("greedy", out)
+
+
+def test_one_summary_shape_for_a_setting_and_its_arrays_read_back():
+    # 4 tasks, 2 agents: task 0 both fixed (I→C 2), task 1 one broken (C→I 1, C→C 1), tasks 2-3 unchanged
+    result = result_of([[[False, False], [True, True]], [[True, True], [True, False]],
+                        [[True, False], [True, False]], [[True, True], [True, True]]])
+    scores = scores_from(result, [0, 1, 2, 3], samples=1, temperature=0.0)
+    summary = scores.to_dict()
+    assert summary["turn0_accuracy"]["mean"] == pytest.approx((0 + 1 + 0.5 + 1) / 4)
+    assert summary["final_turn_accuracy"]["mean"] == pytest.approx((1 + 0.5 + 0.5 + 1) / 4)
+    assert summary["collaboration_gain"]["mean"] == pytest.approx(0.5 / 4)
+    assert summary["collaboration_gain"]["better"] == 1 and summary["collaboration_gain"]["worse"] == 1
+    transitions = summary["transitions"]
+    assert {k: transitions[k] for k in ("c_to_c", "c_to_i", "i_to_c", "i_to_i")} == \
+        {"c_to_c": 4, "c_to_i": 1, "i_to_c": 2, "i_to_i": 1}
+    assert transitions["fix_rate"]["mean"] == pytest.approx(2 / 3)      # I→C / (I→C + I→I)
+    assert transitions["break_rate"]["mean"] == pytest.approx(1 / 5)    # C→I / (C→C + C→I)
+    again = HeldOutScores.from_arrays(json.loads(json.dumps(scores.to_arrays())))
+    assert again.to_dict() == summary and again.sources.tolist() == scores.sources.tolist()
 
 
 @pytest.fixture()
@@ -146,7 +166,7 @@ def test_train_and_compare_writes_results_of_a_real_update(trainer, tmp_path):
     assert saved["held_out_tasks"] == 3 and saved["env"] == "say_number"
     for key in ("before", "after", "paired_difference"):
         assert set(saved["final_turn_accuracy"][key]) >= {"mean", "low", "high"}
-    assert saved["greedy"]["per_turn"][1]["turn"] == 1 and "i_to_c_rate_change" in saved["transitions"]
+    assert saved["greedy"]["per_turn"][1]["turn"] == 1 and "fix_rate_change" in saved["transitions"]
     assert (tmp_path / "out" / "learning_curve.png").stat().st_size > 0
     assert (tmp_path / "out" / "eval-sampled-after" / "report.html").is_file()
     checkpoint = results["checkpoint"]

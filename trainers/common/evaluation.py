@@ -1,4 +1,5 @@
-"""`EvalResult`: what every trainer's ``evaluate()`` returns, and the evaluation pass that fills it.
+"""Held-out evaluation: :class:`EvalResult` (what every trainer's ``evaluate()`` returns), the pass that plays it,
+and per-task scores compared with paired intervals.
 
 :func:`held_out_tasks` decides which tasks a trainer trains on and which it evaluates on (the same
 rule for every trainer). A trainer picks the seeds and the sampling settings; :func:`evaluate_episodes` plays
@@ -6,6 +7,23 @@ them (each process its share under ``accelerate launch``) and summarises every p
 episodes the way the benchmark harness does: records from
 :func:`llm_marl.benchmark.episode_record`, means with percentile-bootstrap CIs from
 :func:`llm_marl_envs.metrics.bootstrap_ci`.
+
+Per-task scores (:class:`HeldOutScores`, from :func:`held_out_scores` or :func:`scores_from`) reduce each
+held-out task's episodes (one greedy play, or ``samples`` sampled plays averaged) to numbers that two teams
+played on the same tasks can be compared by, **paired by task** with a percentile bootstrap over tasks
+(:func:`interval`, :func:`paired_interval`, :func:`compare`):
+
+- ``final_turn_accuracy``: the fraction of agents whose last-turn answer is right (the mean over
+  agents, not a vote); ``team_answer_accuracy``: the majority vote of the final answers
+  (:func:`llm_marl_envs.metrics.majority_correct`); ``turn0_accuracy`` and ``per_turn``: the same
+  fraction at the first and at every turn.
+- ``collaboration_gain``: final-turn minus turn-0 accuracy of the same episodes, paired by task.
+- ``transitions``: the counts of an agent's answer going from correct (C) or incorrect (I) at turn t
+  to C or I at turn t+1, summed over agents and turns, with the fix and break rates
+  (:func:`llm_marl_envs.metrics.transition_summary`).
+
+Every interval is ``{"mean", "low", "high"}`` (95%, :data:`BOOTSTRAP_RESAMPLES` resamples, seed 0); a paired
+difference adds the better/tie/worse task counts.
 """
 from __future__ import annotations
 
@@ -17,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from llm_marl.benchmark import episode_record, summarize
@@ -152,6 +171,176 @@ def evaluate_episodes(engine: RolloutEngine, distributed: Any | None, accelerato
     return result
 
 
+# ---------------------------------------------------------------------------------- per-task scores
+def interval(values: Sequence[float] | np.ndarray, statistic: Any = None) -> dict[str, float | None]:
+    """``{"mean", "low", "high"}``: the estimate and its 95% percentile-bootstrap interval over tasks."""
+    entry = metrics.with_ci(values, statistic, num_resamples=BOOTSTRAP_RESAMPLES)
+    return {"mean": entry["mean"], "low": entry["ci95"][0], "high": entry["ci95"][1]}
+
+
+def paired_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> dict[str, Any]:
+    """``a − b`` paired by task: the mean difference, its 95% bootstrap interval and the better/tie/worse counts."""
+    diff = metrics.paired_difference(np.asarray(a, float), np.asarray(b, float), num_resamples=BOOTSTRAP_RESAMPLES)
+    return {"mean": diff["mean"], "low": diff["ci95"][0], "high": diff["ci95"][1], "better": diff["wins"],
+            "tie": diff["ties"], "worse": diff["losses"]}
+
+
+def transition_summary(counts: np.ndarray) -> dict[str, Any]:
+    """Summed transition counts and the fix and break rates with :func:`interval` over tasks (rows of ``counts``)."""
+    return metrics.transition_summary(counts, interval=interval)
+
+
+ARRAY_FIELDS = ("final", "team", "per_turn", "transitions", "agent_turns", "sources")
+
+
+@dataclass
+class HeldOutScores:
+    """Per-task scores of one evaluation setting (rows: tasks, in task order).
+
+    ``final``: final-turn accuracy (mean over agents, and over samples when sampled); ``team``: majority
+    vote of the final answers; ``per_turn``: ``[tasks, turns]``; ``transitions``: ``[tasks, 4]`` counts
+    C→C, C→I, I→C, I→I (:data:`~llm_marl_envs.metrics.TRANSITIONS`) summed over agents, turn pairs and
+    samples; ``agent_turns``: ``[tasks, agents, turns]`` accuracy of each seat (mean over samples);
+    ``sources``: ``[tasks, agents, 3]`` counts of where each seat's last answer came from
+    (:data:`~llm_marl_envs.metrics.ANSWER_SOURCES`), summed over samples; ``episodes``: the episode records.
+    """
+
+    tasks: list[int]
+    samples: int
+    temperature: float
+    final: np.ndarray
+    team: np.ndarray
+    per_turn: np.ndarray
+    transitions: np.ndarray
+    episodes: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    agent_turns: np.ndarray | None = None
+    sources: np.ndarray | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary of this setting, JSON-ready: means with 95% CIs over tasks (no per-task numbers)."""
+        turns = self.per_turn.shape[1]
+        out = {"tasks": len(self.tasks), "samples_per_task": self.samples, "temperature": self.temperature,
+               "turn0_accuracy": interval(self.per_turn[:, 0]), "final_turn_accuracy": interval(self.final),
+               "team_answer_accuracy": interval(self.team),
+               "per_turn": [interval(self.per_turn[:, t]) for t in range(turns)]}
+        if turns > 1:
+            out["collaboration_gain"] = paired_interval(self.final, self.per_turn[:, 0])
+            out["transitions"] = transition_summary(self.transitions)
+        return out
+
+    def to_arrays(self) -> dict[str, Any]:
+        """The per-task numbers, JSON-ready (no episode records); :meth:`from_arrays` reads them back."""
+        arrays = {name: getattr(self, name) for name in ARRAY_FIELDS}
+        return {"tasks": list(self.tasks), "samples": self.samples, "temperature": self.temperature,
+                **{name: value.tolist() for name, value in arrays.items() if value is not None}}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, Any]) -> HeldOutScores:
+        """The scores :meth:`to_arrays` wrote (``agent_turns`` and ``sources`` stay ``None`` where absent)."""
+        values = {name: np.asarray(arrays[name], dtype=float) if name in arrays else None for name in ARRAY_FIELDS}
+        return cls(list(arrays["tasks"]), int(arrays["samples"]), float(arrays["temperature"]), **values)
+
+
+def scores_from(result: EvalResult, tasks: Sequence[int], samples: int, temperature: float) -> HeldOutScores:
+    """Reduce an evaluation whose episodes are ``samples`` consecutive plays of each task to per-task scores."""
+    num_turns = result.num_turns
+    finals, teams, turns, transitions, agent_turns, sources = [], [], [], [], [], []
+    for record in result.episodes:
+        correct = metrics.pad_turns(record["correct"], num_turns)
+        answers = metrics.pad_turns(record["answers"], num_turns)
+        by_seat = np.array([[bool(c) for c in turn] for turn in correct], dtype=float).T   # [agents, turns]
+        agent_turns.append(by_seat)
+        sources.append(metrics.answer_sources(answers))
+        per_turn = by_seat.mean(axis=0)
+        turns.append(per_turn)
+        finals.append(per_turn[-1])
+        teams.append(float(bool(metrics.majority_correct(answers[-1], correct[-1]))))
+        transitions.append(metrics.transition_counts(correct).ravel())
+
+    def per_task(values: list) -> np.ndarray:
+        array = np.asarray(values, dtype=float)
+        return array.reshape(len(tasks), samples, *array.shape[1:])
+
+    return HeldOutScores(list(tasks), samples, temperature, per_task(finals).mean(1), per_task(teams).mean(1),
+                         per_task(turns).mean(1), per_task(transitions).sum(1), result.episodes,
+                         per_task(agent_turns).mean(1), per_task(sources).sum(1))
+
+
+def held_out_scores(trainer: Any, tasks: Sequence[int], *, samples: int = 1, temperature: float = 0.0,
+                    seed: int = 0, report_path: str | os.PathLike | None = None,
+                    desc: str = "evaluate", parallel: int | None = EVAL_PARALLEL) -> HeldOutScores:
+    """Play each held-out task ``samples`` times at ``temperature`` with the trainer's team; per-task scores.
+
+    Greedy (``temperature=0``) needs ``samples=1``. Sampled plays of a task get distinct seeds, so they
+    are independent draws; the same ``seed`` (and ``parallel``: the episodes advanced together) replays
+    the same episodes.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    if temperature == 0 and samples != 1:
+        raise ValueError(f"greedy decoding (temperature=0) gives one answer per task; got samples={samples}")
+    cfg = trainer.config
+    params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature, top_p=cfg.top_p, seed=seed)
+    played = [task for task in tasks for _ in range(samples)]
+    seeds = [seed + 1_000 * i + s for i in range(len(tasks)) for s in range(samples)]
+    result = evaluate_episodes(trainer.eval_engine, trainer.distributed, trainer.accelerator, played, seeds, params,
+                               desc=desc, report_path=report_path, parallel=parallel)
+    return scores_from(result, tasks, samples, temperature)
+
+
+def compare(before: HeldOutScores, after: HeldOutScores) -> dict[str, Any]:
+    """Before, after and the paired after − before difference (bootstrap over tasks) of one setting."""
+    if before.tasks != after.tasks:
+        raise ValueError("before and after must be evaluated on the same tasks in the same order to be paired")
+
+    rows = np.concatenate([before.transitions, after.transitions], axis=1)
+    fix_change = interval(rows, lambda r: metrics.fix_rate(r[:, 4:]) - metrics.fix_rate(r[:, :4]))
+    debate = {}
+    if before.per_turn.shape[1] > 1:
+        # the same episodes' final turn against their own first answers, and what each seat's last answer was
+        debate = {"collaboration_gain": {when: paired_interval(s.final, s.per_turn[:, 0])
+                                         for when, s in (("before", before), ("after", after))},
+                  "seats": {when: seat_summary(s) for when, s in (("before", before), ("after", after))}}
+    return {
+        "final_turn_accuracy": {"before": interval(before.final), "after": interval(after.final),
+                                "paired_difference": paired_interval(after.final, before.final)},
+        "team_answer_accuracy": {"before": interval(before.team), "after": interval(after.team),
+                                 "paired_difference": paired_interval(after.team, before.team)},
+        "per_turn": [{"turn": t, "before": interval(before.per_turn[:, t]), "after": interval(after.per_turn[:, t]),
+                      "paired_difference": paired_interval(after.per_turn[:, t], before.per_turn[:, t])}
+                     for t in range(before.per_turn.shape[1])],
+        "transitions": {"before": transition_summary(before.transitions),
+                        "after": transition_summary(after.transitions), "fix_rate_change": fix_change},
+        **debate,
+    }
+
+
+def seat_summary(scores: HeldOutScores) -> list[dict[str, Any]]:
+    """Per seat: its first-turn and last-turn accuracy and where its last answers came from (counts)."""
+    if scores.agent_turns is None or scores.sources is None:
+        raise ValueError("these scores hold no per-seat numbers (agent_turns, sources); make them with scores_from")
+    totals = scores.sources.sum(axis=0)
+    return [{"agent": seat, "turn0_accuracy": interval(scores.agent_turns[:, seat, 0]),
+             "final_turn_accuracy": interval(scores.agent_turns[:, seat, -1]),
+             "final_answer_from": {name: int(n) for name, n in zip(metrics.ANSWER_SOURCES, totals[seat])}}
+            for seat in range(scores.agent_turns.shape[1])]
+
+
+def format_comparison(name: str, comparison: dict[str, Any]) -> str:
+    """One terminal line per setting: final-turn accuracy before, after and the paired difference."""
+    acc = comparison["final_turn_accuracy"]
+
+    def ci(entry: dict[str, Any]) -> str:
+        return f"{entry['mean']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]"
+
+    change = comparison["transitions"]["fix_rate_change"]
+    fix = "n/a" if change["mean"] is None else ci(change)
+    gain = comparison.get("collaboration_gain")
+    own = f"  final - turn 0 after {ci(gain['after'])}" if gain else ""
+    return (f"{name:>8}: before {ci(acc['before'])}  after {ci(acc['after'])}  "
+            f"after - before {ci(acc['paired_difference'])}  fix rate change {fix}{own}")
+
+
 __all__ = [
     "EvalResult",
     "evaluate_episodes",
@@ -159,4 +348,13 @@ __all__ = [
     "eval_report_path",
     "held_out_tasks",
     "BOOTSTRAP_RESAMPLES",
+    "HeldOutScores",
+    "compare",
+    "format_comparison",
+    "held_out_scores",
+    "interval",
+    "paired_interval",
+    "scores_from",
+    "seat_summary",
+    "transition_summary",
 ]

@@ -1,23 +1,15 @@
 """Before/after comparison of a team on held-out tasks: what a training example reports.
 
-A training run counts only on tasks it never trained on, judged by the env's verifier. This module
-plays the trainer's held-out tasks through the trainer's own evaluation path
-(:func:`~trainers.common.evaluation.evaluate_episodes`, the one rollout path) twice per setting:
+A training run counts only on tasks it never trained on, judged by the env's verifier.
+:func:`train_and_compare` plays the trainer's held-out tasks through the trainer's own evaluation path
+(:func:`~trainers.common.evaluation.held_out_scores`) before and after training, in each setting:
 
 - **greedy**: one episode per task at temperature 0;
-- **sampled**: ``samples`` episodes per task at the training temperature (fresh seeds), averaged per task.
+- **sampled**: ``samples`` episodes per task at the training temperature (fresh seeds), averaged per task;
 
-Each episode is reduced to per-task numbers, and before and after are compared **paired by task**
-with a percentile bootstrap over tasks (:func:`llm_marl_envs.metrics.paired_difference`):
-
-- ``final_turn_accuracy``: the fraction of agents whose last-turn answer is right (the mean over
-  agents, not a vote); ``team_answer_accuracy`` is the majority vote of the final answers
-  (:func:`llm_marl_envs.metrics.majority_correct`) beside it.
-- ``per_turn``: the same fraction at every turn.
-- ``transitions``: the 2×2 counts of an agent's answer going from correct (C) or incorrect (I) at
-  turn t to C or I at turn t+1, summed over agents and turns, and the I→C rate (the share of an
-  agent's I answers that the next turn fixes, after reading the others: MAPoRL's collaboration
-  claim) with a bootstrap CI of its change.
+and compares them paired by task (:func:`~trainers.common.evaluation.compare`: final-turn and team-answer
+accuracy, per turn, the transitions with the fix rate's change, the collaboration gain and each seat's last
+answers). :func:`repeat_over_seeds` runs an example once per seed and reports the spread of its gains.
 """
 from __future__ import annotations
 
@@ -26,178 +18,16 @@ import copy
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from llm_marl.files import write_text_atomically
-from llm_marl.policy import SamplingParams
-from llm_marl_envs import metrics
 
 from .checkpoint import resolve_checkpoint
-from .evaluation import EVAL_PARALLEL, EvalResult, evaluate_episodes
+from .evaluation import HeldOutScores, compare, format_comparison, held_out_scores
 from .logging import read_metrics
-
-RESAMPLES = 10_000
-
-
-@dataclass
-class HeldOutScores:
-    """Per-task scores of one evaluation setting (rows: tasks, in task order).
-
-    ``final``: final-turn accuracy (mean over agents, and over samples when sampled); ``team``: majority
-    vote of the final answers; ``per_turn``: ``[tasks, turns]``; ``transitions``: ``[tasks, 4]`` counts
-    C→C, C→I, I→C, I→I summed over agents, turn pairs and samples; ``agent_turns``: ``[tasks, agents,
-    turns]`` accuracy of each seat (mean over samples); ``sources``: ``[tasks, agents, 3]`` counts of where
-    each seat's last answer came from (:data:`~llm_marl_envs.metrics.ANSWER_SOURCES`), summed over samples.
-    """
-
-    tasks: list[int]
-    samples: int
-    temperature: float
-    final: np.ndarray
-    team: np.ndarray
-    per_turn: np.ndarray
-    transitions: np.ndarray
-    episodes: list[dict[str, Any]]
-    agent_turns: np.ndarray
-    sources: np.ndarray
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary: means with 95% CIs (no per-episode records)."""
-        return {"tasks": len(self.tasks), "samples_per_task": self.samples, "temperature": self.temperature,
-                "final_turn_accuracy": interval(self.final), "team_answer_accuracy": interval(self.team),
-                "per_turn": [interval(self.per_turn[:, t]) for t in range(self.per_turn.shape[1])],
-                "transitions": transition_summary(self.transitions)}
-
-
-def interval(values: Sequence[float] | np.ndarray, statistic=None) -> dict[str, float | None]:
-    """``{"mean", "low", "high"}``: the estimate and its 95% percentile-bootstrap interval over tasks."""
-    entry = metrics.with_ci(values, statistic, num_resamples=RESAMPLES)
-    return {"mean": entry["mean"], "low": entry["ci95"][0], "high": entry["ci95"][1]}
-
-
-def paired_interval(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> dict[str, Any]:
-    """``a − b`` paired by task: the mean difference, its 95% bootstrap interval and the better/tie/worse counts."""
-    diff = metrics.paired_difference(np.asarray(a, float), np.asarray(b, float), num_resamples=RESAMPLES)
-    return {"mean": diff["mean"], "low": diff["ci95"][0], "high": diff["ci95"][1], "better": diff["wins"],
-            "tie": diff["ties"], "worse": diff["losses"]}
-
-
-def fix_rate(rows: np.ndarray) -> float:
-    """I→C / (I→C + I→I) over the rows' summed transition counts (NaN when no answer was incorrect)."""
-    fixed, kept = rows[:, 2].sum(), rows[:, 3].sum()
-    return fixed / (fixed + kept) if fixed + kept else float("nan")
-
-
-def transition_summary(counts: np.ndarray) -> dict[str, Any]:
-    """Summed counts and the fix (I→C) and break (C→I) rates with 95% CIs over tasks."""
-    total = counts.sum(axis=0)
-    out = {label: int(n) for label, n in zip(metrics.TRANSITION_LABELS, total)}
-    if counts.shape[0] and total.sum():
-        out["i_to_c_rate"] = interval(counts, fix_rate)
-        out["c_to_i_rate"] = interval(counts, lambda rows: rows[:, 1].sum() / max(rows[:, :2].sum(), 1))
-    return out
-
-
-def scores_from(result: EvalResult, tasks: Sequence[int], samples: int, temperature: float) -> HeldOutScores:
-    """Reduce an evaluation whose episodes are ``samples`` consecutive plays of each task to per-task scores."""
-    num_turns = result.num_turns
-    finals, teams, turns, transitions, agent_turns, sources = [], [], [], [], [], []
-    for record in result.episodes:
-        correct = metrics.pad_turns(record["correct"], num_turns)
-        answers = metrics.pad_turns(record["answers"], num_turns)
-        by_seat = np.array([[bool(c) for c in turn] for turn in correct], dtype=float).T   # [agents, turns]
-        agent_turns.append(by_seat)
-        sources.append(metrics.answer_sources(answers))
-        per_turn = by_seat.mean(axis=0)
-        turns.append(per_turn)
-        finals.append(per_turn[-1])
-        teams.append(float(bool(metrics.majority_correct(answers[-1], correct[-1]))))
-        transitions.append(metrics.transition_counts(correct).ravel())
-
-    def per_task(values: list) -> np.ndarray:
-        array = np.asarray(values, dtype=float)
-        return array.reshape(len(tasks), samples, *array.shape[1:])
-
-    return HeldOutScores(list(tasks), samples, temperature, per_task(finals).mean(1), per_task(teams).mean(1),
-                         per_task(turns).mean(1), per_task(transitions).sum(1), result.episodes,
-                         per_task(agent_turns).mean(1), per_task(sources).sum(1))
-
-
-def held_out_scores(trainer: Any, tasks: Sequence[int], *, samples: int = 1, temperature: float = 0.0,
-                    seed: int = 0, report_path: str | os.PathLike | None = None,
-                    desc: str = "evaluate", parallel: int | None = EVAL_PARALLEL) -> HeldOutScores:
-    """Play each held-out task ``samples`` times at ``temperature`` with the trainer's team; per-task scores.
-
-    Greedy (``temperature=0``) needs ``samples=1``. Sampled plays of a task get distinct seeds, so they
-    are independent draws; the same ``seed`` (and ``parallel``: the episodes advanced together) replays
-    the same episodes.
-    """
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1, got {samples}")
-    if temperature == 0 and samples != 1:
-        raise ValueError(f"greedy decoding (temperature=0) gives one answer per task; got samples={samples}")
-    cfg = trainer.config
-    params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=temperature, top_p=cfg.top_p, seed=seed)
-    played = [task for task in tasks for _ in range(samples)]
-    seeds = [seed + 1_000 * i + s for i in range(len(tasks)) for s in range(samples)]
-    result = evaluate_episodes(trainer.eval_engine, trainer.distributed, trainer.accelerator, played, seeds, params,
-                               desc=desc, report_path=report_path, parallel=parallel)
-    return scores_from(result, tasks, samples, temperature)
-
-
-def compare(before: HeldOutScores, after: HeldOutScores) -> dict[str, Any]:
-    """Before, after and the paired after − before difference (bootstrap over tasks) of one setting."""
-    if before.tasks != after.tasks:
-        raise ValueError("before and after must be evaluated on the same tasks in the same order to be paired")
-
-    rows = np.concatenate([before.transitions, after.transitions], axis=1)
-    fix_change = interval(rows, lambda r: fix_rate(r[:, 4:]) - fix_rate(r[:, :4]))
-    debate = {}
-    if before.per_turn.shape[1] > 1:
-        # the same episodes' final turn against their own first answers, and what each seat's last answer was
-        debate = {"collaboration_gain": {when: paired_interval(s.final, s.per_turn[:, 0])
-                                         for when, s in (("before", before), ("after", after))},
-                  "seats": {when: seat_summary(s) for when, s in (("before", before), ("after", after))}}
-    return {
-        "final_turn_accuracy": {"before": interval(before.final), "after": interval(after.final),
-                                "paired_difference": paired_interval(after.final, before.final)},
-        "team_answer_accuracy": {"before": interval(before.team), "after": interval(after.team),
-                                 "paired_difference": paired_interval(after.team, before.team)},
-        "per_turn": [{"turn": t, "before": interval(before.per_turn[:, t]), "after": interval(after.per_turn[:, t]),
-                      "paired_difference": paired_interval(after.per_turn[:, t], before.per_turn[:, t])}
-                     for t in range(before.per_turn.shape[1])],
-        "transitions": {"before": transition_summary(before.transitions),
-                        "after": transition_summary(after.transitions), "i_to_c_rate_change": fix_change},
-        **debate,
-    }
-
-
-def seat_summary(scores: HeldOutScores) -> list[dict[str, Any]]:
-    """Per seat: its first-turn and last-turn accuracy and where its last answers came from (counts)."""
-    totals = scores.sources.sum(axis=0)
-    return [{"agent": seat, "turn0_accuracy": interval(scores.agent_turns[:, seat, 0]),
-             "final_turn_accuracy": interval(scores.agent_turns[:, seat, -1]),
-             "final_answer_from": {name: int(n) for name, n in zip(metrics.ANSWER_SOURCES, totals[seat])}}
-            for seat in range(scores.agent_turns.shape[1])]
-
-
-def format_comparison(name: str, comparison: dict[str, Any]) -> str:
-    """One terminal line per setting: final-turn accuracy before, after and the paired difference."""
-    acc = comparison["final_turn_accuracy"]
-
-    def ci(entry: dict[str, Any]) -> str:
-        return f"{entry['mean']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]"
-
-    change = comparison["transitions"]["i_to_c_rate_change"]
-    fix = "n/a" if change["mean"] is None else ci(change)
-    gain = comparison.get("collaboration_gain")
-    own = f"  final - turn 0 after {ci(gain['after'])}" if gain else ""
-    return (f"{name:>8}: before {ci(acc['before'])}  after {ci(acc['after'])}  "
-            f"after - before {ci(acc['paired_difference'])}  I→C rate change {fix}{own}")
 
 
 def plot_learning_curve(history: Sequence[dict[str, Any]], evaluations: dict[str, dict[str, Any]],
@@ -511,13 +341,5 @@ __all__ = [
     "seed_gains_figure",
     "seed_spread",
     "train_and_compare",
-    "HeldOutScores",
-    "held_out_scores",
-    "scores_from",
-    "compare",
-    "format_comparison",
-    "interval",
-    "fix_rate",
-    "transition_summary",
     "plot_learning_curve",
 ]
