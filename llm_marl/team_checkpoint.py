@@ -21,6 +21,9 @@ with the same ``policy`` index share one base (``Team.shared_lora``); ``weights`
 seats the agents as they were trained. A checkpoint without ``team.json`` (written before
 checkpoints carried one) is refused: its base model and LoRA scaling cannot be told from its tensors.
 
+:func:`save_team` writes such a directory for a team that only needs replaying (no optimizer, scheduler or
+RNG state: nothing to resume training from).
+
 A base model recorded as a local directory that has since moved is named in a ``ValueError``;
 ``base_model=`` (``llm-marl bench --base-model DIR``) says where it is now (:func:`relocate_base`).
 """
@@ -29,6 +32,8 @@ from __future__ import annotations
 import enum
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -242,6 +247,45 @@ def shared_bases(team: Team) -> dict[str, HFPolicy]:
     return {p.name: p for p in team.policies() if isinstance(p, HFPolicy) and p.is_peft}
 
 
+# ---------------------------------------------------------------------------------- writing
+def write_team(directory: str | os.PathLike, team: Team, agents: Sequence[str] | None = None, env: Any = None,
+               step: int | None = None) -> None:
+    """Write ``team``'s ``agents`` (default: all) into ``directory``: each agent's trained tensors and ``team.json``."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    agents = list(agents if agents is not None else team.agents)
+    (directory / "agents").mkdir(parents=True, exist_ok=True)
+    for agent in agents:
+        state = team.policy(agent).trainable_state_dict(team.adapter(agent))
+        save_file({k: v.contiguous() for k, v in state.items()}, str(directory / "agents" / f"{agent}.safetensors"))
+    write_manifest(directory, team_manifest(team, agents, env=env, step=step))
+
+
+def save_team(output_dir: str | os.PathLike, step: int, team: Team, agents: Sequence[str] | None = None,
+              env: Any = None) -> Path:
+    """Write ``team`` as the replay-only checkpoint ``<output_dir>/checkpoints/step-<step>``; its path.
+
+    It holds what :func:`load_team` and ``llm-marl bench --checkpoint`` read (each agent's tensors and
+    ``team.json``, with ``env``'s id and shape), and no optimizer, scheduler or RNG state. It is written to a
+    temp dir and renamed into place, replacing a checkpoint of the same step.
+    """
+    target = checkpoint_dir(output_dir, step)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}.", dir=target.parent))
+    try:
+        write_team(tmp, team, agents, env=env, step=step)
+        if target.exists():                                   # re-saving a step: swap the old one out first
+            stale = target.with_name(f".stale-{target.name}")
+            os.rename(target, stale)
+            shutil.rmtree(stale, ignore_errors=True)
+        os.rename(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def _jsonable(value: Any) -> Any:
     """``value`` with sets as sorted lists and enums as their values (a PEFT config dict as JSON)."""
     if isinstance(value, dict):
@@ -257,4 +301,5 @@ def _jsonable(value: Any) -> Any:
 
 __all__ = ["MANIFEST_FILE", "PREFIX", "check_agents", "check_base_models", "check_models", "checkpoint_dir",
            "find_checkpoint", "latest_checkpoint", "load_team", "manifest_models", "newest_step", "read_manifest",
-           "relocate_base", "same_model", "shared_bases", "team_manifest", "write_manifest"]
+           "relocate_base", "same_model", "save_team", "shared_bases", "team_manifest", "write_manifest",
+           "write_team"]

@@ -17,6 +17,7 @@ One idea per module:
 from __future__ import annotations
 
 from ..lora_rows import BASE_ADAPTER
+from .adapters import rename_adapter
 from .compat import cache_keyword
 from .concurrent import concurrent_threads, generate_all
 from .kv_rows import MIN_DECODE_ROWS, forget_rejected_drafts, reserved_cache, rows_to_keep, shared_rows
@@ -29,4 +30,4 @@ from .weights import check_state_fits, contiguous_head_input, set_weight_layout
 __all__ = ["BASE_ADAPTER", "HFPerformanceOptions", "HFPolicy", "LOGIT_TRANSFORMS", "MIN_DECODE_ROWS",
            "NUCLEUS_CANDIDATES", "cache_keyword", "check_state_fits", "chosen_logprobs_", "completion_targets",
            "concurrent_threads", "contiguous_head_input", "forget_rejected_drafts", "generate_all", "nucleus_sample",
-           "reserved_cache", "rows_to_keep", "set_weight_layout", "shared_rows"]
+           "rename_adapter", "reserved_cache", "rows_to_keep", "set_weight_layout", "shared_rows"]

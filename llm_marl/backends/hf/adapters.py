@@ -1,5 +1,6 @@
 """`AdapterAccess`: the LoRA adapters of an :class:`~llm_marl.backends.hf.HFPolicy`'s model, their weights and
-checkpoint tensors, and forwards whose batch rows run under different adapters."""
+checkpoint tensors, and forwards whose batch rows run under different adapters; :func:`rename_adapter` gives one
+adapter's tensors another adapter's names."""
 from __future__ import annotations
 
 import contextlib
@@ -79,6 +80,10 @@ class AdapterAccess:
         self._check_adapter(adapter)
         return {n: take(p) for n, p in self.model.named_parameters() if f".{adapter}." in n}
 
+    def copy_adapter(self, source: str, target: str) -> None:
+        """Give adapter ``target`` the weights of adapter ``source`` (both on this model, same LoRA shape)."""
+        self.load_trainable_state_dict(target, rename_adapter(self.trainable_state_dict(source), source, target))
+
     def load_trainable_state_dict(self, adapter: str | None, state: dict[str, torch.Tensor]) -> None:
         """Inverse of :meth:`trainable_state_dict` (each process keeps its shard of sharded weights).
 
@@ -119,3 +124,16 @@ class AdapterAccess:
                 rows.set_rows(adapters, device)
                 return {}
             yield select
+
+
+def rename_adapter(state: dict[str, Any], source: str, target: str) -> dict[str, Any]:
+    """Adapter ``source``'s tensors (as ``trainable_state_dict`` names them) renamed for adapter ``target``.
+
+    PEFT names a LoRA tensor ``...<module>.lora_A.<adapter>.weight``; a state with a name that does not hold
+    ``.<source>.`` (or an empty one) is a ``ValueError``.
+    """
+    renamed = {name.replace(f".{source}.", f".{target}."): value for name, value in state.items()}
+    if not state or len(renamed) != len(state) or any(f".{source}." not in name for name in state):
+        raise ValueError(f"the state does not look like adapter {source!r}'s tensors; got names such as "
+                         f"{list(state)[:2]}")
+    return renamed
