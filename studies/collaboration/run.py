@@ -1,19 +1,21 @@
 """Compute-matched collaboration study: untrained, solo, shared, MAGRPO, MAPPO and counterfactual-credit teams.
 
-    PYTHONPATH=. python examples/collaboration_study.py --out outputs/collaboration_study
-    # one arm at a time on one thread (as the results page's first runs):
-    PYTHONPATH=. python examples/collaboration_study.py --jobs 1 --threads 1 --out outputs/collaboration_study
+Run from the repository root::
+
+    python -m studies.collaboration.run --out outputs/collaboration_study
+    # one arm at a time on one thread:
+    python -m studies.collaboration.run --jobs 1 --threads 1 --out outputs/collaboration_study
     # smoke test with any local HF model directory:
-    PYTHONPATH=. python examples/collaboration_study.py --model DIR --steps 1 --eval-tasks 4 --hard-tasks 4 --out smoke
-    # the headline comparison again on three seeds (greedy only), with the spread in OUT/seeds.json:
-    PYTHONPATH=. python examples/collaboration_study.py --arms solo,magrpo_final_turn --evaluate greedy \
+    python -m studies.collaboration.run --model DIR --steps 1 --eval-tasks 4 --hard-tasks 4 --out smoke
+    # the headline comparison on three seeds (greedy only), with the spread in OUT/seeds.json:
+    python -m studies.collaboration.run --arms solo,magrpo_final_turn --evaluate greedy \
         --seeds 0,1,2 --out outputs/collaboration_seeds
 
 Every trained arm samples the same number of completions per training step from the same base model,
 seed, learning rate, steps and sampling settings (how each arm is matched is printed first, and the
 completions and answer tokens each arm actually sampled are in ``results.json``). Each arm is then
 played on the same held-out tasks: greedy and sampled debates, a majority vote at the debate's token
-budget, and a harder set no arm trained on. See :mod:`trainers.collaboration_study` for the arms and
+budget, and a harder set no arm trained on. See :mod:`studies.collaboration.study` for the arms and
 every reported number.
 
 Writes to ``--out``: ``results.json``, ``summary.png`` (arms side by side, turn 0 against the final
@@ -30,7 +32,14 @@ from llm_marl.hardware import short_openmp_spin
 
 short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch starts its runtime
 
-from trainers.collaboration_study import ARMS, LEVER_ARMS, SETTINGS, StudyConfig, run_seeds, run_study  # noqa: E402
+from studies.collaboration.study import (  # noqa: E402
+    ARMS,
+    LEVER_ARMS,
+    SETTINGS,
+    StudyConfig,
+    run_seeds,
+    run_study,
+)
 
 
 def main() -> None:
@@ -80,11 +89,10 @@ def main() -> None:
     threads = args.threads or max(1, cores // jobs)
     import torch
 
-    from trainers.common.experiment import parse_seeds
-
     torch.set_num_threads(threads)
     if args.seeds:
-        run_seeds(config, args.out, parse_seeds(args.seeds), jobs=jobs, threads_per_job=threads)
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        run_seeds(config, args.out, seeds, jobs=jobs, threads_per_job=threads)
     else:
         run_study(config, args.out, jobs=jobs, threads_per_job=threads)
 

@@ -1,4 +1,5 @@
-"""The compute-matched collaboration study: batch matching, counting, summaries and a tiny end-to-end run."""
+"""The compute-matched collaboration study (studies/collaboration): batch matching, counting, summaries and a tiny
+end-to-end run."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainers.collaboration_study import (
+from studies.collaboration.study import (
     LEVER_ARMS,
     SHARED_MICRO_BATCH,
     TRAINED_ARMS,
@@ -18,7 +19,6 @@ from trainers.collaboration_study import (
     comparisons,
     finished_arm,
     matched_batches,
-    rename_adapter,
     research_bar,
     run_study,
     setting_summary,
@@ -83,15 +83,8 @@ def test_bad_settings_are_refused(bad):
         StudyConfig(**bad)
 
 
-def test_rename_adapter_moves_every_tensor_and_refuses_foreign_names():
-    state = {"base_model.model.layers.0.q_proj.lora_A.default.weight": 1, "x.lora_B.default.weight": 2}
-    assert rename_adapter(state, "default", "agent_1") == {"base_model.model.layers.0.q_proj.lora_A.agent_1.weight": 1,
-                                                           "x.lora_B.agent_1.weight": 2}
-    with pytest.raises(ValueError, match="adapter 'agent_0'"):
-        rename_adapter(state, "agent_0", "agent_1")
-
-
 def scores(turn0, final, transitions):
+    """Stored per-task scores as the study keeps them (without the per-seat arrays)."""
     per_turn = np.stack([turn0, final], axis=1)
     return {"tasks": list(range(len(final))), "samples": 1, "temperature": 0.0, "final": list(final),
             "team": list(final), "per_turn": per_turn.tolist(), "transitions": transitions}
@@ -103,9 +96,10 @@ def test_setting_summary_gives_the_collaboration_gain_and_transition_rates_of_th
     transitions = [[0, 0, 2, 0], [1, 1, 0, 0], [1, 0, 0, 1], [2, 0, 0, 0]]
     summary = setting_summary(scores(turn0, final, transitions))
     assert summary["collaboration_gain"]["mean"] == pytest.approx(0.125)
-    assert summary["transitions"] == {"C→C": 4, "C→I": 1, "I→C": 2, "I→I": 1}
-    assert summary["i_to_c_rate"]["mean"] == pytest.approx(2 / 3)
-    assert summary["c_to_i_rate"]["mean"] == pytest.approx(1 / 5)
+    counts = {k: summary["transitions"][k] for k in ("c_to_c", "c_to_i", "i_to_c", "i_to_i")}
+    assert counts == {"c_to_c": 4, "c_to_i": 1, "i_to_c": 2, "i_to_i": 1}
+    assert summary["transitions"]["fix_rate"]["mean"] == pytest.approx(2 / 3)
+    assert summary["transitions"]["break_rate"]["mean"] == pytest.approx(1 / 5)
     assert summary["turn0_accuracy"]["mean"] == pytest.approx(0.625)
 
 
@@ -123,7 +117,7 @@ def test_comparisons_pair_the_arms_by_task_including_shared_against_solo():
 
 def test_research_bar_needs_all_three_conditions():
     def arm(gain_low, fixed, broken):
-        return {"greedy": {"collaboration_gain": {"low": gain_low}, "transitions": {"I→C": fixed, "C→I": broken}}}
+        return {"greedy": {"collaboration_gain": {"low": gain_low}, "transitions": {"i_to_c": fixed, "c_to_i": broken}}}
 
     summaries = {"magrpo": arm(0.01, 5, 2), "mappo": arm(0.01, 2, 5)}
     paired = {"magrpo - solo": {"greedy": {"final_turn_accuracy": {"low": 0.02}}},
@@ -250,7 +244,7 @@ def test_arms_run_in_parallel_jobs_give_the_same_results_as_one_process(tmp_path
 
 
 def test_seed_repeats_train_each_seed_again_and_report_the_spread(tmp_path, tiny_model_dir):
-    from trainers.collaboration_study import run_seeds
+    from studies.collaboration.study import run_seeds
 
     config = StudyConfig(model=str(tiny_model_dir), arms=("solo", "magrpo"), steps=1, max_new_tokens=4,
                          eval_tasks=3, hard_tasks=1, num_generations=2, counterfactual_samples=1, evaluate=("greedy",))
@@ -317,7 +311,7 @@ def test_the_show_scores_arms_debate_with_scores_and_their_control_is_the_solo_a
         tmp_path, tiny_model_dir, monkeypatch):
     from safetensors.torch import load_file
 
-    from trainers.collaboration_study import Evaluator
+    from studies.collaboration.study import Evaluator
     from trainers.magrpo import MAGRPOTrainer
 
     config = StudyConfig(model=str(tiny_model_dir), steps=2, max_new_tokens=6, eval_tasks=2, hard_tasks=2,
@@ -359,7 +353,7 @@ def test_the_show_scores_arms_debate_with_scores_and_their_control_is_the_solo_a
 
 
 def test_a_replayed_arm_without_its_source_says_so(tmp_path, tiny_model_dir):
-    from trainers.collaboration_study import Evaluator, run_arm
+    from studies.collaboration.study import Evaluator, run_arm
 
     config = StudyConfig(model=str(tiny_model_dir), steps=1, max_new_tokens=4, eval_tasks=2, hard_tasks=1,
                          arms=("solo_scores",), evaluate=("greedy",))

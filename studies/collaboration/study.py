@@ -40,9 +40,11 @@ played on the same held-out test tasks: greedily, sampled at the training temper
 vote of ``N·T`` independent answers (the debate's token budget), and greedily on a harder set no arm
 trained on (three 2-digit numbers added). The untrained team is played once. Per arm and setting:
 turn-0 and final-turn accuracy, the team answer (majority of final answers), the **collaboration gain**
-(final-turn − turn-0 accuracy of the same episodes, paired by task), and the I→C and C→I rates; between
-arms, paired differences by task with 95% bootstrap intervals. Each arm's evaluation is stored as it
-finishes, so an interrupted study resumes at the next arm.
+(final-turn − turn-0 accuracy of the same episodes, paired by task), and the transitions with the fix and
+break rates (the summary of :class:`trainers.common.evaluation.HeldOutScores`); between arms, paired
+differences by task with 95% bootstrap intervals. Each arm's evaluation is stored as it finishes, so an
+interrupted study resumes at the next arm. The command is :mod:`studies.collaboration.run`; the log of what
+it found is ``studies/collaboration/README.md``.
 """
 from __future__ import annotations
 
@@ -59,9 +61,11 @@ from typing import Any
 
 import numpy as np
 
+from llm_marl.backends.hf import rename_adapter
 from llm_marl.files import write_text_atomically
-from llm_marl_envs import metrics
-from trainers.common.experiment import interval, paired_interval, plot_seed_points, seed_spread
+from llm_marl.team_checkpoint import save_team
+from trainers.common.evaluation import HeldOutScores, paired_interval
+from trainers.common.experiment import plot_seed_points, seed_spread
 from trainers.magrpo.counterfactual import completions_per_transcript
 
 ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
@@ -249,15 +253,6 @@ def base_model(config: StudyConfig) -> tuple[Any, Any]:
     return load(config.model)
 
 
-def rename_adapter(state: dict[str, Any], source: str, target: str) -> dict[str, Any]:
-    """An adapter's tensors renamed from adapter ``source`` to ``target`` (PEFT names hold ``.<adapter>.``)."""
-    renamed = {name.replace(f".{source}.", f".{target}."): value for name, value in state.items()}
-    if len(renamed) != len(state) or not state or any(f".{source}." not in name for name in state):
-        raise ValueError(f"the state does not look like adapter {source!r}'s tensors; got names such as "
-                         f"{list(state)[:2]}")
-    return renamed
-
-
 def make_env(config: StudyConfig, split: str, *, agents: int | None = None, turns: int | None = None,
              **kwargs: Any) -> Any:
     import llm_marl_envs
@@ -350,9 +345,8 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
                                     max_steps=first, output_dir=str(out / "solo"))
                 with counter.active():
                     solo_history = [{**row, "phase": "solo"} for row in solo.train()]
-                state = policy.trainable_state_dict(seats[0])
                 for seat in seats[1:]:
-                    policy.load_trainable_state_dict(seat, rename_adapter(state, seats[0], seat))
+                    policy.copy_adapter(seats[0], seat)
             trainer = debate_trainer(team, max_steps=config.steps - first, output_dir=str(out / "debate"))
         elif arm in ("magrpo", *LEVERS):
             team = (Team.one_lora(model, tokenizer, seats, name=config.model) if arm in ONE_ADAPTER_ARMS
@@ -434,11 +428,11 @@ class Evaluator:
                                    for j, agent in enumerate(env.possible_agents)})
 
     def play(self, out: Path, label: str = "") -> dict[str, Any]:
-        """Every setting's per-task scores (see :func:`scores_arrays`), and each setting's report.html under ``out``."""
+        """Every setting's per-task scores (:meth:`HeldOutScores.to_arrays`), and each setting's report.html under
+        ``out``."""
         from llm_marl.policy import SamplingParams
         from llm_marl.rollout import RolloutEngine
-        from trainers.common.evaluation import evaluate_episodes
-        from trainers.common.experiment import scores_from
+        from trainers.common.evaluation import evaluate_episodes, scores_from
 
         c = self.config
         plan = {"greedy": ("debate", c.eval_tasks, 1, 0.0),
@@ -457,38 +451,15 @@ class Evaluator:
             engine = RolloutEngine(env, self.team_for(env))
             result = evaluate_episodes(engine, None, None, played, seeds, params, desc=f"{label} {setting}".strip(),
                                        report_path=out / setting / "report.html")
-            scores[setting] = scores_arrays(scores_from(result, tasks, samples, temperature))
+            scores[setting] = scores_from(result, tasks, samples, temperature).to_arrays()
         return scores
 
 
-def scores_arrays(scores: Any) -> dict[str, Any]:
-    """The per-task arrays of a :class:`~trainers.common.experiment.HeldOutScores`, JSON-ready."""
-    return {"tasks": list(scores.tasks), "samples": scores.samples, "temperature": scores.temperature,
-            "final": scores.final.tolist(), "team": scores.team.tolist(), "per_turn": scores.per_turn.tolist(),
-            "transitions": scores.transitions.tolist()}
-
-
 # ------------------------------------------------------------------------------------------------ summaries
-def _rate(rows: np.ndarray, numerator: int, denominators: Sequence[int]) -> float:
-    total = rows[:, list(denominators)].sum()
-    return float(rows[:, numerator].sum() / total) if total else float("nan")
-
-
 def setting_summary(scores: dict[str, Any]) -> dict[str, Any]:
-    """Turn-0 and final-turn accuracy, team answer, collaboration gain and transition rates of one setting."""
-    per_turn = np.asarray(scores["per_turn"], float)
-    final, rows = np.asarray(scores["final"], float), np.asarray(scores["transitions"], float)
-    out = {"tasks": len(final), "samples_per_task": scores["samples"], "temperature": scores["temperature"],
-           "turn0_accuracy": interval(per_turn[:, 0]), "final_turn_accuracy": interval(final),
-           "team_answer_accuracy": interval(scores["team"])}
-    if per_turn.shape[1] > 1:
-        counts = rows.sum(axis=0)
-        out["collaboration_gain"] = paired_interval(final, per_turn[:, 0])
-        out["transitions"] = {label: int(n) for label, n in zip(metrics.TRANSITION_LABELS, counts)}
-        # labels: C→C, C→I, I→C, I→I; I→C rate = I→C / (I→C + I→I), C→I rate = C→I / (C→C + C→I)
-        out["i_to_c_rate"] = interval(rows, lambda r: _rate(r, 2, (2, 3)))
-        out["c_to_i_rate"] = interval(rows, lambda r: _rate(r, 1, (0, 1)))
-    return out
+    """The summary of one setting's stored per-task scores (:meth:`HeldOutScores.to_dict`: turn-0, final-turn and
+    team-answer accuracy, collaboration gain, transitions with the fix and break rates)."""
+    return HeldOutScores.from_arrays(scores).to_dict()
 
 
 def arm_summary(scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -537,7 +508,7 @@ def research_bar(summaries: dict[str, Any], paired: dict[str, Any]) -> dict[str,
         greedy = summaries[arm]["greedy"]
         checks = {"collaboration_gain_above_0": greedy["collaboration_gain"]["low"] > 0,
                   "final_above_solo": paired[f"{arm} - solo"]["greedy"]["final_turn_accuracy"]["low"] > 0,
-                  "i_to_c_above_c_to_i": greedy["transitions"]["I→C"] > greedy["transitions"]["C→I"]}
+                  "i_to_c_above_c_to_i": greedy["transitions"]["i_to_c"] > greedy["transitions"]["c_to_i"]}
         control = SAME_DEBATE_CONTROL.get(arm)
         if control is not None:
             same = paired.get(f"{arm} - {control}")
@@ -590,28 +561,11 @@ def format_table(summaries: dict[str, Any], setting: str = "greedy") -> str:
         s = summary[setting]
         lines.append(f"| {arm} | {ci(s['turn0_accuracy'])} | {ci(s['final_turn_accuracy'])} | "
                      f"{ci(s['team_answer_accuracy'])} | {ci(s['collaboration_gain'])} | "
-                     f"{s['transitions']['I→C']} | {s['transitions']['C→I']} |")
+                     f"{s['transitions']['i_to_c']} | {s['transitions']['c_to_i']} |")
     return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------ the study
-def save_seated_checkpoint(evaluator: Evaluator, out: Path, step: int, config: StudyConfig) -> Path:
-    """The arm's debate team as a checkpoint ``llm-marl bench --checkpoint`` replays (its seats' adapters; no optimizer
-    state: the arm's own trainer state is not needed to replay it)."""
-    from trainers.common.checkpoint import save_checkpoint
-
-    optimizers = {seat: _NoOptimizer() for seat in evaluator.seats}
-    return save_checkpoint(out, step, evaluator.team, optimizers, {}, {"study": asdict(config)},
-                           env=evaluator.envs["debate"])
-
-
-class _NoOptimizer:
-    """Stands in for an optimizer in a replay-only checkpoint: its saved state is empty."""
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-
 # Expected cost of each arm relative to the others (training + evaluation on one core): parallel jobs start the
 # dearest arms first so that the cheap ones fill in around them.
 ARM_COST_ORDER = ("mappo", "shared", "counterfactual", "magrpo", *LEVER_ARMS, "untrained", "solo")
@@ -619,12 +573,13 @@ ARM_COST_ORDER = ("mappo", "shared", "counterfactual", "magrpo", *LEVER_ARMS, "u
 
 def seated_adapters(team_dir: Path, seats: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Each seat's adapter tensors from the last seated checkpoint in ``team_dir`` (what :func:`run_arm` saves)."""
-    from safetensors.torch import load_file
+    from llm_marl.team_checkpoint import load_team
 
     checkpoints = sorted((team_dir / "checkpoints").glob("step-*"))
     if not checkpoints:
         raise ValueError(f"no seated checkpoint in {team_dir}: run that arm again")
-    return {seat: load_file(checkpoints[-1] / "agents" / f"{seat}.safetensors") for seat in seats}
+    team = load_team(checkpoints[-1], seats)
+    return {seat: team.policy(seat).trainable_state_dict(team.adapter(seat)) for seat in seats}
 
 
 def finished_arm(config: StudyConfig, out: Path, arm: str) -> dict[str, Any] | None:
@@ -662,7 +617,7 @@ def run_arm(arm: str, config: StudyConfig, out: Path, evaluator: Evaluator, log:
     evaluator.use_debate(DEBATE_SETTINGS.get(arm, {}))
     checkpoint = None
     if arm != "untrained":
-        checkpoint = str(save_seated_checkpoint(evaluator, arm_dir / "team", config.steps, config))
+        checkpoint = str(save_team(arm_dir / "team", config.steps, evaluator.team, env=evaluator.envs["debate"]))
     eval_started = time.perf_counter()
     scores = evaluator.play(arm_dir, label=arm)
     record = {"key": config.key(), "arm": arm, "counts": trained.counts, "train_seconds": trained.seconds,

@@ -1,0 +1,1 @@
+"""The compute-matched collaboration study: :mod:`.study` (arms, matching, summaries), :mod:`.run` (its command)."""
