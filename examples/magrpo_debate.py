@@ -17,8 +17,8 @@ last turn's correctness per task (the majority vote is reported beside it as
 ``team_answer_accuracy``); differences are paired by task with a 95% bootstrap over tasks.
 
 Writes to ``--out``: ``results.json`` (``final_turn_accuracy`` before/after/paired difference for
-the sampled setting, ``greedy`` and ``sampled`` blocks with per-turn accuracy, transitions incl.
-the I→C rate change, the collaboration gain (final turn − turn 0 of the same episodes) and per seat its
+the sampled setting, ``greedy`` and ``sampled`` blocks with per-turn accuracy, transitions with their
+fix and break rates and the fix rate's change, the collaboration gain (final turn − turn 0 of the same episodes) and per seat its
 accuracy and whether its last answers were its own, its partner's or new; the checkpoint path, the
 training history), ``learning_curve.png``,
 ``metrics.jsonl`` / TensorBoard logs with per-step diagnostics (reward, zero-advantage fraction,
@@ -29,8 +29,7 @@ KL, grad norm, response length), one ``report.html`` per evaluation, and the che
 up to ``--steps`` (a checkpoint at ``--steps`` is only evaluated): the way to re-evaluate a trained
 team on more tasks. ``--samples 0`` plays greedily only, ``--no-greedy`` only the sampled plays.
 
-The measured run, its command and what it shows: ``docs/results/magrpo_debate_200.md``; the same defaults
-on three seeds: ``docs/results/debate_examples_seeds.md``.
+Results over seeds, with the command that reproduces them: ``docs/results/magrpo_debate.md``.
 """
 from __future__ import annotations
 

@@ -9,9 +9,7 @@ the other's answer and answers again. Each of an agent's turns is paid the agent
 debate's last turn (``--reward-rule last_turn``), plus MAPoRL's persuadability and persuasion
 incentives (α1 = β1 = 0.2, with their correct→incorrect penalties). ``--reward-rule influence_aware``
 pays MAPoRL's influence-aware returns (γ = 0.3; :class:`~trainers.mappo.MAPPOConfig`'s default)
-instead: on one seed of three it left a team whose second turn broke more right answers than it
-fixed and whose gain did not exclude 0, where the last-turn rule gained on all three. Training draws
-tasks from the train split only; the test split is held out.
+instead. Training draws tasks from the train split only; the test split is held out.
 
 The defaults (10 debates = 40 answers a step, 20 steps, learning rate 2e-4, no KL penalty, PPO
 minibatches of 16 answers) are the batch and learning settings of the collaboration study's
@@ -27,8 +25,8 @@ reported beside it as ``team_answer_accuracy``); differences are paired by task 
 bootstrap over tasks.
 
 Writes to ``--out``: ``results.json`` (``final_turn_accuracy`` before/after/paired difference for
-the sampled setting, ``greedy`` and ``sampled`` blocks with per-turn accuracy, transitions incl.
-the I→C rate change, the collaboration gain (final turn − turn 0 of the same episodes) and per seat its
+the sampled setting, ``greedy`` and ``sampled`` blocks with per-turn accuracy, transitions with their
+fix and break rates and the fix rate's change, the collaboration gain (final turn − turn 0 of the same episodes) and per seat its
 accuracy and whether its last answers were its own, its partner's or new; the checkpoint path, the
 training history), ``learning_curve.png``,
 ``metrics.jsonl`` / TensorBoard logs (train accuracy, KL, entropy, response length, grad norm per
@@ -39,8 +37,7 @@ step), one ``report.html`` per evaluation, and the checkpoint (``llm-marl bench 
 up to ``--steps`` (a checkpoint at ``--steps`` is only evaluated): the way to re-evaluate a trained
 team on more tasks. ``--samples 0`` plays greedily only, ``--no-greedy`` only the sampled plays.
 
-Measured at these defaults on three seeds: ``docs/results/debate_examples_seeds.md``; a run at the former
-defaults: ``docs/results/mappo_debate_200.md``.
+Results over seeds, with the command that reproduces them: ``docs/results/mappo_debate.md``.
 """
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ import yaml
 from .hardware import short_openmp_spin
 
 # OpenMP workers (torch, llama.cpp) spin 300,000 iterations at every barrier by default, which starves a
-# shared CPU, and sleep at once when passive, which made 2 threads 1.2-2.2x slower: a short spin. The runtime
-# reads it once at start, so it is set before torch or llama.cpp load.
+# shared CPU, and sleep at once when passive, which slows 2 threads down: a short spin. The runtime reads it
+# once at start, so it is set before torch or llama.cpp load.
 short_openmp_spin()
 
 DEFAULT_MODEL = "smollm2-135m"

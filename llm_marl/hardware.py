@@ -260,7 +260,7 @@ def short_openmp_spin(env: MutableMapping[str, str] | None = None) -> str:
     markedly slower on an idle machine; libgomp's own default spins 300,000 iterations first, which
     starves a CPU shared with other work. A spin of 3,000 iterations keeps nearly all of the spinning
     speed on an idle machine and loses much less than the long spin when another process takes a core
-    during a call (the documentation's Performance page has the measured decode steps of each policy).
+    during a call (the documentation's Performance page times a decode step under each policy).
     The backends avoid that case by taking only the cores others leave free (:class:`CoreMeter`, read
     before every call), so it happens only when a job starts during a call. On one thread the wait does
     not matter.

@@ -7,6 +7,10 @@
   listed in ``ALLOWED`` with the reason.
 - No docstring or comment of a ``*.py`` file cites a commit (the word followed by a short hash): history
   lives in git.
+- No docstring or comment of the packages and the examples narrates a measurement (a date, "measured on ...",
+  an estimate with its interval such as ``0.672 [0.608, 0.735]``, a signed difference such as ``+0.267``, a
+  range of percentages, a timing, a speed-up): code says what it does; what a run gave on one machine goes on
+  the documentation's Performance and Results pages, with its command, date, commit and machine.
 """
 from __future__ import annotations
 
@@ -33,6 +37,16 @@ MACHINE_PATH = re.compile(
     ]) + ")"
 )
 COMMIT_CITATION = re.compile(r"commit [0-9a-f]{7}")
+MEASUREMENT = re.compile("|".join([
+    r"\b20\d\d-[01]\d-[0-3]\d\b",                                   # a date
+    r"(?<!when )\bmeasured\b(?! (?:by|over|again|first)\b)",           # "measured on ...", "Measured: ..."
+    r"\d*\.\d+ \[[−+-]?\d*\.\d+, ?[−+-]?\d*\.\d+\]",                # an estimate and its CI
+    r"(?<![\w.])[+−]\d*\.\d{2,}\b",                                   # a signed difference
+    r"\b\d+(?:\.\d+)?-\d+(?:\.\d+)?%",                                # a range of percentages
+    r"\b\d+(?:\.\d+)? ?(?:ms|us|µs)\b|\btook \d",                      # a timing
+    r"\b\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)?x (?:faster|slower)\b",        # a speed-up
+]), re.IGNORECASE)
+NARRATION_FREE = ("llm_marl_envs", "llm_marl", "trainers", "verifiers", "examples")
 
 # (file, the exact text that may appear there, why)
 ALLOWED: list[tuple[str, str, str]] = []
@@ -115,3 +129,29 @@ def test_no_commit_citations_in_python_docstrings_or_comments():
             if COMMIT_CITATION.search(text):
                 found.append(f"{path.relative_to(ROOT).as_posix()}:{line}: {COMMIT_CITATION.search(text).group(0)}")
     assert not found, "docstrings and comments cite commits (history belongs in git):\n" + "\n".join(found)
+
+
+def test_measurement_pattern():
+    """What counts as narrating a measurement, and what describes code."""
+    hits = ["run on 2026-11-26", "measured on a 2-core Xeon", "Measured: splitting", "The measured run",
+            "0.672 [0.608, 0.735]", "gain +0.267 on three seeds", "−0.022 on another CPU", "27-45% right",
+            "142 ms per call", "took 12.3 s", "1.2-2.2x slower"]
+    misses = ["as measured by starting one", "cores left free, measured over the time since", "when measured;",
+              "every KL is measured first", "a bootstrap 95% CI", "0.4 + 0.05 * (n - 1)", "lr=2e-4", "seed 0",
+              "temperature 0.7", "[0, 1]", "x - 0.5", "v0.1.0", "top-p 0.9"]
+    assert all(MEASUREMENT.search(text) for text in hits), [t for t in hits if not MEASUREMENT.search(t)]
+    assert not any(MEASUREMENT.search(text) for text in misses), [t for t in misses if MEASUREMENT.search(t)]
+
+
+def test_no_measurement_narration_in_docstrings_or_comments():
+    found = []
+    for path in tracked_files():
+        relative = path.relative_to(ROOT).as_posix()
+        if path.suffix != ".py" or not path.exists() or relative.split("/")[0] not in NARRATION_FREE:
+            continue
+        for line, text in docstrings_and_comments(path.read_text(encoding="utf-8")):
+            for offset, row in enumerate(text.splitlines()):
+                for match in MEASUREMENT.finditer(row):
+                    found.append(f"{relative}:{line + offset}: {match.group(0)!r}  ({row.strip()[:100]})")
+    assert not found, ("docstrings and comments narrate measurements (put them on docs/performance.md or a "
+                       "results page, with command, date, commit and machine):\n" + "\n".join(found))

@@ -27,8 +27,8 @@ per-sequence KV cache operations, sampler chains):
   and seeded samples do not depend on ``max_batch`` (both tested), up to float rounding — llama.cpp
   computes a micro-batch of ONE token (a lone sequence's step) with other CPU kernels than one of
   several, and the rounding differences grow through the layers (last-token logits of a debate
-  prompt: up to 0.64 apart, top logit ~29), enough to flip a near-tie (measured: 3 of 16 greedy
-  debate answers of 64 tokens differ between ``max_batch`` 16 and 1).
+  prompt: up to 0.64 apart, top logit ~29), enough to flip a near-tie: a few greedy debate answers of
+  64 tokens differ between ``max_batch`` 16 and 1.
 * Multi-turn prompts extend earlier ones (``reuse_cache``, off by default here, see the class): when a
   stream finishes, its sequence state (the KV cells of prompt + fed completion, ``llama_state_seq_get_data``) is kept
   in a :class:`~llm_marl.backends.prefix_cache.PrefixCache` in host memory, keyed by its token ids and
@@ -44,10 +44,10 @@ per-sequence KV cache operations, sampler chains):
   Reuse changes the speed, not the model, up to float rounding as batching does (next point): a
   token's states depend a little on the step that computed them (llama.cpp picks its attention
   kernels by the number of query tokens and KV cells of the step), and a restored prefix was
-  computed in earlier steps than a full prefill would use. Measured: splitting one 139-token
-  prefill into two steps left the last logits bit-identical for most split points but moved them by
-  up to 0.6 for others; in ``benchmarks/rollout_reuse.py`` 79 of 96 greedy agent turns came out
-  the same with and without reuse (a flipped near-tie changes that answer and the turns after it).
+  computed in earlier steps than a full prefill would use: splitting a prefill into two steps leaves
+  the last logits bit-identical for most split points and moves them a little for others, so some
+  greedy agent turns of ``benchmarks/rollout_reuse.py`` differ with and without reuse (a flipped
+  near-tie changes that answer and the turns after it).
 * Memory: the KV cache is allocated up front, ``max_batch * n_ctx`` tokens (f16; 23 KB per token
   for SmolLM2-135M: 0.75 GB at the defaults 8 x 4096).
 * Threads: the cores other processes leave free, measured again before every call
@@ -135,8 +135,8 @@ class LlamaCppPolicy(InferenceBackend):
         :func:`~llm_marl.hardware.llamacpp_extra_buffers` of this CPU: off where it has AMX.
         """
         # ggml's OpenMP workers wait at a barrier after every operation: a short spin, not libgomp's long
-        # one (starves a busy CPU) nor a passive sleep (2 threads ~35-120% slower). Effective only if no
-        # OpenMP runtime started yet in this process (the CLI sets it first).
+        # one (starves a busy CPU) nor a passive sleep (slows 2 threads down; docs/performance.md, OpenMP
+        # wait policies). Effective only if no OpenMP runtime started yet in this process (the CLI sets it first).
         short_openmp_spin()
         try:
             import llama_cpp

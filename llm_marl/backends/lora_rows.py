@@ -15,9 +15,8 @@ ranks]``), built once per :meth:`rows` call. A row's LoRA output is then
 elsewhere (all 0 for the base): two products and one multiply per layer for the whole batch,
 whatever the adapters. The second product is accumulated into the base layer's output
 (``addmm_``) instead of making a fresh ``[tokens, out]`` tensor to add: in a 64-row prefill of
-SmolLM2-135M (6208 tokens) that tensor was 38 MB per MLP layer, and allocating it cost more than its
-FLOPs (measured, one thread: 142 ms per call of a 0.3 GFLOP product; the prefill phase of a 2-turn
-rollout went 22.4 -> 19.6 s). The result is PEFT's ``base(x) + B_a(A_a(x)) * scaling_a`` summed in another
+SmolLM2-135M (6208 tokens) that tensor is 38 MB per MLP layer, and allocating it costs more than its
+FLOPs. The result is PEFT's ``base(x) + B_a(A_a(x)) * scaling_a`` summed in another
 order, so it equals PEFT's output within float rounding, not bit for bit.
 
 PEFT still owns the adapters and their weights; layers it would run through a variant (DoRA and the

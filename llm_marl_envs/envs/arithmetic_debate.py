@@ -32,13 +32,10 @@ llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=3, split="tes
 others are skipped (default `"+"`).
 
 The default, two 2-digit numbers added ("58 + 26 ="), has 8,100 distinct problems, about 4,000
-per split, 8 times the default `num_tasks`. SmolLM2-135M-Instruct (the embedded model, llama.cpp
-Q4_1, 128 new tokens) answers 36% of the default test problems right greedily (bootstrap 95% CI
-27-45%; first 100 episodes of `llm-marl bench --baseline single --temperature 0`) and 18% (11-26%)
-sampled at temperature 0.7, top-p 0.9; a 2-agent, 3-turn greedy debate ends right on 32.5% of
-them (17.5-50%, 40 episodes). It gets almost no 2-digit subtraction right (1 of 57 greedy),
-chains of 3 numbers about 10%, and about half of the 1-digit problems, whose space (100
-additions of two numbers) is too small for disjoint splits of a useful size.
+per split, 8 times the default `num_tasks`. The embedded SmolLM2-135M-Instruct gets part of them
+right before any training, so training has room both ways; 2-digit subtraction and chains of 3
+numbers are much harder for it (its accuracies are on the benchmark page), and 1-digit problems
+(100 additions of two numbers) are too few for disjoint splits of a useful size.
 
 `num_tasks`, `split`, `data_dir`: as in `gsm_symbolic_debate-v0`: train and test are split by a
 hash of the question, disjoint by construction; a problem space too small for `num_tasks`

@@ -18,10 +18,9 @@ def concurrent_threads(policies: Sequence[Any], seeded: bool = False) -> int | N
     """Torch threads for each of ``policies``' generate calls if they should run at once, else ``None``.
 
     Different models cannot share a decode batch, and a small batch's decode step streams all of its model's
-    weights, which one core does nearly as fast as two (measured on a 2-core Xeon: 9.6 GB/s read on one thread,
-    12.7 on two): two SmolLM2-135M copies sampling 8 rows x 64 tokens each took 12.3 s one after the other on 2
-    threads and 8.1 s at once on 1 thread each. So separate HF models on the CPU sample concurrently, a share
-    of the free cores each, when every one of them: is an :class:`HFPolicy` on the CPU without a fixed
+    weights, which one core reads nearly as fast as two: two models sampling at once on a core each finish
+    before the same two one after the other on both cores (the Performance page has the figure). So separate
+    HF models on the CPU sample concurrently, a share of the free cores each, when every one of them: is an :class:`HFPolicy` on the CPU without a fixed
     ``threads`` or sharded weights, has its own tokenizer (a fast tokenizer is not safe to share between
     threads), and there are at least as many free cores as policies; not under autocast (worker threads
     would not inherit it). ``seeded``: the share is of the process's threads, not of the free cores (a seeded

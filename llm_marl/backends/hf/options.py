@@ -10,7 +10,8 @@ from ..prompt_lookup import DRAFT_FREE_POSITIONS, DRAFT_TOKENS
 @dataclass(frozen=True)
 class HFPerformanceOptions:
     """How :class:`~llm_marl.backends.hf.HFPolicy` runs its forwards. The defaults are the fastest settings
-    measured (``benchmarks/``); each switch can be turned off to compare against the plain path.
+    (``benchmarks/`` times each against the plain path; the Performance page lists them); each switch can be
+    turned off to compare against the plain path.
 
     Parameters that reuse work across calls (multi-turn prompts extend earlier ones):
 

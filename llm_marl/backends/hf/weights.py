@@ -44,16 +44,13 @@ def set_weight_layout(model, input_major: bool) -> int:
 
     A weight keeps its ``[out, in]`` shape and values; input-major, its memory is that of the contiguous
     ``[in, out]`` transpose, so ``linear(x, w) = x @ w.T`` is a plain product of two row-major matrices.
-    MKL's float32 product with a transposed right operand is slower at few rows: measured on an Intel
-    Xeon (AVX-512) on one thread, ``[8, 576] x [576, 1536]`` took 367 us row-major and 174 us input-major,
-    SmolLM2-135M's 49152-word head at 8 rows 27.6 against 16.1 ms, and equal at 2048 rows, forward and
-    backward. Only float32 weights on the CPU move (bfloat16's head product was slower input-major);
+    MKL's float32 product with a transposed right operand is slower at few rows (decode steps, small
+    training batches) and as fast at thousands of rows, forward and backward (the Performance page has the
+    figures). Only float32 weights on the CPU move (bfloat16's head product is slower input-major);
     LoRA adapters stay as they are (small, and stacked by :class:`~llm_marl.backends.lora_rows.AdapterRows`).
     A tied embedding moves with its output layer (one tensor); each looked-up row is then a strided
-    gather (12,800 tokens: 158 ms against 15 ms), which prefill and the loss forward pay. Measured, the
-    head's gain at few rows is larger: MAGRPO 1 turn 8.32 s per prompt with the tied head moved against
-    8.85 with it kept row-major; the roofline rollout's episodes/s are the same either way. Idempotent;
-    ``input_major=False`` restores contiguous weights (FSDP2 shards along dim 0 before training).
+    gather, which prefill and the loss forward pay, and which the head's gain at few rows outweighs.
+    Idempotent; ``input_major=False`` restores contiguous weights (FSDP2 shards along dim 0 before training).
     """
     moved = 0
     for name, module in model.named_modules():
@@ -77,8 +74,8 @@ def contiguous_head_input(model) -> None:
 
     ``logits_to_keep=1`` hands the head ``hidden[:, -1:, :]``, a strided ``[B, 1, d]`` view; torch's
     ``linear`` does not fold that into one matrix product but runs a batched product against the weight
-    expanded ``B`` times: measured on one thread, 468 ms for 64 rows of SmolLM2-135M's 49152-word head,
-    against 34 ms for the same rows copied contiguous first (a 150 KB copy). Every prefill pays it.
+    expanded ``B`` times, many times slower than one product of the same rows copied contiguous first (a
+    150 KB copy at 64 rows of SmolLM2-135M). Every prefill pays it.
     """
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is None or getattr(head, "_llm_marl_contiguous_input", False):
