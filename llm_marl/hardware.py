@@ -76,7 +76,7 @@ def cpu_info(cpuinfo_path: str = "/proc/cpuinfo") -> CpuInfo:
             continue
         if key in ("model name", "cpu model") and model in ("", platform.machine(), platform.processor()):
             model = value.strip()
-        elif key in ("flags", "features") and not flags:      # x86 says flags, Arm says Features
+        elif key in ("flags", "features") and not flags:      # x86 says flags, AArch64 says Features
             flags = frozenset(value.lower().split())
     return CpuInfo(model=model, flags=flags)
 
