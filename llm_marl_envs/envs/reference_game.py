@@ -102,6 +102,8 @@ class ReferenceGameEnv(InformationSplitEnv):
                 other[position] = int(rng.integers(len(attributes[position])))
             if tuple(other) not in scene:
                 scene.append(tuple(other))
+        if len(scene) < self.num_candidates:        # cannot happen with the attribute lists above; say so if it does
+            raise ValueError(f"could not draw {self.num_candidates} distinct objects around {base}")
         objects = [" ".join(values[i] for values, i in zip(attributes, item)) for item in scene]
         target = objects[int(rng.integers(len(objects)))]
         order = [objects[i] for i in rng.permutation(len(objects))]
