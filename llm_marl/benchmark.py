@@ -5,7 +5,12 @@ Baselines on the same tasks (``baseline=``):
 * ``single`` — one agent, one turn;
 * ``majority`` — ``k = N·T`` independent samples (``k`` agents, one turn), the token budget of an
   ``N``-agent ``T``-turn debate, scored by majority vote over the extracted answers;
-* ``debate`` — ``N`` agents × ``T`` turns (the env's protocol);
+* ``debate`` — ``N`` agents × ``T`` turns (the env's protocol); ``team`` is the same run under the name that
+  fits envs whose agents do not debate (the information-split envs);
+* ``own_view`` — on an env whose agents hold private views (one that takes ``view=``, see
+  :mod:`llm_marl_envs.envs.information_split`): each of the ``N`` roles played by one agent alone with
+  its own view only, one turn (``view="own"``);
+* ``full_view`` — there: one agent holding every view, one turn (``view="full"``);
 * ``checkpoint`` — the trained team of a training checkpoint (``checkpoint=``, see
   :mod:`llm_marl.team_checkpoint`) in the debate's ``N × T``, each agent with its own trained
   weights; the other baselines then run its untrained base model(s), so trained and untrained
@@ -47,7 +52,9 @@ from .report import RunView
 if TYPE_CHECKING:
     from .team import Team
 
-BASELINES = ("single", "majority", "debate", "checkpoint")
+BASELINES = ("single", "majority", "debate", "team", "own_view", "full_view", "checkpoint")
+VIEW_BASELINES = {"own_view": "own", "full_view": "full"}      # baseline -> the env's view=
+TEAM_BASELINES = ("debate", "team", "own_view")                # one model per agent allowed (a mixed team)
 RUN_FILE, EPISODES_FILE, SUMMARY_FILE, REPORT_FILE = "run.json", "episodes.jsonl", "summary.json", "report.md"
 ACCURACY_PLOT, TRANSITIONS_PLOT = "accuracy_per_turn.png", "transitions.png"
 
@@ -96,9 +103,17 @@ class BenchConfig:
         if self.checkpoint and self.backend != "hf":
             raise ValueError(f"a checkpoint's trained weights load into transformers models: --checkpoint needs "
                              f"--backend hf, got --backend {self.backend}")
-        if self.baseline == "single" and len(self.models) > 1:
-            raise ValueError(f"the single-agent baseline runs one model, got {len(self.models)}: {self.models}; "
+        if self.baseline in ("single", "full_view") and len(self.models) > 1:
+            raise ValueError(f"the {self.baseline} baseline runs one model, got {len(self.models)}: {self.models}; "
                              "pass one --model or use --baseline debate/majority for a mixed team")
+        if self.baseline in VIEW_BASELINES:
+            if "view" not in spec(self.env_id).parameters():
+                raise ValueError(f"the {self.baseline} baseline needs an env whose agents hold private views (one "
+                                 f"that takes view='own'/'full', e.g. split_arithmetic-v0); {self.env_id} has none: "
+                                 "use single, majority or team")
+            if {"view", "seat"} & set(self.env_kwargs):
+                raise ValueError(f"the {self.baseline} baseline sets the env's view itself; drop view/seat from "
+                                 f"env_kwargs ({self.env_kwargs})")
 
     def debate_shape(self) -> tuple[int, int]:
         """``(N, T)`` of the debate this run is matched to (arguments, else mixed-team size, else env defaults)."""
@@ -110,16 +125,24 @@ class BenchConfig:
     def env_shape(self) -> tuple[int, int]:
         """``(agents, turns)`` of the env episodes run in, for this baseline."""
         agents, turns = self.debate_shape()
-        if self.baseline == "single":
+        if self.baseline in ("single", "full_view"):
             return 1, 1
         if self.baseline == "majority":
             return agents * turns, 1
+        if self.baseline == "own_view":
+            return agents, 1
         return agents, turns
+
+    def env_options(self) -> dict[str, Any]:
+        """The env keyword arguments of this baseline's episodes (``env_kwargs``, its view, agents and turns)."""
+        agents, turns = self.env_shape()
+        view = {"view": VIEW_BASELINES[self.baseline]} if self.baseline in VIEW_BASELINES else {}
+        return {**self.env_kwargs, **view, "num_agents": agents, "num_turns": turns}
 
     def agent_models(self) -> list[str]:
         """The model of each agent: one shared model, or the mixed team's models in turn."""
         agents, _ = self.env_shape()
-        if self.baseline == "debate" and len(self.models) not in (1, agents):
+        if self.baseline in TEAM_BASELINES and len(self.models) not in (1, agents):
             raise ValueError(f"a mixed team needs one model per agent: {agents} agents but {len(self.models)} "
                              f"models {self.models}; pass {agents} models or set --num-agents {len(self.models)}")
         return [self.models[i % len(self.models)] for i in range(agents)]
@@ -244,8 +267,7 @@ def build_team(config: BenchConfig, agents: Sequence[str], policies: dict[str, A
 
 def make_env(config: BenchConfig) -> Any:
     """The env ``config``'s episodes run in (its baseline's agents and turns)."""
-    agents, turns = config.env_shape()
-    return make(config.env_id, **{**config.env_kwargs, "num_agents": agents, "num_turns": turns})
+    return make(config.env_id, **config.env_options())
 
 
 def _start_run(config: BenchConfig, out: Path) -> dict[str, Any]:

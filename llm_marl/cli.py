@@ -297,7 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "e.g. http://127.0.0.1:8000/v1")
     bench.add_argument("--baseline", default="debate", metavar="B[,B...]",
                        help="single: 1 agent 1 turn; majority: N*T independent samples voted; "
-                       "debate: N agents x T turns; checkpoint: the trained team of --checkpoint, N x T. "
+                       "debate (or team): N agents x T turns; checkpoint: the trained team of --checkpoint, N x T; "
+                       "on envs whose agents hold private views (split_arithmetic-v0, ...): own_view, each role "
+                       "alone with its own view, and full_view, one agent with every view, 1 turn each. "
                        "Several, comma-separated (e.g. single,majority,debate), run on the same tasks and write one "
                        "comparison report (default: debate; --checkpoint adds checkpoint)")
     bench.add_argument("--checkpoint", default=None, metavar="DIR",

@@ -167,9 +167,12 @@ def comparison_meta(result: dict[str, Any], run: dict[str, Any]) -> list[str]:
     config = run["config"]
     trained = [f"checkpoint: the trained team of {result['checkpoint']}, {n} agents × {t} turns; the other "
                "baselines run its untrained base model"] if result.get("checkpoint") else []
+    views = {"own_view": f"own_view: each of the {n} roles alone with its own view, 1 turn",
+             "full_view": "full_view: 1 agent with every view, 1 turn"}
     return [f"models: {', '.join(dict.fromkeys(result['models']))} (backend {result['backend']})",
             f"debate: {n} agents × {t} turns; majority: vote over {n * t} independent samples (the debate's "
             "token budget); single: 1 agent, 1 turn",
+            *(line for name, line in views.items() if name in result["baselines"]),
             *trained,
             f"{result['num_paired_tasks']} paired tasks, seed {result['seed']}; sampling: max_new_tokens="
             f"{config['max_new_tokens']}, temperature={config['temperature']}, top_p={config['top_p']}; "

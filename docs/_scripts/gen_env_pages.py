@@ -3,7 +3,7 @@
 Every env module under ``llm_marl_envs/envs/`` opens with a Markdown docstring (a title, the table of
 id, agents, turns, spaces, data, verifier and reward, then its arguments). This script copies it into
 ``docs/environments/list/<env id>.md``, and the docstrings of the protocol modules every family shares
-(``debate``, ``writing``, ``coding``) into ``docs/environments/protocols/<name>.md``. ``docs/conf.py``
+(``debate``, ``writing``, ``coding``, ``information_split``) into ``docs/environments/protocols/<name>.md``. ``docs/conf.py``
 runs it at the start of every build; the generated folders are ignored by git.
 
     python docs/_scripts/gen_env_pages.py            # writes the pages, prints what it wrote
@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV_PACKAGE = "llm_marl_envs.envs"
-PROTOCOL_MODULES = ("debate", "writing", "coding")
+PROTOCOL_MODULES = ("debate", "writing", "coding", "information_split")
 
 
 def module_path(module: str) -> Path:

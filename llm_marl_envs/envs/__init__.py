@@ -34,3 +34,13 @@ register(
 register("coophumaneval_coding-v0", "llm_marl_envs.envs.coophumaneval_coding:CoopHumanEvalCodingEnv",
          summary=EnvSummary(2, 2, "CoopHumanEval, 82 problems (coophumaneval/test.jsonl or OpenMLRL/CoopHumanEval), "
                                   "CoMLRL's split", CODING))
+
+# Information split (llm_marl_envs.envs.information_split): each agent holds a private view; only together
+# do the views determine the answer. Agents tell each other what they know, then answer.
+register("split_arithmetic-v0", "llm_marl_envs.envs.split_arithmetic:SplitArithmeticEnv",
+         summary=EnvSummary(2, 2, "procedural a ∘ b, split operands (offline)", MATH))
+CHOICE = "verifiers.choice.verify_choice"
+register("reference_game-v0", "llm_marl_envs.envs.reference_game:ReferenceGameEnv",
+         summary=EnvSummary(2, 2, "procedural attribute scenes (offline)", CHOICE))
+register("hidden_profile-v0", "llm_marl_envs.envs.hidden_profile:HiddenProfileEnv",
+         summary=EnvSummary(2, 2, "procedural hidden profiles: 5 candidates, split facts (offline)", CHOICE))
