@@ -74,12 +74,14 @@ def test_checkpoint_records_its_team(trained, tiny_model_dir):
     manifest = read_manifest(step)
     assert manifest["agents"] == AGENTS and manifest["step"] == 1
     assert manifest["env"] == {"id": ENV, "num_agents": 2, "num_turns": 1}
+    assert manifest["base_model"] == str(tiny_model_dir)
     for agent in AGENTS:
         member = manifest["members"][agent]
-        assert (member["model"], member["policy"], member["adapter"], member["weights"]) == (
-            str(tiny_model_dir), 0, agent, "lora")
-        assert (member["lora"]["r"], member["lora"]["lora_alpha"]) == (8, 16)
-        assert "model.layers.0.self_attn.q_proj" in member["lora"]["target_modules"]
+        assert (member["base_model"], member["policy"], member["adapter"], member["weights"], member["path"]) == (
+            str(tiny_model_dir), 0, agent, "lora", f"agents/{agent}")
+        lora = json.loads((step / "agents" / agent / "adapter_config.json").read_text())
+        assert (lora["peft_type"], lora["r"], lora["lora_alpha"], lora["inference_mode"]) == ("LORA", 8, 16, True)
+        assert "model.layers.0.self_attn.q_proj" in lora["target_modules"]
     assert not list((output_dir / "checkpoints").glob(".tmp-*"))        # the manifest was written before the rename
 
 
@@ -199,9 +201,13 @@ def test_missing_or_empty_checkpoint_dirs_are_refused(tmp_path, capsys):
 def test_an_incomplete_or_old_checkpoint_is_refused(trained, tmp_path, capsys):
     step = tmp_path / "step-000001"
     shutil.copytree(Path(trained.config.output_dir) / "checkpoints" / "step-000001", step)
-    (step / "agents" / "agent_1.safetensors").unlink()
+    (step / "agents" / "agent_1" / "adapter_model.safetensors").unlink()
     err = refused(capsys, "--checkpoint", str(step))
-    assert "has no weights for agent 'agent_1'" in err
+    assert "has no weights for agent 'agent_1'" in err and "lacks ['adapter_model.safetensors']" in err
+    manifest = json.loads((step / "team.json").read_text())
+    (step / "team.json").write_text(json.dumps({**manifest, "format": 1}))      # before agents were PEFT folders
+    err = refused(capsys, "--checkpoint", str(step))
+    assert "has format 1" in err and "adapter_config.json + adapter_model.safetensors" in err
     (step / "team.json").unlink()
     err = refused(capsys, "--checkpoint", str(step))
     assert f"checkpoint {step} has no team.json" in err and "base model, agents and LoRA settings" in err
@@ -217,7 +223,8 @@ def test_weights_that_do_not_fit_the_base_are_refused(tmp_path, capsys):
     optimizers = {a: torch.optim.AdamW(team.policy(a).trainable_parameters(a)) for a in AGENTS}
     step = save_checkpoint(tmp_path / "run", 1, team, optimizers, {}, {})
     err = refused(capsys, "--checkpoint", str(step), "--num-turns", "1")
-    assert f"checkpoint {step / 'agents' / 'agent_0.safetensors'} does not fit base model '{small}'" in err
+    assert f"checkpoint {step / 'agents' / 'agent_0' / 'adapter_model.safetensors'} does not fit base model " \
+        f"'{small}'" in err
     assert "is (8, 64) in the checkpoint but (8, 32) in the model" in err
 
 

@@ -619,12 +619,13 @@ ARM_COST_ORDER = ("mappo", "shared", "counterfactual", "magrpo", *LEVER_ARMS, "u
 
 def seated_adapters(team_dir: Path, seats: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Each seat's adapter tensors from the last seated checkpoint in ``team_dir`` (what :func:`run_arm` saves)."""
-    from safetensors.torch import load_file
+    from llm_marl.team_checkpoint import load_team
 
     checkpoints = sorted((team_dir / "checkpoints").glob("step-*"))
     if not checkpoints:
         raise ValueError(f"no seated checkpoint in {team_dir}: run that arm again")
-    return {seat: load_file(checkpoints[-1] / "agents" / f"{seat}.safetensors") for seat in seats}
+    team = load_team(checkpoints[-1], seats)
+    return {seat: team.policy(seat).trainable_state_dict(team.adapter(seat)) for seat in seats}
 
 
 def finished_arm(config: StudyConfig, out: Path, arm: str) -> dict[str, Any] | None:
