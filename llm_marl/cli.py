@@ -6,6 +6,7 @@
     llm-marl bench arithmetic_debate-v0 --checkpoint outputs/magrpo       # trained team vs its untrained base
     llm-marl train magrpo tldr_writing-v0 --config cfg.yaml --set learning_rate=1e-5
     llm-marl report runs/bench/gsm_symbolic_debate-v0-debate-seed0
+    llm-marl export outputs/magrpo my-team    # the trained team as PEFT adapters + model card, for `hf upload`
     llm-marl info                      # versions, CPU features, backend choices: paste into bug reports
 
 User errors (unknown env, unreachable server, missing data, bad values) print one line that
@@ -253,6 +254,21 @@ def env_arguments(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None}
 
 
+# ---------------------------------------------------------------------------------- export
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write a trained checkpoint as a folder to publish: PEFT adapters, team.json and a model card."""
+    from .export import export_checkpoint
+    from .team_checkpoint import read_manifest
+
+    out = export_checkpoint(args.checkpoint, args.dir)
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    env = (read_manifest(out).get("env") or {}).get("id") or "ENV"
+    print(f"exported {args.checkpoint} to {out}: {', '.join(files)}\n"
+          f"  publish it: hf upload USER/NAME {out}\n"
+          f"  replay it:  llm-marl bench {env} --checkpoint {out}")
+    return 0
+
+
 # ---------------------------------------------------------------------------------- info
 def cmd_info(args: argparse.Namespace) -> int:
     """Print versions, CPU features, threads, backend choices, directories and sandbox isolation."""
@@ -275,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``llm-marl`` and its subcommands."""
     parser = argparse.ArgumentParser(prog="llm-marl", description="Multi-agent LLM environments: list, benchmark, "
                                      "train, report.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{envs,bench,train,report,info}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{envs,bench,train,report,export,info}")
 
     envs = sub.add_parser("envs", help="list registered environments", description="List registered environments "
                           "with their default agents, turns, data source and verifier.")
@@ -358,6 +374,17 @@ def build_parser() -> argparse.ArgumentParser:
                                         "episodes.jsonl (of every baseline, for a comparison directory).")
     report.add_argument("dir", help="a bench run directory (its --out)")
     report.set_defaults(func=cmd_report)
+
+    export = sub.add_parser("export", help="write a trained checkpoint as a folder to publish on the Hub",
+                            description="Write CHECKPOINT's agents (each LoRA agent a PEFT adapter folder that "
+                                        "PeftModel.from_pretrained loads), its team.json and a model card README.md "
+                                        "(env, config, held-out result, how to load and replay) into DIR, ready "
+                                        "for `hf upload USER/NAME DIR`; `llm-marl bench ENV --checkpoint DIR` "
+                                        "replays it.")
+    export.add_argument("checkpoint", help="a training output_dir, its checkpoints/ dir (the newest step is used) "
+                        "or one checkpoints/step-* dir")
+    export.add_argument("dir", help="the folder to write (must not exist, or be empty)")
+    export.set_defaults(func=cmd_export)
 
     info = sub.add_parser("info", help="describe this machine and installation (for bug reports)",
                           description="Print Python and package versions, the CPU and its features (AVX2, AVX-512, "

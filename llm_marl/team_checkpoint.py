@@ -1,25 +1,30 @@
-"""A trained team's checkpoint read back for inference: ``team.json``, finding the step, rebuilding the team.
+"""A trained team's checkpoint read back for inference: ``team.json``, the agents' weights, rebuilding the team.
 
 The trainers write ``<output_dir>/checkpoints/step-NNNNNN/`` (:mod:`trainers.common.checkpoint`);
-this module owns what such a directory says about its team, so that the benchmark (which sits
-below the trainers) can load one::
+this module owns what such a directory says about its team and how each agent's weights are
+stored, so that the benchmark (which sits below the trainers) can load one::
 
-    agents/<agent>.safetensors   each agent's trained tensors: its LoRA adapter, or the whole model
-    team.json                    the manifest below
+    agents/<agent>/adapter_config.json        a LoRA agent: its adapter in PEFT's own format,
+    agents/<agent>/adapter_model.safetensors  PeftModel.from_pretrained(base, "agents/<agent>") loads it
+    agents/<agent>/config.json                a fully fine-tuned agent: the model in transformers' format,
+    agents/<agent>/model.safetensors          AutoModelForCausalLM.from_pretrained("agents/<agent>") loads it
+    team.json                                 the manifest below
 
 ``team.json``::
 
-    {"format": 1, "step": 12, "agents": ["agent_0", "agent_1"],
+    {"format": 2, "step": 12, "base_model": "smollm2-135m", "agents": ["agent_0", "agent_1"],
      "env": {"id": "arithmetic_debate-v0", "num_agents": 2, "num_turns": 1},
-     "members": {"agent_0": {"model": "smollm2-135m", "policy": 0, "adapter": "agent_0", "weights": "lora",
-                             "lora": {"r": 8, "lora_alpha": 16, "target_modules": [...], ...}}, ...}}
+     "members": {"agent_0": {"base_model": "smollm2-135m", "policy": 0, "adapter": "agent_0",
+                             "weights": "lora", "path": "agents/agent_0"}, ...}}
 
-``model`` is the base model as given to :func:`llm_marl.models.load` (the policy's name); members
-with the same ``policy`` index share one base (``Team.shared_lora``); ``weights`` is ``"lora"``
-(``lora``: the adapter's PEFT config, as in PEFT's ``adapter_config.json``) or ``"full"``.
-:func:`load_team` loads each base once, adds the adapters, loads every agent's tensors and
-seats the agents as they were trained. A checkpoint without ``team.json`` (written before
-checkpoints carried one) is refused: its base model and LoRA scaling cannot be told from its tensors.
+``base_model`` is the base model as given to :func:`llm_marl.models.load`: an embedded model's name
+(also when the team was built from its cached conversion), a hub id or a local directory; the
+top-level one is the team's base, or the list of its bases. Members with the same ``policy`` index
+share one base (``Team.shared_lora``); ``weights`` is ``"lora"`` or ``"full"``; ``path`` is the
+agent's folder, relative to the checkpoint. Agents that share one adapter (``Team.one_lora``) each
+get a copy of it, so every agent folder loads on its own. :func:`load_team` loads each base once,
+adds the adapters with their saved PEFT configs, loads every agent's tensors and seats the agents
+as they were trained. A checkpoint without ``team.json``, or of another format, is refused.
 
 :func:`save_team` writes such a directory for a team that only needs replaying (no optimizer, scheduler or
 RNG state: nothing to resume training from).
@@ -29,7 +34,7 @@ A base model recorded as a local directory that has since moved is named in a ``
 """
 from __future__ import annotations
 
-import enum
+import copy
 import json
 import os
 import shutil
@@ -44,7 +49,11 @@ from .team import Member, Team, with_adapters
 
 PREFIX = "step-"
 MANIFEST_FILE = "team.json"
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2
+AGENTS_DIR = "agents"
+# each kind of agent's files, in the formats PEFT and transformers load
+WEIGHT_FILES = {"lora": ("adapter_config.json", "adapter_model.safetensors"),
+                "full": ("config.json", "model.safetensors")}
 
 
 # ---------------------------------------------------------------------------------- where checkpoints are
@@ -71,7 +80,7 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     if not path.is_dir():
         raise ValueError(f"checkpoint {str(path)!r} does not exist or is not a directory; pass a training output_dir, "
                          f"its checkpoints/ dir or one checkpoints/step-* dir")
-    if (path / "agents").is_dir():
+    if (path / AGENTS_DIR).is_dir():
         return path
     found = newest_step(path) or latest_checkpoint(path)
     if found is None:
@@ -94,16 +103,31 @@ def team_manifest(team: Team, agents: Sequence[str] | None = None, env: Any = No
                              f"HF teams have a checkpoint manifest")
         if id(policy) not in policies:
             policies.append(id(policy))
-        lora = _jsonable(policy.model.peft_config[adapter].to_dict()) if adapter is not None else None
-        members[agent] = {"model": policy.name, "policy": policies.index(id(policy)), "adapter": adapter,
-                          "weights": "lora" if adapter is not None else "full", "lora": lora}
-    manifest: dict[str, Any] = {"format": MANIFEST_FORMAT, "step": step, "agents": agents, "members": members}
+        members[agent] = {"base_model": base_model_name(policy.name), "policy": policies.index(id(policy)),
+                          "adapter": adapter, "weights": "lora" if adapter is not None else "full",
+                          "path": f"{AGENTS_DIR}/{agent}"}
+    bases = list(dict.fromkeys(member["base_model"] for member in members.values()))
+    manifest: dict[str, Any] = {"format": MANIFEST_FORMAT, "step": step,
+                                "base_model": bases[0] if len(bases) == 1 else bases, "agents": agents,
+                                "members": members}
     if env is not None:
         manifest["env"] = {"id": getattr(env, "env_id", None), "num_agents": len(env.possible_agents),
                            "num_turns": env.num_turns}
         if getattr(env, "show_scores", False):      # `bench --checkpoint` replays it reading the scores too
             manifest["env"]["show_scores"] = True
     return manifest
+
+
+def base_model_name(name: str) -> str:
+    """What ``team.json`` records for base model ``name``: an embedded model's name for the directory it was
+    converted into (``$LLM_MARL_CACHE/models/<name>``), else ``name`` as given."""
+    from .models import EMBEDDED_MODELS, cache_root
+
+    if Path(name).is_absolute():
+        for embedded in EMBEDDED_MODELS:
+            if same_model(name, str(cache_root() / "models" / embedded)):
+                return embedded
+    return name
 
 
 def write_manifest(directory: str | os.PathLike, manifest: Mapping[str, Any]) -> Path:
@@ -118,20 +142,25 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     file = Path(path) / MANIFEST_FILE
     if not file.is_file():
         raise ValueError(
-            f"checkpoint {path} has no {MANIFEST_FILE}: it was written before checkpoints recorded their team, so "
-            f"its base model, agents and LoRA settings (r, alpha, target modules) are unknown and a team rebuilt "
-            f"from guesses would not be the trained one. Rebuild the team it was trained with in Python and write "
-            f"one: llm_marl.team_checkpoint.write_manifest(dir, team_manifest(team))")
+            f"checkpoint {path} has no {MANIFEST_FILE}, so its base model, agents and LoRA settings are unknown and "
+            f"a team rebuilt from guesses would not be the trained one; pass a checkpoint the trainers (or "
+            f"`llm-marl export`) wrote: a step-* dir with {MANIFEST_FILE} and {AGENTS_DIR}/<agent>/ folders")
     manifest = json.loads(file.read_text(encoding="utf-8"))
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise ValueError(f"{file} has format {manifest.get('format')!r}, this version reads format {MANIFEST_FORMAT}; "
+    found = manifest.get("format")
+    if isinstance(found, int) and found < MANIFEST_FORMAT:
+        raise ValueError(f"{file} has format {found}, written by a development version before 0.1.0 "
+                         f"(agents/<agent>.safetensors); this version reads format {MANIFEST_FORMAT}, whose agent "
+                         f"folders agents/<agent>/ hold {' + '.join(WEIGHT_FILES['lora'])} (a LoRA agent) or "
+                         f"{' + '.join(WEIGHT_FILES['full'])} (a fully fine-tuned one): train the team again")
+    if found != MANIFEST_FORMAT:
+        raise ValueError(f"{file} has format {found!r}, this version reads format {MANIFEST_FORMAT}; "
                          f"update llm-marl-envs")
     return manifest
 
 
 def manifest_models(manifest: Mapping[str, Any]) -> list[str]:
     """The base model of each agent of a manifest, in agent order."""
-    return [manifest["members"][agent]["model"] for agent in manifest["agents"]]
+    return [manifest["members"][agent]["base_model"] for agent in manifest["agents"]]
 
 
 def same_model(a: str, b: str) -> bool:
@@ -160,11 +189,8 @@ def relocate_base(path: str | os.PathLike, manifest: Mapping[str, Any], base_mod
     if len(bases) > 1:
         raise ValueError(f"checkpoint {path} was trained on several base models {bases}; base_model= gives the new "
                          f"location of a team's one base model, so it cannot say where each of these is now")
-    members = {agent: {**member, "model": base_model} for agent, member in manifest["members"].items()}
-    for member in members.values():
-        if member.get("lora") and "base_model_name_or_path" in member["lora"]:
-            member["lora"] = {**member["lora"], "base_model_name_or_path": base_model}
-    return {**manifest, "members": members}
+    members = {agent: {**member, "base_model": base_model} for agent, member in manifest["members"].items()}
+    return {**manifest, "base_model": base_model, "members": members}
 
 
 def check_base_models(path: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
@@ -191,20 +217,92 @@ def check_agents(path: str | os.PathLike, manifest: Mapping[str, Any], agents: S
                          f"(--num-agents {len(trained)})")
 
 
+# ---------------------------------------------------------------------------------- agents' weights
+def write_agent(directory: str | os.PathLike, policy: HFPolicy, adapter: str | None,
+                weights: Mapping[str, Any] | None = None, base_model: str | None = None) -> Path:
+    """Write one agent's weights into the new folder ``directory``: its LoRA ``adapter`` in PEFT's format, or
+    (``adapter=None``) the whole model in transformers' (see the module docstring).
+
+    ``weights``: the tensors as ``policy.trainable_state_dict(adapter)`` names them (e.g. gathered whole from
+    shards; default: read from the policy); ``base_model``: the base model's name the adapter config records
+    (default: :func:`base_model_name` of the policy's).
+    """
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True)
+    weights = policy.trainable_state_dict(adapter) if weights is None else weights
+    if adapter is None:
+        policy.model.config.save_pretrained(directory)
+        tensors, file = weights, WEIGHT_FILES["full"][1]
+    else:
+        config = copy.deepcopy(policy.model.peft_config[adapter])
+        config.base_model_name_or_path = base_model or base_model_name(policy.name)
+        config.inference_mode = True            # as PEFT saves it: PeftModel.from_pretrained(is_trainable=) decides
+        config.save_pretrained(str(directory))
+        tensors, file = policy.peft_state_dict(adapter, weights), WEIGHT_FILES["lora"][1]
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / file), metadata={"format": "pt"})
+    return directory
+
+
+def agent_dir(path: str | os.PathLike, manifest: Mapping[str, Any], agent: str) -> Path:
+    """The folder of ``agent``'s weights in checkpoint ``path``; ``ValueError`` for an agent it lacks, or a
+    ``path`` entry that is not a relative path inside the checkpoint."""
+    member = manifest["members"].get(agent)
+    if member is None:
+        raise ValueError(f"checkpoint {path} has no weights for agent {agent!r}: it holds agents "
+                         f"{list(manifest['members'])}; was it written by another team?")
+    relative = Path(str(member.get("path", "")))
+    if not member.get("path") or relative.is_absolute() or ".." in relative.parts:
+        raise ValueError(f"{Path(path) / MANIFEST_FILE}: agent {agent!r} has path {member.get('path')!r}; "
+                         f"expected a folder inside the checkpoint such as '{AGENTS_DIR}/{agent}'")
+    return Path(path) / relative
+
+
+def agent_weights_file(path: str | os.PathLike, agent: str) -> Path:
+    """The safetensors file of ``agent``'s weights in checkpoint ``path`` (adapter or whole model)."""
+    manifest = read_manifest(path)
+    return agent_dir(path, manifest, agent) / WEIGHT_FILES[manifest["members"][agent]["weights"]][1]
+
+
+def read_agent(path: str | os.PathLike, manifest: Mapping[str, Any], agent: str, policy: HFPolicy,
+               adapter: str | None) -> None:
+    """Load ``agent``'s saved weights (checkpoint ``path``, its ``manifest``) into ``adapter`` of ``policy`` (``None``:
+    the whole model); a ``ValueError`` names missing files, or the tensors that do not fit and both shapes."""
+    from safetensors.torch import load_file
+
+    directory = agent_dir(path, manifest, agent)
+    kind = manifest["members"][agent]["weights"]
+    if kind != ("full" if adapter is None else "lora"):
+        raise ValueError(f"checkpoint {path} holds {kind} weights for agent {agent!r}, but its seat here "
+                         f"{'has no adapter (a full model)' if adapter is None else f'uses adapter {adapter!r}'}")
+    missing = [name for name in WEIGHT_FILES[kind] if not (directory / name).is_file()]
+    if missing:
+        raise ValueError(f"checkpoint {path} has no weights for agent {agent!r}: {directory} lacks {missing} "
+                         f"(expected {' + '.join(WEIGHT_FILES[kind])}); the checkpoint is incomplete")
+    file = directory / WEIGHT_FILES[kind][1]
+    try:
+        if adapter is None:
+            policy.load_trainable_state_dict(None, load_file(str(file)))
+        else:
+            policy.load_peft_state_dict(adapter, load_file(str(file)))
+    except ValueError as error:
+        raise ValueError(f"checkpoint {file} does not fit base model {policy.name!r}: {error}") from None
+
+
 # ---------------------------------------------------------------------------------- loading
 def load_team(path: str | os.PathLike, agents: Sequence[str] | None = None,
               models: Sequence[str] | None = None, base_model: str | None = None) -> Team:
     """The trained team of checkpoint ``path`` (any form :func:`find_checkpoint` takes), ready for inference.
 
     Each base model is loaded once with :func:`llm_marl.models.load`, carries the adapters of the
-    agents that shared it, and every agent's tensors are loaded onto its seat. ``agents``: the
-    env's agents, which must be the checkpoint's; ``models``: base models asked for, which must be
-    the checkpoint's; ``base_model``: where the team's base model is now, when the local directory it
-    was trained from moved (then ``models`` must name it). A tensor that does not fit the model is a
-    ``ValueError`` naming both shapes.
+    agents that shared it (with the PEFT configs they were saved with), and every agent's tensors are
+    loaded onto its seat. ``agents``: the env's agents, which must be the checkpoint's; ``models``: base
+    models asked for, which must be the checkpoint's; ``base_model``: where the team's base model is now,
+    when the local directory it was trained from moved (then ``models`` must name it). A tensor that does
+    not fit the model is a ``ValueError`` naming both shapes.
     """
     from peft import PeftConfig
-    from safetensors.torch import load_file
 
     path = find_checkpoint(path)
     manifest = read_manifest(path)
@@ -221,23 +319,21 @@ def load_team(path: str | os.PathLike, agents: Sequence[str] | None = None,
         groups.setdefault(members[agent]["policy"], []).append(agent)
     seats = {}
     for group in groups.values():
-        name = members[group[0]]["model"]
+        name = members[group[0]]["base_model"]
+        lora = {}
+        for agent in group:
+            directory = agent_dir(path, manifest, agent)
+            if members[agent]["weights"] == "lora" and (directory / WEIGHT_FILES["lora"][0]).is_file():
+                config = PeftConfig.from_pretrained(str(directory))
+                config.base_model_name_or_path = None      # the base is team.json's (maybe relocated): PEFT fills it
+                lora.setdefault(members[agent]["adapter"], config)
         model, tokenizer = load(name)
-        lora = {members[a]["adapter"]: PeftConfig.from_peft_type(**members[a]["lora"]) for a in group
-                if members[a]["weights"] == "lora"}
         if lora:
             model = with_adapters(model, list(lora), lora)
         policy = HFPolicy(model, tokenizer, name=name)
         for agent in group:
-            file = path / "agents" / f"{agent}.safetensors"
-            if not file.is_file():
-                raise ValueError(f"checkpoint {path} has no weights for agent {agent!r} ({file} is missing); the "
-                                 f"checkpoint is incomplete")
             adapter = members[agent]["adapter"]
-            try:
-                policy.load_trainable_state_dict(adapter, load_file(str(file)))
-            except ValueError as error:
-                raise ValueError(f"checkpoint {file} does not fit base model {name!r}: {error}") from None
+            read_agent(path, manifest, agent, policy, adapter)
             seats[agent] = Member(policy, adapter)
     return Team({agent: seats[agent] for agent in manifest["agents"]})
 
@@ -247,26 +343,24 @@ def shared_bases(team: Team) -> dict[str, HFPolicy]:
     return {p.name: p for p in team.policies() if isinstance(p, HFPolicy) and p.is_peft}
 
 
-# ---------------------------------------------------------------------------------- writing
+# ---------------------------------------------------------------------------------- replay-only teams
 def write_team(directory: str | os.PathLike, team: Team, agents: Sequence[str] | None = None, env: Any = None,
                step: int | None = None) -> None:
-    """Write ``team``'s ``agents`` (default: all) into ``directory``: each agent's trained tensors and ``team.json``."""
-    from safetensors.torch import save_file
-
+    """Write ``team``'s ``agents`` (default: all) into ``directory``: each agent's folder and ``team.json``."""
     directory = Path(directory)
     agents = list(agents if agents is not None else team.agents)
-    (directory / "agents").mkdir(parents=True, exist_ok=True)
+    manifest = team_manifest(team, agents, env=env, step=step)
     for agent in agents:
-        state = team.policy(agent).trainable_state_dict(team.adapter(agent))
-        save_file({k: v.contiguous() for k, v in state.items()}, str(directory / "agents" / f"{agent}.safetensors"))
-    write_manifest(directory, team_manifest(team, agents, env=env, step=step))
+        write_agent(agent_dir(directory, manifest, agent), team.policy(agent), team.adapter(agent),
+                    base_model=manifest["members"][agent]["base_model"])
+    write_manifest(directory, manifest)
 
 
 def save_team(output_dir: str | os.PathLike, step: int, team: Team, agents: Sequence[str] | None = None,
               env: Any = None) -> Path:
     """Write ``team`` as the replay-only checkpoint ``<output_dir>/checkpoints/step-<step>``; its path.
 
-    It holds what :func:`load_team` and ``llm-marl bench --checkpoint`` read (each agent's tensors and
+    It holds what :func:`load_team` and ``llm-marl bench --checkpoint`` read (each agent's folder and
     ``team.json``, with ``env``'s id and shape), and no optimizer, scheduler or RNG state. It is written to a
     temp dir and renamed into place, replacing a checkpoint of the same step.
     """
@@ -286,20 +380,8 @@ def save_team(output_dir: str | os.PathLike, step: int, team: Team, agents: Sequ
     return target
 
 
-def _jsonable(value: Any) -> Any:
-    """``value`` with sets as sorted lists and enums as their values (a PEFT config dict as JSON)."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (set, frozenset)):
-        return sorted(_jsonable(v) for v in value)
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, enum.Enum):
-        return value.value
-    return value
-
-
-__all__ = ["MANIFEST_FILE", "PREFIX", "check_agents", "check_base_models", "check_models", "checkpoint_dir",
-           "find_checkpoint", "latest_checkpoint", "load_team", "manifest_models", "newest_step", "read_manifest",
-           "relocate_base", "same_model", "save_team", "shared_bases", "team_manifest", "write_manifest",
-           "write_team"]
+__all__ = ["AGENTS_DIR", "MANIFEST_FILE", "PREFIX", "WEIGHT_FILES", "agent_dir", "agent_weights_file",
+           "base_model_name", "check_agents", "check_base_models", "check_models", "checkpoint_dir", "find_checkpoint",
+           "latest_checkpoint", "load_team", "manifest_models", "newest_step", "read_agent", "read_manifest",
+           "relocate_base", "same_model", "save_team", "shared_bases", "team_manifest", "write_agent",
+           "write_manifest", "write_team"]

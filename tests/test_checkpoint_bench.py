@@ -1,5 +1,6 @@
 """`llm-marl bench ENV --checkpoint DIR`: a trained team's checkpoint (team.json + weights) benchmarked beside its
-untrained base on the same tasks, and every checkpoint that does not fit refused with both sides named."""
+untrained base on the same tasks, and every checkpoint that does not fit refused with both sides named; each agent's
+folder loaded by PEFT itself, and `llm-marl export` writing the folder to publish."""
 from __future__ import annotations
 
 import json
@@ -8,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from llm_marl.cli import main
-from llm_marl.models import load, tiny_model
+from llm_marl.models import EMBEDDED_MODELS, load, tiny_model
 from llm_marl.team import Team
 from llm_marl.team_checkpoint import find_checkpoint, load_team, read_manifest
 from llm_marl_envs import make
@@ -38,8 +40,9 @@ def trained(tiny_model_dir, tmp_path_factory):
     model, tokenizer = load(str(tiny_model_dir))
     team = Team.shared_lora(model, tokenizer, AGENTS, name=str(tiny_model_dir))
     perturb(team, seed=0)
-    config = MAGRPOConfig(num_generations=2, max_new_tokens=8, max_steps=1, eval_tasks=2, report_to=("jsonl",),
-                          progress=False, seed=SEED, output_dir=str(tmp_path_factory.mktemp("magrpo")))
+    config = MAGRPOConfig(num_generations=2, max_new_tokens=8, max_steps=1, eval_tasks=2, eval_every=1,
+                          report_to=("jsonl",), progress=False, seed=SEED,
+                          output_dir=str(tmp_path_factory.mktemp("magrpo")))
     trainer = MAGRPOTrainer(make(ENV, num_agents=2, num_turns=1, split="train"), team, config,
                             eval_env=make(ENV, num_agents=2, num_turns=1, split="test"))
     trainer.train()
@@ -74,12 +77,14 @@ def test_checkpoint_records_its_team(trained, tiny_model_dir):
     manifest = read_manifest(step)
     assert manifest["agents"] == AGENTS and manifest["step"] == 1
     assert manifest["env"] == {"id": ENV, "num_agents": 2, "num_turns": 1}
+    assert manifest["base_model"] == str(tiny_model_dir)
     for agent in AGENTS:
         member = manifest["members"][agent]
-        assert (member["model"], member["policy"], member["adapter"], member["weights"]) == (
-            str(tiny_model_dir), 0, agent, "lora")
-        assert (member["lora"]["r"], member["lora"]["lora_alpha"]) == (8, 16)
-        assert "model.layers.0.self_attn.q_proj" in member["lora"]["target_modules"]
+        assert (member["base_model"], member["policy"], member["adapter"], member["weights"], member["path"]) == (
+            str(tiny_model_dir), 0, agent, "lora", f"agents/{agent}")
+        lora = json.loads((step / "agents" / agent / "adapter_config.json").read_text())
+        assert (lora["peft_type"], lora["r"], lora["lora_alpha"], lora["inference_mode"]) == ("LORA", 8, 16, True)
+        assert "model.layers.0.self_attn.q_proj" in lora["target_modules"]
     assert not list((output_dir / "checkpoints").glob(".tmp-*"))        # the manifest was written before the rename
 
 
@@ -199,9 +204,13 @@ def test_missing_or_empty_checkpoint_dirs_are_refused(tmp_path, capsys):
 def test_an_incomplete_or_old_checkpoint_is_refused(trained, tmp_path, capsys):
     step = tmp_path / "step-000001"
     shutil.copytree(Path(trained.config.output_dir) / "checkpoints" / "step-000001", step)
-    (step / "agents" / "agent_1.safetensors").unlink()
+    (step / "agents" / "agent_1" / "adapter_model.safetensors").unlink()
     err = refused(capsys, "--checkpoint", str(step))
-    assert "has no weights for agent 'agent_1'" in err
+    assert "has no weights for agent 'agent_1'" in err and "lacks ['adapter_model.safetensors']" in err
+    manifest = json.loads((step / "team.json").read_text())
+    (step / "team.json").write_text(json.dumps({**manifest, "format": 1}))      # before agents were PEFT folders
+    err = refused(capsys, "--checkpoint", str(step))
+    assert "has format 1" in err and "adapter_config.json + adapter_model.safetensors" in err
     (step / "team.json").unlink()
     err = refused(capsys, "--checkpoint", str(step))
     assert f"checkpoint {step} has no team.json" in err and "base model, agents and LoRA settings" in err
@@ -217,7 +226,8 @@ def test_weights_that_do_not_fit_the_base_are_refused(tmp_path, capsys):
     optimizers = {a: torch.optim.AdamW(team.policy(a).trainable_parameters(a)) for a in AGENTS}
     step = save_checkpoint(tmp_path / "run", 1, team, optimizers, {}, {})
     err = refused(capsys, "--checkpoint", str(step), "--num-turns", "1")
-    assert f"checkpoint {step / 'agents' / 'agent_0.safetensors'} does not fit base model '{small}'" in err
+    assert f"checkpoint {step / 'agents' / 'agent_0' / 'adapter_model.safetensors'} does not fit base model " \
+        f"'{small}'" in err
     assert "is (8, 64) in the checkpoint but (8, 32) in the model" in err
 
 
@@ -248,3 +258,144 @@ def test_a_checkpoint_whose_base_directory_moved_is_pointed_at_its_new_place(tin
     relocated = load_team(step, AGENTS, base_model=str(moved))
     assert {relocated.policy(a).name for a in AGENTS} == {str(moved)}
     assert "--base-model says where a --checkpoint's base model moved" in refused(capsys, "--base-model", str(moved))
+
+
+# ------------------------------------------------------------------ artefacts people load
+def logits(model, adapter=None) -> torch.Tensor:
+    """Logits of a fixed token sequence under ``model`` (an HFPolicy with ``adapter`` active, or a plain model)."""
+    ids = torch.tensor([[1, 57, 300, 4021, 12, 9, 870]])
+    with torch.no_grad():
+        if adapter is None:
+            return model(ids).logits
+        with model.using(adapter):
+            return model.model(ids).logits
+
+
+def test_each_trained_agent_loads_with_peft_from_pretrained(trained, tiny_model_dir, one_torch_thread):
+    from peft import PeftModel, get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    step = Path(trained.config.output_dir) / "checkpoints" / "step-000001"
+    outputs = {}
+    for agent in AGENTS:
+        base, _ = load(str(tiny_model_dir))
+        peft = PeftModel.from_pretrained(base, str(step / "agents" / agent)).eval()
+        outputs[agent] = logits(peft)
+        assert torch.equal(outputs[agent], logits(trained.team.policy(agent), agent))    # the trained agent itself
+        saved = load_file(str(step / "agents" / agent / "adapter_model.safetensors"))
+        assert saved.keys() == get_peft_model_state_dict(peft).keys()                   # PEFT's own plain names
+        assert not any(agent in key for key in saved)
+    assert not torch.equal(outputs["agent_0"], outputs["agent_1"])                         # each its own adapter
+
+
+def test_team_json_names_the_base_and_holds_no_absolute_path(tiny_model_dir, tmp_path, monkeypatch,
+                                                            one_torch_thread):
+    # the README's way: an embedded model loaded by name and a team built without name=; the cached
+    # conversion of "smollm2-135m" is the tiny model here
+    cache = tmp_path / "cache"
+    shutil.copytree(tiny_model_dir, cache / "models" / "smollm2-135m")
+    monkeypatch.setenv("LLM_MARL_CACHE", str(cache))
+    model, tokenizer = load("smollm2-135m")
+    team = Team.shared_lora(model, tokenizer, AGENTS)
+    assert team.policy("agent_0").name == str(cache / "models" / "smollm2-135m")      # what the policy knows
+    perturb(team, seed=4)
+    optimizers = {a: torch.optim.AdamW(team.policy(a).trainable_parameters(a)) for a in AGENTS}
+    step = save_checkpoint(tmp_path / "run", 2, team, optimizers, {}, {"output_dir": str(tmp_path / "run")},
+                           env=make(ENV, num_agents=2, num_turns=1))
+    manifest = read_manifest(step)
+    assert manifest["base_model"] == "smollm2-135m"
+    assert {a: (m["base_model"], m["path"]) for a, m in manifest["members"].items()} == {
+        a: ("smollm2-135m", f"agents/{a}") for a in AGENTS}
+    texts = [(step / "team.json").read_text(), *((step / "agents" / a / "adapter_config.json").read_text()
+                                                 for a in AGENTS)]
+    assert not [t for t in texts if str(tmp_path) in t or str(cache) in t]
+    assert all(json.loads(t)["base_model_name_or_path"] == "smollm2-135m" for t in texts[1:])
+    loaded = load_team(step, AGENTS, ["smollm2-135m"])                # replayed by name, from the cache
+    for agent in AGENTS:
+        assert torch.equal(logits(loaded.policy(agent), agent), logits(team.policy(agent), agent))
+
+
+def test_a_team_sharing_one_adapter_round_trips(tiny_model_dir, tmp_path, one_torch_thread):
+    from peft import PeftModel
+
+    model, tokenizer = load(str(tiny_model_dir))
+    team = Team.one_lora(model, tokenizer, AGENTS, name=str(tiny_model_dir))
+    perturb(team, seed=5)
+    optimizer = torch.optim.AdamW(team.policy("agent_0").trainable_parameters("shared"))
+    step = save_checkpoint(tmp_path / "run", 1, team, {a: optimizer for a in AGENTS}, {}, {})
+    loaded = load_team(step, AGENTS)
+    assert loaded.policy("agent_0") is loaded.policy("agent_1")
+    assert [loaded.adapter(a) for a in AGENTS] == ["shared", "shared"]
+    expected = logits(team.policy("agent_0"), "shared")
+    assert torch.equal(logits(loaded.policy("agent_1"), "shared"), expected)
+    for agent in AGENTS:                                              # each agent's folder loads on its own
+        peft = PeftModel.from_pretrained(load(str(tiny_model_dir))[0], str(step / "agents" / agent)).eval()
+        assert torch.equal(logits(peft), expected)
+
+
+def test_export_writes_a_folder_to_publish_that_bench_replays(trained, tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "export"
+    out.mkdir()                                                       # an empty directory is fine
+    assert main(["export", trained.config.output_dir, str(out)]) == 0, capsys.readouterr().err
+    assert f"hf upload USER/NAME {out}" in capsys.readouterr().out
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert files == ["README.md", *(f"agents/{a}/{f}" for a in AGENTS
+                                    for f in ("adapter_config.json", "adapter_model.safetensors")), "team.json"]
+    step = Path(trained.config.output_dir) / "checkpoints" / "step-000001"
+    assert read_manifest(out) == read_manifest(step)
+    assert not list(tmp_path.glob(".export*"))                        # no temp dir left beside it
+
+    card = (out / "README.md").read_text()
+    _, front, body = card.split("---\n", 2)
+    metadata = yaml.safe_load(front)
+    assert metadata["library_name"] == "peft" and ENV in metadata["tags"]
+    assert "base_model" not in metadata                               # a local directory is no Hub id
+    assert f"trained on `{ENV}`" in body and "2 agents, 1 turn" in body
+    evaluation = [r for r in records(Path(trained.config.output_dir) / "metrics.jsonl") if "eval/team_reward" in r]
+    assert [r["step"] for r in evaluation] == [1]
+    assert f"team reward {evaluation[0]['eval/team_reward']:.3f} [{evaluation[0]['eval/team_reward_ci_low']:.3f}, " \
+        f"{evaluation[0]['eval/team_reward_ci_high']:.3f}]" in body
+    assert "num_generations: 2" in body and "output_dir" not in body and str(tmp_path) not in card
+    assert 'PeftModel.from_pretrained(base, "agents/agent_0")' in body
+    assert f"llm-marl bench {ENV} --checkpoint DIR --base-model PATH/TO/BASE_MODEL" in body
+
+    loaded = load_team(out, AGENTS)                                   # what bench --checkpoint DIR loads
+    for agent in AGENTS:
+        assert torch.equal(logits(loaded.policy(agent), agent), logits(trained.team.policy(agent), agent))
+
+
+def test_export_card_of_an_embedded_base_names_its_hub_model(tiny_model_dir, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    shutil.copytree(tiny_model_dir, cache / "models" / "smollm2-135m")
+    monkeypatch.setenv("LLM_MARL_CACHE", str(cache))
+    model, tokenizer = load("smollm2-135m")
+    team = Team.shared_lora(model, tokenizer, AGENTS)
+    optimizers = {a: torch.optim.AdamW(team.policy(a).trainable_parameters(a)) for a in AGENTS}
+    save_checkpoint(tmp_path / "run", 3, team, optimizers, {}, {}, env=make(ENV, num_agents=2, num_turns=2))
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "out")]) == 0
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert yaml.safe_load(card.split("---\n")[1])["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert "smollm2-135m" in EMBEDDED_MODELS and 'load("smollm2-135m")' in card
+    assert "No held-out evaluation of this step was recorded" in card
+
+
+def test_export_refuses_a_missing_or_incomplete_checkpoint_and_a_non_empty_dir(trained, tmp_path, capsys):
+    def refused_export(*argv: str) -> str:
+        assert main(["export", *argv]) == 2
+        return capsys.readouterr().err
+
+    assert "does not exist or is not a directory" in refused_export(str(tmp_path / "missing"), str(tmp_path / "a"))
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    err = refused_export(trained.config.output_dir, str(busy))
+    assert f"{busy} exists and is not an empty directory" in err
+    assert [p.name for p in busy.iterdir()] == ["notes.txt"]
+    step = tmp_path / "step-000001"
+    shutil.copytree(Path(trained.config.output_dir) / "checkpoints" / "step-000001", step)
+    (step / "agents" / "agent_0" / "adapter_config.json").unlink()
+    err = refused_export(str(step), str(tmp_path / "b"))
+    assert "has no weights for agent 'agent_0'" in err and "['adapter_config.json']" in err
+    (step / "team.json").unlink()
+    assert "has no team.json" in refused_export(str(step), str(tmp_path / "b"))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

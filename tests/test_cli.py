@@ -13,7 +13,7 @@ from llm_marl.cli import UserError, build_config, main, parse_overrides
 from llm_marl_envs import list_envs
 
 
-@pytest.mark.parametrize("argv", [[], ["envs"], ["bench"], ["train"], ["report"]])
+@pytest.mark.parametrize("argv", [[], ["envs"], ["bench"], ["train"], ["report"], ["export"]])
 def test_help_everywhere(argv, capsys):
     with pytest.raises(SystemExit) as info:
         main([*argv, "--help"])
@@ -41,7 +41,7 @@ print(json.dumps(sorted(sys.modules)))
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["envs"], ["envs", "--help"], ["bench", "--help"], ["train", "--help"],
-                                  ["report", "--help"], ["info", "--help"]])
+                                  ["report", "--help"], ["export", "--help"], ["info", "--help"]])
 def test_help_and_the_env_table_import_no_heavy_package_and_no_env_module(argv):
     result = subprocess.run([sys.executable, "-c", IMPORTS_AFTER, *argv], capture_output=True, text=True, timeout=120,
                             cwd=Path(__file__).resolve().parents[1])

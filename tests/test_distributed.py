@@ -479,8 +479,10 @@ def test_magrpo_sharded_with_fsdp2_matches_one_process_and_resumes(launched):
     assert resumed[0]["tasks"] == straight[0]["tasks"][1:] and resumed[1]["tasks"] == straight[1]["tasks"][1:]
     final = assert_resumed_run_ends_alike(out, "fsdp-straight", "fsdp-resumed", atol=1e-7)
     assert any(not torch.equal(t, whole["initial"][n]) for n, t in final.items())
-    saved = load_file(str(out / "fsdp-straight" / "checkpoints" / "step-000003" / "agents" / "agent_0.safetensors"))
-    assert {n: t.shape for n, t in saved.items()} == {n.split("/", 1)[1]: t.shape for n, t in final.items()
+    saved = load_file(str(out / "fsdp-straight" / "checkpoints" / "step-000003" / "agents" / "agent_0"
+                          / "adapter_model.safetensors"))                         # PEFT's names: no adapter name
+    assert {n: t.shape for n, t in saved.items()} == {n.split("/", 1)[1].replace(".agent_0.", "."): t.shape
+                                                      for n, t in final.items()
                                                       if n.startswith("agent_0/")}   # whole tensors, not shards
 
 

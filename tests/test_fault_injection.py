@@ -100,7 +100,8 @@ def without_timings(record: dict) -> dict:
 def trainer_result(output_dir: Path) -> dict:
     """Final weights of every agent (and the critic) plus the per-step metrics of a trainer run."""
     final = output_dir / "checkpoints" / f"step-{MAX_STEPS:06d}"
-    weights = {path.stem: load_file(str(path)) for path in sorted((final / "agents").glob("*.safetensors"))}
+    weights = {path.parent.name: load_file(str(path))
+               for path in sorted((final / "agents").glob("*/adapter_model.safetensors"))}
     extra = torch.load(final / "trainer_state.pt", weights_only=False)["extra"]
     if "critic" in extra:
         weights["critic"] = extra["critic"]

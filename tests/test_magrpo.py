@@ -140,7 +140,7 @@ def test_train_step_logs_per_agent_per_turn_metrics_and_checkpoints(tmp_path, te
     for key in ("turn0/agent_0/loss", "turn1/agent_1/advantage_std", "turn0/agent_1/grad_norm", "tokens_per_s",
                 "turn1/return_mean"):
         assert key in record
-    assert (tmp_path / "checkpoints" / "step-000001" / "agents" / "agent_1.safetensors").is_file()
+    assert (tmp_path / "checkpoints" / "step-000001" / "agents" / "agent_1" / "adapter_model.safetensors").is_file()
     assert changed(before, snapshot(team), lambda n: "lora_" in n)
     result = trainer.evaluate()
     assert result.num_episodes == 2 and result.team_reward_ci[0] <= result.team_reward <= result.team_reward_ci[1]
@@ -179,9 +179,12 @@ CHECKPOINT_FILES = {"agents", "optimizers.pt", "schedulers.pt", "trainer_state.p
 
 
 def assert_complete_checkpoint(path: Path, agents=("agent_0", "agent_1")) -> None:
-    """``path`` holds every file a checkpoint writes, one weights file per agent."""
+    """``path`` holds every file a checkpoint writes, one PEFT adapter folder per agent."""
     assert {p.name for p in path.iterdir()} == CHECKPOINT_FILES, path
-    assert {p.name for p in (path / "agents").iterdir()} == {f"{a}.safetensors" for a in agents}, path
+    assert {p.name for p in (path / "agents").iterdir()} == set(agents), path
+    for agent in agents:
+        assert {p.name for p in (path / "agents" / agent).iterdir()} == {"adapter_config.json",
+                                                                        "adapter_model.safetensors"}, path
 
 
 def test_a_crash_while_saving_leaves_the_last_good_checkpoint_the_latest(tmp_path, team, monkeypatch):

@@ -20,9 +20,9 @@ def _adapters(results):
 
     from safetensors.torch import load_file
 
-    files = sorted((Path(results["checkpoint"]) / "agents").glob("*.safetensors"))
+    files = sorted((Path(results["checkpoint"]) / "agents").glob("*/adapter_model.safetensors"))
     assert files, f"no adapter in {results['checkpoint']}"
-    return {f"{f.stem}/{k}": t for f in files for k, t in load_file(f).items()}
+    return {f"{f.parent.name}/{k}": t for f in files for k, t in load_file(f).items()}
 
 
 def _untimed(history):

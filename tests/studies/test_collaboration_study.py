@@ -341,7 +341,8 @@ def test_the_show_scores_arms_debate_with_scores_and_their_control_is_the_solo_a
 
     def seats(arm):
         step = sorted((tmp_path / "arms" / arm / "team" / "checkpoints").glob("step-*"))[-1]
-        return {seat: load_file(step / "agents" / f"{seat}.safetensors") for seat in ("agent_0", "agent_1")}
+        return {seat: load_file(step / "agents" / seat / "adapter_model.safetensors")
+                for seat in ("agent_0", "agent_1")}
 
     solo, replayed = seats("solo"), seats("solo_scores")
     assert all(torch.equal(t, replayed[seat][name]) for seat in solo for name, t in solo[seat].items())

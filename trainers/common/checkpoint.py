@@ -2,11 +2,13 @@
 
 Layout of ``<output_dir>/checkpoints/step-000012/``::
 
-    agents/<agent>.safetensors   trainable tensors of the agent (its LoRA adapter, or the whole model)
+    agents/<agent>/              the agent's trained weights: its LoRA adapter in PEFT's format
+                                 (adapter_config.json + adapter_model.safetensors), or the whole model in
+                                 transformers' (config.json + model.safetensors)
     optimizers.pt  schedulers.pt one state dict per agent
     trainer_state.pt             step, RNG states (python, numpy, torch, CUDA) of every process and trainer extras
     config.json                  the trainer config
-    team.json                    base model(s), agents, adapters and LoRA settings, env (see
+    team.json                    base model(s), agents, their adapters and folders, env (see
                                  :mod:`llm_marl.team_checkpoint`, which also reads a checkpoint back as a team)
 
 A checkpoint is written to a hidden temp dir and renamed into place, so a crash at any
@@ -31,11 +33,20 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
 from llm_marl.sharding import shard_optimizer_state
 from llm_marl.team import Team
-from llm_marl.team_checkpoint import PREFIX, checkpoint_dir, latest_checkpoint, team_manifest, write_manifest  # noqa: F401 (re-exported)
+from llm_marl.team_checkpoint import (  # noqa: F401 (re-exported)
+    PREFIX,
+    agent_dir,
+    checkpoint_dir,
+    latest_checkpoint,
+    read_agent,
+    read_manifest,
+    team_manifest,
+    write_agent,
+    write_manifest,
+)
 
 
 def rng_state() -> dict[str, Any]:
@@ -96,18 +107,17 @@ def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimi
         shutil.rmtree(orphan, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}.", dir=target.parent))
     try:
-        (tmp / "agents").mkdir()
+        manifest = team_manifest(team, list(optimizers), env=env, step=step)
         for agent in optimizers:
-            save_file(
-                {k: v.contiguous() for k, v in weights[agent].items()}, str(tmp / "agents" / f"{agent}.safetensors")
-            )
+            write_agent(agent_dir(tmp, manifest, agent), team.policy(agent), team.adapter(agent), weights[agent],
+                        base_model=manifest["members"][agent]["base_model"])
         torch.save(dict(optimizer_states), tmp / "optimizers.pt")
         torch.save({a: s.state_dict() for a, s in schedulers.items()}, tmp / "schedulers.pt")
         process_rng = list(process_rng) if process_rng is not None else [rng_state()]
         torch.save({"step": step, "rng": process_rng[0], "process_rng": process_rng, "extra": dict(extra or {})},
                    tmp / "trainer_state.pt")
         (tmp / "config.json").write_text(json.dumps(dict(config), indent=2, default=str))
-        write_manifest(tmp, team_manifest(team, list(optimizers), env=env, step=step))
+        write_manifest(tmp, manifest)
         with open(tmp / "trainer_state.pt", "rb") as handle:   # flush to disk before the rename publishes it
             os.fsync(handle.fileno())
         if target.exists():                                   # re-saving a step: swap the old one out first
@@ -128,11 +138,9 @@ def load_checkpoint(path: str | os.PathLike, team: Team, optimizers: Mapping[str
     Every process of a multi-process run calls it (all read the same files) with its own index.
     """
     path = Path(path)
+    manifest = read_manifest(path)
     for agent in optimizers:
-        file = path / "agents" / f"{agent}.safetensors"
-        if not file.is_file():
-            raise ValueError(f"checkpoint {path} has no weights for agent {agent!r}; was it written by another team?")
-        team.policy(agent).load_trainable_state_dict(team.adapter(agent), load_file(str(file)))
+        read_agent(path, manifest, agent, team.policy(agent), team.adapter(agent))
     for name, objects in (("optimizers.pt", optimizers), ("schedulers.pt", schedulers)):
         states = torch.load(path / name, weights_only=False)
         for agent, obj in objects.items():

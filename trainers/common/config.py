@@ -16,7 +16,7 @@ from typing import Any
 
 MIXED_PRECISION = ("no", "bf16", "fp16")
 DEVICE_TYPES = ("cpu", "cuda")
-REPORT_TO = ("jsonl", "tensorboard", "wandb")
+REPORT_TO = ("jsonl", "tensorboard", "wandb", "trackio")
 
 
 @dataclass
@@ -74,7 +74,8 @@ class TrainerConfig:
         "help": "A checkpoint directory (output_dir/checkpoints/step-*), or 'latest' for the newest one under "
                 "output_dir/checkpoints."})
     report_to: tuple[str, ...] = field(default=("jsonl", "tensorboard"), metadata={
-        "help": f"Metric sinks, any of {REPORT_TO} (wandb only when installed)."})
+        "help": f"Metric sinks, any of {REPORT_TO} (wandb and trackio only when installed: "
+                "pip install 'llm-marl-envs[trackio]')."})
     logging_every: int = field(default=1, metadata={"help": "Log metrics every N steps."})
     progress: bool = field(default=True, metadata={"help": "Show tqdm progress bars."})
     # --- precision, memory and devices

@@ -1,4 +1,4 @@
-"""Metric sinks of the trainers: a JSONL file, TensorBoard, and W&B when installed and asked for."""
+"""Metric sinks of the trainers: a JSONL file, TensorBoard, and W&B or trackio when installed and asked for."""
 from __future__ import annotations
 
 import json
@@ -11,9 +11,16 @@ from typing import Any
 
 from llm_marl.files import write_text_atomically
 
+TRACKIO_PROJECT = "llm-marl"
+
 
 class MetricsLogger:
-    """Write ``{"step": s, **metrics}`` to ``metrics.jsonl`` and scalars to TensorBoard (and W&B).
+    """Write ``{"step": s, **metrics}`` to ``metrics.jsonl`` and scalars to TensorBoard (and W&B, trackio).
+
+    trackio logs to project ``llm-marl``, in a run named after the output directory (resumed when that
+    run exists, so a resumed training continues its curves); trackio's own settings (``TRACKIO_DIR``,
+    ``TRACKIO_SPACE_ID``) say where it stores them. A trackio sink asked for but not installed is a
+    ``ValueError`` naming the pip command, raised before anything is written.
 
     A run resumed from a checkpoint replays the steps after it: the first record this logger
     writes, at step ``s``, replaces every record of step ``s`` or later already in the file (logged
@@ -25,10 +32,11 @@ class MetricsLogger:
                  enabled: bool = True, run_config: Mapping[str, Any] | None = None) -> None:
         self.output_dir = Path(output_dir)
         self.enabled = enabled
-        self._jsonl = self._tensorboard = self._wandb = None
+        self._jsonl = self._tensorboard = self._wandb = self._trackio = None
         self._resume_checked = False
         if not enabled:
             return
+        trackio = _import_trackio() if "trackio" in report_to else None
         self.output_dir.mkdir(parents=True, exist_ok=True)
         if "jsonl" in report_to:
             self._jsonl = open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8")
@@ -43,6 +51,9 @@ class MetricsLogger:
                 warnings.warn("report_to includes 'wandb' but wandb is not installed; `pip install wandb` to use it")
             else:
                 self._wandb = wandb.init(dir=str(self.output_dir), config=dict(run_config or {}))
+        if trackio is not None:
+            self._trackio = trackio.init(project=TRACKIO_PROJECT, name=self.output_dir.resolve().name,
+                                         config=dict(run_config or {}), resume="allow", embed=False)
 
     @property
     def path(self) -> Path:
@@ -66,6 +77,8 @@ class MetricsLogger:
             self._tensorboard.flush()
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
+        if self._trackio is not None:
+            self._trackio.log(scalars, step=step)
 
     def _drop_records_from(self, step: int) -> None:
         """Rewrite ``metrics.jsonl`` without records of ``step`` or later and without a torn last line."""
@@ -88,6 +101,20 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+        if self._trackio is not None:
+            self._trackio.finish()
+            self._trackio = None
+
+
+def _import_trackio() -> Any:
+    """The ``trackio`` module, or a ``ValueError`` saying how to install it."""
+    try:
+        import trackio
+    except ImportError:
+        raise ValueError("report_to includes 'trackio' but trackio is not installed; install it with "
+                         "`pip install 'llm-marl-envs[trackio]'` (or `pip install trackio`), or drop 'trackio' "
+                         "from report_to") from None
+    return trackio
 
 
 def _step_of(line: str) -> float:

@@ -4,7 +4,7 @@ adapter's tensors another adapter's names."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -102,6 +102,44 @@ class AdapterAccess:
         with torch.no_grad():
             for n, value in state.items():
                 params[n].copy_(shard_like(value, params[n]))
+
+    def peft_state_dict(self, adapter: str, state: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """``adapter``'s tensors under PEFT's saved names (``adapter_model.safetensors``: the adapter name removed).
+
+        ``state``: the adapter's tensors as :meth:`trainable_state_dict` names them (e.g. gathered whole
+        from shards); default: :meth:`trainable_state_dict` of ``adapter``.
+        """
+        state = self.trainable_state_dict(adapter) if state is None else state
+        names = self._peft_names(adapter)
+        missing = sorted(set(names.values()) - set(state))
+        if missing:
+            raise ValueError(f"the state of adapter {adapter!r} lacks {len(missing)} of its tensors, e.g. {missing[0]}")
+        return {saved: state[name] for saved, name in names.items()}
+
+    def load_peft_state_dict(self, adapter: str, state: Mapping[str, torch.Tensor]) -> None:
+        """Inverse of :meth:`peft_state_dict`: load tensors saved under PEFT's names into ``adapter``
+        (a ``ValueError`` names missing, foreign or misshapen tensors, before anything is copied)."""
+        names = self._peft_names(adapter)
+        self.load_trainable_state_dict(adapter, {names.get(saved, saved): value for saved, value in state.items()})
+
+    def _peft_names(self, adapter: str) -> dict[str, str]:
+        """``{PEFT's saved name: parameter name}`` of ``adapter``'s tensors, as PEFT's own
+        ``get_peft_model_state_dict`` names them."""
+        from peft import get_peft_model_state_dict
+
+        self._check_adapter(adapter)
+        if adapter is None:
+            raise ValueError(f"policy {self.name!r} has no adapter None: a PEFT state names one adapter "
+                             f"({self.adapter_names})")
+        params = {n: p for n, p in self.model.named_parameters() if f".{adapter}." in n}
+        saved = get_peft_model_state_dict(self.model, state_dict=params, adapter_name=adapter,
+                                          save_embedding_layers=False)
+        by_tensor = {id(p): n for n, p in params.items()}
+        names = {key: by_tensor[id(value)] for key, value in saved.items() if id(value) in by_tensor}
+        if len(names) != len(params) or len(set(names.values())) != len(params):
+            raise ValueError(f"PEFT saves {len(names)} tensors of adapter {adapter!r}, which has {len(params)} "
+                             f"trainable tensors: this adapter type is not supported")
+        return names
 
     def _adapter_kwargs(self, adapters: Sequence[str | None]) -> dict[str, Any]:
         """``adapter_names=`` of a mixed-adapter batch (PEFT models only)."""
