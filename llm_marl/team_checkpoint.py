@@ -43,6 +43,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from safetensors.torch import save_file
+
 from .backends.hf import HFPolicy
 from .models import load
 from .team import Member, Team, with_adapters
@@ -227,8 +229,6 @@ def write_agent(directory: str | os.PathLike, policy: HFPolicy, adapter: str | N
     shards; default: read from the policy); ``base_model``: the base model's name the adapter config records
     (default: :func:`base_model_name` of the policy's).
     """
-    from safetensors.torch import save_file
-
     directory = Path(directory)
     directory.mkdir(parents=True)
     weights = policy.trainable_state_dict(adapter) if weights is None else weights

@@ -86,6 +86,7 @@ def tear_lines_of(module: Any, file_name: str, point: str) -> None:
 
 def tear_checkpoint_writes() -> None:
     """Half-write the chosen checkpoint file, or die just before a checkpoint is published."""
+    from llm_marl import team_checkpoint
     from trainers.common import checkpoint
 
     def half_written(write: Callable[..., Any]) -> Callable[..., Any]:
@@ -98,7 +99,7 @@ def tear_checkpoint_writes() -> None:
             return result
         return wrapped
 
-    checkpoint.save_file = half_written(checkpoint.save_file)
+    team_checkpoint.save_file = half_written(team_checkpoint.save_file)     # each agent's weights
     checkpoint.torch.save = half_written(torch.save)
     rename = os.rename
 
