@@ -16,11 +16,11 @@ Before and after training the team plays the first ``--eval-tasks`` test tasks g
 last turn's correctness per task (the majority vote is reported beside it as
 ``team_answer_accuracy``); differences are paired by task with a 95% bootstrap over tasks.
 
-Writes to ``--out``: ``results.json`` (``final_turn_accuracy`` before/after/paired difference for
-the sampled setting, ``greedy`` and ``sampled`` blocks with per-turn accuracy, transitions with their
-fix and break rates and the fix rate's change, the collaboration gain (final turn − turn 0 of the same episodes) and per seat its
-accuracy and whether its last answers were its own, its partner's or new; the checkpoint path, the
-training history), ``learning_curve.png``,
+Writes to ``--out``: ``results.json`` (``final_turn_accuracy`` before/after/paired difference for the
+sampled setting, ``greedy`` and ``sampled`` blocks with per-turn accuracy, transitions with their fix
+and break rates and the fix rate's change, the collaboration gain (final turn − turn 0 of the same
+episodes) and per seat its accuracy and whether its last answers were its own, its partner's or new; the
+checkpoint path, the training history), ``learning_curve.png``,
 ``metrics.jsonl`` / TensorBoard logs with per-step diagnostics (reward, zero-advantage fraction,
 KL, grad norm, response length), one ``report.html`` per evaluation, and the checkpoint
 (``llm-marl bench arithmetic_debate-v0 --checkpoint OUT`` replays it).

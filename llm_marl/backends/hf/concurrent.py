@@ -18,13 +18,13 @@ def concurrent_threads(policies: Sequence[Any], seeded: bool = False) -> int | N
     """Torch threads for each of ``policies``' generate calls if they should run at once, else ``None``.
 
     Different models cannot share a decode batch, and a small batch's decode step streams all of its model's
-    weights, which one core reads nearly as fast as two: two models sampling at once on a core each finish
-    before the same two one after the other on both cores (the Performance page has the figure). So separate
-    HF models on the CPU sample concurrently, a share of the free cores each, when every one of them: is an :class:`HFPolicy` on the CPU without a fixed
-    ``threads`` or sharded weights, has its own tokenizer (a fast tokenizer is not safe to share between
-    threads), and there are at least as many free cores as policies; not under autocast (worker threads
-    would not inherit it). ``seeded``: the share is of the process's threads, not of the free cores (a seeded
-    run must not follow the machine's load, see :meth:`HFPolicy.call_threads`).
+    weights, which one core reads nearly as fast as two: two models sampling at once on a core each finish before
+    the same two one after the other on both cores (the Performance page has the figure). So separate HF models on
+    the CPU sample concurrently, a share of the free cores each, when every one of them: is an :class:`HFPolicy` on
+    the CPU without a fixed ``threads`` or sharded weights, has its own tokenizer (a fast tokenizer is not safe to
+    share between threads), and there are at least as many free cores as policies; not under autocast (worker
+    threads would not inherit it). ``seeded``: the share is of the process's threads, not of the free cores (a
+    seeded run must not follow the machine's load, see :meth:`HFPolicy.call_threads`).
     """
     if len(policies) < 2 or not all(isinstance(p, HFPolicy) and p.threads is None and p.device.type == "cpu"
                                     and not p.lockstep for p in policies):
