@@ -36,6 +36,7 @@ import yaml
 NULL_WORDS = ("null", "none", "~")
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
+FIELD_DEST = "config field "      # namespace key prefix of the config fields' flags
 _NOUNS = {int: ("an integer", "integers"), float: ("a number", "numbers"), str: ("a string", "strings"),
           bool: ("true or false", "booleans")}
 
@@ -242,22 +243,24 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type, *,
     ``defaults``: the values ``--help`` shows where they differ from the fields' (a recipe's);
     ``flags``: other option strings for some fields (``{"max_steps": ["--max-steps", "--steps"]}``);
     ``exclude``: fields without a flag. A flag that is not given leaves no attribute on the namespace,
-    so :func:`config_from_args` can tell it from one given at its default.
+    so :func:`config_from_args` can tell it from one given at its default; one that is given is stored
+    apart from the script's own flags (under ``FIELD_DEST + name``), so a script may have a flag of its own
+    named like a field.
     """
     fields = config_fields(config_cls)
     flags, defaults = dict(flags or {}), dict(defaults or {})
     unknown = [name for name in [*flags, *exclude] if name not in fields]
     if unknown:
         raise ValueError(unknown_fields_message(config_cls, unknown))
-    group = parser.add_argument_group(
-        f"{config_cls.__name__} fields",
-        "Each sets one config field; a YAML file of fields (--config) and --set key=value set them too.")
+    group = parser.add_argument_group(f"{config_cls.__name__} fields",
+                                      "Each flag sets the config field of its name, over the --config file's value.")
     for name, (kind, field) in fields.items():
         if name in exclude:
             continue
         default = defaults[name] if name in defaults else field_default(field)
         help_text = str(field.metadata.get("help", "")).replace("%", "%%")
-        options: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "type": flag_type(config_cls, name),
+        options: dict[str, Any] = {"dest": FIELD_DEST + name, "default": argparse.SUPPRESS,
+                                   "type": flag_type(config_cls, name),
                                    "metavar": metavar(kind),
                                    "help": f"{help_text} (default: {format_value(default).replace('%', '%%')})"}
         if kind is bool:
@@ -288,8 +291,8 @@ def config_from_args(config_cls: type, args: argparse.Namespace, *, recipe: str 
     """
     values = dict(read_recipe(recipe)) if recipe else {}
     for name in config_fields(config_cls):
-        if name in vars(args):
-            values[name] = vars(args).pop(name)
+        if FIELD_DEST + name in vars(args):
+            values[name] = vars(args).pop(FIELD_DEST + name)
     values.update(overrides or {})
     return build_config(config_cls, values)
 
@@ -302,12 +305,21 @@ def config_parser(config_cls: type, description: str | None = None, *, recipe: s
     The script adds its own flags to it and reads both with :func:`parse_config`.
     """
     shown = config_values(config_cls, read_recipe(recipe)) if recipe else {}
-    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False,
+                                     usage="%(prog)s [--config FILE.yaml] [--FIELD VALUE ...] [options]")
     parser.add_argument("--config", default=str(recipe) if recipe else None, metavar="FILE.yaml",
                         help=f"recipe: a YAML file of {config_cls.__name__} fields, below the flags in precedence "
-                             f"(default: {recipe})")
+                             f"(default: {shown_path(recipe) if recipe else None})")
     add_config_arguments(parser, config_cls, defaults=shown, flags=flags, exclude=exclude)
     return parser
+
+
+def shown_path(path: str | Path) -> str:
+    """``path`` relative to the working directory when it is below it (as a user would type it)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def parse_config(parser: argparse.ArgumentParser, config_cls: type,
