@@ -104,3 +104,30 @@ def test_the_examples_declare_only_their_own_flags():
 # the TL;DR example's judged summaries are decoded with --no-repeat-ngram; its training samples' guard, the
 # field no_repeat_ngram, is --train-no-repeat-ngram
 OWN_FLAGS_NAMED_LIKE_FIELDS = {"magrpo_tldr.py": {"--no-repeat-ngram"}}
+
+
+@pytest.mark.parametrize("algorithm", ["magrpo", "mappo"])
+def test_llm_marl_train_reads_a_debate_recipe_as_the_example_does(algorithm, tiny_model_dir, monkeypatch, capsys):
+    import types
+
+    import trainers.magrpo
+    import trainers.mappo
+    from llm_marl.cli import main
+
+    seen = []
+
+    class RecordingTrainer:          # stands in for the trainer: records the config the command built
+        def __init__(self, env, team, config, eval_env=None):
+            seen.append(config)
+            self.distributed = types.SimpleNamespace(is_main=False)
+
+        def train(self):
+            return []
+
+    package = trainers.magrpo if algorithm == "magrpo" else trainers.mappo
+    monkeypatch.setattr(package, f"{algorithm.upper()}Trainer", RecordingTrainer)
+    recipe = ROOT / "examples" / "configs" / f"{algorithm}_debate.yaml"
+    assert main(["train", algorithm, "arithmetic_debate-v0", "--num-agents", "2", "--num-turns", "2",
+                 "--config", str(recipe), "--model", str(tiny_model_dir)]) == 0, capsys.readouterr().err
+    example_config, _ = load_script(f"examples/{algorithm}_debate.py").parse_args([])
+    assert seen == [example_config]
