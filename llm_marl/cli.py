@@ -160,6 +160,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------- train
+TRAINER_CONFIGS = {"magrpo": "MAGRPOConfig", "mappo": "MAPPOConfig"}
+
+
 def train_configs() -> dict[str, type]:
     """The config class of each trainer, by algorithm name (the configs import no torch)."""
     from trainers.magrpo.config import MAGRPOConfig
@@ -256,19 +259,32 @@ def positive_int(text: str) -> int:
     return value
 
 
+class TrainParser(argparse.ArgumentParser):
+    """The parser of ``llm-marl train ALGORITHM``: the config's fields become flags when it parses.
+
+    So only ``train`` imports the config classes; ``llm-marl --help`` and the other commands do not.
+    """
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if not any(group.title.endswith("Config fields") for group in self._action_groups):
+            from trainers.common.arguments import add_config_arguments
+
+            algorithm = self.prog.split()[-1]
+            add_config_arguments(self, train_configs()[algorithm], flags={"output_dir": ["--output-dir", "--out"]})
+        return super().parse_known_args(args, namespace)
+
+
 def add_train_parser(sub: Any) -> None:
     """``llm-marl train ALGORITHM ENV``: the command's own options and one flag per field of the trainer's config."""
-    from trainers.common.arguments import add_config_arguments
-
     train = sub.add_parser("train", help="train a team with MAGRPO or MAPPO",
                            description="Train a team on an env with MAGRPO or MAPPO. `llm-marl train ALGORITHM "
                                        "--help` lists every field of its config with its default and help.")
-    algorithms = train.add_subparsers(dest="algorithm", required=True)
-    for algorithm, config_cls in train_configs().items():
+    algorithms = train.add_subparsers(dest="algorithm", required=True, parser_class=TrainParser)
+    for algorithm, config_name in TRAINER_CONFIGS.items():
         parser = algorithms.add_parser(
-            algorithm, help=f"train with {algorithm.upper()} ({config_cls.__name__})", allow_abbrev=False,
+            algorithm, help=f"train with {algorithm.upper()} ({config_name})", allow_abbrev=False,
             usage=f"llm-marl train {algorithm} ENV [--config FILE.yaml] [--set KEY=VALUE] [--FIELD VALUE] [options]",
-            description=f"Train a team on ENV with {algorithm.upper()}. The {config_cls.__name__} fields are set by "
+            description=f"Train a team on ENV with {algorithm.upper()}. The {config_name} fields are set by "
                         f"their defaults, then a YAML file of fields (--config), then their flags, then --set "
                         f"key=value (values are coerced to each field's type). Trains on --split, evaluates "
                         f"on --eval-split.")
@@ -276,7 +292,7 @@ def add_train_parser(sub: Any) -> None:
         parser.add_argument("--model", default=DEFAULT_MODEL,
                             help=f"base model: embedded name or local HF directory (default: {DEFAULT_MODEL})")
         parser.add_argument("--config", default=None, metavar="FILE.yaml",
-                            help=f"a YAML file of {config_cls.__name__} fields (e.g. examples/configs/)")
+                            help=f"a YAML file of {config_name} fields (e.g. examples/configs/)")
         parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                             help="set one config field, after --config and the flags (repeatable)")
         parser.add_argument("--threads", type=positive_int, default=None, metavar="N",
@@ -286,7 +302,6 @@ def add_train_parser(sub: Any) -> None:
         add_env_arguments(parser, split_help="dataset split to train on (default: train)")
         parser.add_argument("--eval-split", default="test", help="dataset split evaluate() plays, held out from "
                             "training (default: test)")
-        add_config_arguments(parser, config_cls, flags={"output_dir": ["--output-dir", "--out"]})
         parser.set_defaults(func=cmd_train)
 
 

@@ -51,6 +51,8 @@ def test_help_and_the_env_table_import_no_heavy_package_and_no_env_module(argv):
     assert "llm_marl.cli" in modules
     assert [m for m in modules if m.split(".")[0] in HEAVY] == []
     assert [m for m in modules if m.startswith(("llm_marl_envs.envs.", "llm_marl.backends"))] == []
+    if argv[:2] != ["train", "magrpo"]:          # only `train ALGORITHM` reads a config class
+        assert [m for m in modules if m.split(".")[0] == "trainers"] == []
 
 
 def test_envs_table_lists_every_registered_env(capsys):

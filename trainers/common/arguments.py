@@ -9,11 +9,12 @@ is a YAML file of field values. One set of values is built from, in order of pre
 Values are coerced to the field's type wherever they come from: ``1e-5`` (a string to PyYAML) and
 ``"2"`` become a float and an int, ``"jsonl,tensorboard"`` a tuple, ``"null"`` None where the field
 allows it. A value that does not fit is one ``ValueError`` line naming the field, the value and the
-type expected (``MAGRPOConfig.max_steps expects an integer, got 'two'``).
+type expected (``MAGRPOConfig.max_steps expects an integer, got 'two'``). A script reads its config
+and its own flags with one parser::
 
-    >>> parser = config_parser(MAGRPOConfig, "Train a team.", recipe="examples/configs/magrpo_debate.yaml")
-    >>> parser.add_argument("--samples", type=int, default=4)     # the script's own flags
-    >>> config, args = parse_config(parser, MAGRPOConfig)          # args: the script's own flags only
+    parser = config_parser(MAGRPOConfig, "Train a team.", recipe="examples/configs/magrpo_debate.yaml")
+    parser.add_argument("--samples", type=int, default=4)      # the script's own flags
+    config, args = parse_config(parser, MAGRPOConfig)           # args: the script's own flags only
 
 Nothing here imports torch: a command line checks its config before the trainer loads.
 """
