@@ -5,7 +5,8 @@ Build from the repository root (the ``docs`` extra installs the tools)::
     python -m sphinx -W --keep-going -b html docs docs/_build/html
 
 The environment pages under ``environments/list/`` are generated from the env modules' docstrings
-by ``_scripts/gen_env_pages.py`` at the start of every build; git ignores them.
+by ``_scripts/gen_env_pages.py``, and ``config_fields.md`` from the config dataclasses by
+``_scripts/gen_config_fields.py``, at the start of every build; git ignores them.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ sys.path.insert(0, str(DOCS / "_scripts"))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import docstring_rst  # noqa: E402
+import gen_config_fields  # noqa: E402
 import gen_env_pages  # noqa: E402
 
 project = "llm-marl-envs"
@@ -60,4 +62,5 @@ def adapt_docstring(app, what, name, obj, options, lines):
 
 def setup(app):
     gen_env_pages.write_pages(DOCS / "environments" / "list")
+    gen_config_fields.write_page(DOCS / "config_fields.md")
     app.connect("autodoc-process-docstring", adapt_docstring)

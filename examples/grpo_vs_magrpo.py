@@ -10,10 +10,16 @@ TRL: ``E`` whole episodes per task, ``N·T`` rows each, ``E = ceil((G + … + G^
 for one turn), and are evaluated greedily on the same held-out tasks (the test split). Neither
 uses a KL term or std-normalised advantages. Writes ``results.json`` and one ``report.html`` per
 evaluation (``untrained/``, ``magrpo/``, ``trl_shared/``).
+
+The MAGRPO run's ``MAGRPOConfig`` is the recipe ``examples/configs/grpo_vs_magrpo.yaml`` (TRL's
+``GRPOConfig`` takes its steps, learning rate, tokens, sampling, seed and prompts per step); every
+config field is also a flag (``--steps`` names ``max_steps``), and ``--config FILE.yaml`` reads
+another recipe. ``--help`` lists them all.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -31,9 +37,12 @@ from llm_marl.models import load, tiny_model  # noqa: E402
 from llm_marl.policy import SamplingParams  # noqa: E402
 from llm_marl.team import Team, default_lora_config  # noqa: E402
 from llm_marl_envs.metrics import paired_difference  # noqa: E402
+from trainers.common.arguments import config_parser, parse_config  # noqa: E402
 from trainers.common.evaluation import EvalResult  # noqa: E402
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
 from trainers.trl_bridge import evaluate_shared_policy, make_grpo_trainer  # noqa: E402
+
+RECIPE = Path(__file__).resolve().parent / "configs" / "grpo_vs_magrpo.yaml"
 
 
 def model_copy(args: argparse.Namespace):
@@ -51,36 +60,33 @@ def summary(result: EvalResult, seconds: float | None = None) -> dict:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="arithmetic_debate-v0", help="registered env id")
+def parse_args(argv: list[str] | None = None) -> tuple[MAGRPOConfig, argparse.Namespace]:
+    """The MAGRPO run's config (the recipe, then the flags; it writes to OUT/magrpo) and the script's own flags."""
+    parser = config_parser(MAGRPOConfig, __doc__.split("\n\n")[0], recipe=RECIPE,
+                           flags={"max_steps": ["--max-steps", "--steps"]}, exclude=["output_dir"])
+    parser.add_argument("--env", default="arithmetic_debate-v0", help="registered env id (default: %(default)s)")
     parser.add_argument("--model", default="smollm2-135m", help="base model (embedded name or local HF directory)")
     parser.add_argument("--tiny", action="store_true", help="a tiny random model (smoke test; learns nothing)")
-    parser.add_argument("--num-agents", type=int, default=2)
-    parser.add_argument("--num-turns", type=int, default=1)
-    parser.add_argument("--generations", type=int, default=4, help="MAGRPO's G per agent per node")
-    parser.add_argument("--prompts-per-step", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--learning-rate", type=float, default=1e-4)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--eval-tasks", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="outputs/grpo_vs_magrpo")
-    args = parser.parse_args()
+    parser.add_argument("--num-agents", type=int, default=2, help="agents (default: %(default)s)")
+    parser.add_argument("--num-turns", type=int, default=1, help="turns (default: %(default)s)")
+    parser.add_argument("--out", default="outputs/grpo_vs_magrpo", help="output directory (default: %(default)s)")
+    config, args = parse_config(parser, MAGRPOConfig, argv)
+    return dataclasses.replace(config, output_dir=str(Path(args.out) / "magrpo")), args
+
+
+def main(argv: list[str] | None = None) -> None:
+    config, args = parse_args(argv)
     out = Path(args.out)
     shape = {"num_agents": args.num_agents, "num_turns": args.num_turns}
     train_env = llm_marl_envs.make(args.env, split="train", **shape)
     eval_env = llm_marl_envs.make(args.env, split="test", **shape)
-    n, t, g = args.num_agents, args.num_turns, args.generations
-    eval_tasks, eval_seeds = list(range(args.eval_tasks)), [args.seed + i for i in range(args.eval_tasks)]
-    greedy = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.0)
+    n, t, g = args.num_agents, args.num_turns, config.num_generations
+    eval_tasks, eval_seeds = list(range(config.eval_tasks)), [config.seed + i for i in range(config.eval_tasks)]
+    greedy = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=0.0)
 
     # MAGRPO: one frozen base, one LoRA adapter per agent
     model, tokenizer = model_copy(args)
     team = Team.shared_lora(model, tokenizer, train_env.possible_agents, name=args.model)
-    config = MAGRPOConfig(num_generations=g, prompts_per_step=args.prompts_per_step, max_steps=args.steps,
-                          learning_rate=args.learning_rate, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                          eval_tasks=args.eval_tasks, output_dir=str(out / "magrpo"), report_to=["jsonl"])
     magrpo = MAGRPOTrainer(train_env, team, config, eval_env=eval_env)
     untrained = magrpo.evaluate()                           # adapters start at zero: the base model in every seat
     untrained.write_report(out / "untrained" / "report.html", title=f"untrained: {args.env}")
@@ -89,16 +95,16 @@ def main() -> None:
     magrpo_seconds = time.perf_counter() - began
     magrpo_result = magrpo.evaluate()
     magrpo_result.write_report(out / "magrpo" / "report.html", title=f"MAGRPO: {args.env}")
-    magrpo_samples = args.prompts_per_step * n * sum(g ** k for k in range(1, t + 1))
+    magrpo_samples = config.prompts_per_step * n * sum(g ** k for k in range(1, t + 1))
 
     # TRL: one shared LoRA policy in every seat
     episodes_per_task = math.ceil(sum(g ** k for k in range(1, t + 1)) / t)
     rows = episodes_per_task * n * t
     grpo_args = GRPOConfig(output_dir=str(out / "trl_shared"), num_generations=rows,
-                           per_device_train_batch_size=args.prompts_per_step * rows, max_steps=args.steps,
-                           learning_rate=args.learning_rate, max_completion_length=args.max_new_tokens,
+                           per_device_train_batch_size=config.prompts_per_step * rows, max_steps=config.max_steps,
+                           learning_rate=config.learning_rate, max_completion_length=config.max_new_tokens,
                            temperature=config.temperature, top_p=config.top_p, beta=0.0, scale_rewards="none",
-                           report_to="none", save_strategy="no", logging_steps=1, seed=args.seed, bf16=False,
+                           report_to="none", save_strategy="no", logging_steps=1, seed=config.seed, bf16=False,
                            use_cpu=not torch.cuda.is_available())
     model, tokenizer = model_copy(args)
     trl_trainer = make_grpo_trainer(train_env, model, tokenizer, grpo_args, peft_config=default_lora_config())
@@ -109,17 +115,18 @@ def main() -> None:
                                         report_path=out / "trl_shared" / "report.html")
 
     results = {
-        "env": args.env, "model": "tiny" if args.tiny else args.model, "agents": n, "turns": t, "steps": args.steps,
-        "completions_per_step": {"magrpo": magrpo_samples, "trl_shared": args.prompts_per_step * rows},
-        "held_out_tasks": args.eval_tasks,
+        "env": args.env, "model": "tiny" if args.tiny else args.model, "agents": n, "turns": t,
+        "steps": config.max_steps,
+        "completions_per_step": {"magrpo": magrpo_samples, "trl_shared": config.prompts_per_step * rows},
+        "held_out_tasks": config.eval_tasks,
         "untrained": summary(untrained), "magrpo": summary(magrpo_result, magrpo_seconds),
         "trl_shared": summary(trl_result, trl_seconds),
-        "magrpo_minus_trl_team_reward": paired_difference(magrpo_result.rewards, trl_result.rewards, seed=args.seed),
+        "magrpo_minus_trl_team_reward": paired_difference(magrpo_result.rewards, trl_result.rewards, seed=config.seed),
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    print(f"{args.env}: {n} agents x {t} turns, {args.steps} steps, completions/step MAGRPO "
-          f"{magrpo_samples} vs TRL {args.prompts_per_step * rows}; held-out ({args.eval_tasks} tasks, greedy):")
+    print(f"{args.env}: {n} agents x {t} turns, {config.max_steps} steps, completions/step MAGRPO "
+          f"{magrpo_samples} vs TRL {config.prompts_per_step * rows}; held-out ({config.eval_tasks} tasks, greedy):")
     for name in ("untrained", "magrpo", "trl_shared"):
         r = results[name]
         accuracy = (f"  final accuracy {r['final_accuracy']:.3f} [{r['final_accuracy_ci'][0]:.3f}, "

@@ -10,6 +10,10 @@ pairs them (``aligned``), steps the env once per joint action and continues the 
 child, so turn 1 learns from turn 0's answers; the reward is the verifier's correctness of each
 answer (the env's reward), averaged over the team.
 
+The run's ``MAGRPOConfig`` is the recipe ``examples/configs/magrpo_debate.yaml``; every config field
+is also a flag (``--learning-rate 1e-4``; ``--steps`` and ``--out`` name ``max_steps`` and
+``output_dir``), and ``--config FILE.yaml`` reads another recipe. ``--help`` lists them all.
+
 Before and after training the team plays the first ``--eval-tasks`` test tasks greedily and
 ``--samples`` times each at the training temperature (through
 :func:`trainers.common.experiment.train_and_compare`). Accuracy is the **mean over agents** of the
@@ -34,8 +38,10 @@ Results over seeds, with the command that reproduces them: ``docs/results/magrpo
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
+from trainers.common.arguments import parse_config
 from trainers.common.experiment import (
     debate_experiment_parser,
     debate_team_and_envs,
@@ -46,31 +52,27 @@ from trainers.common.experiment import (
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 TITLE = "MAGRPO debate example: held-out gain per seed"
+RECIPE = Path(__file__).resolve().parent / "configs" / "magrpo_debate.yaml"
 
 
-def main() -> None:
-    parser = debate_experiment_parser(__doc__.split("\n\n")[0], out="outputs/magrpo_debate", kl_coef=0.0)
-    parser.add_argument("--steps", type=int, default=24, help="MAGRPO steps")
-    parser.add_argument("--prompts-per-step", type=int, default=2, help="task trees per step")
-    parser.add_argument("--num-generations", type=int, default=4, help="G: samples per agent per tree node")
-    parser.add_argument("--learning-rate", type=float, default=2e-4, help="LoRA AdamW learning rate")
-    args = parser.parse_args()
-    run_once_or_over_seeds(run, args, title=TITLE)
+def parse_args(argv: list[str] | None = None) -> tuple[MAGRPOConfig, argparse.Namespace]:
+    """The run's config (the recipe, then the flags) and the example's own flags."""
+    return parse_config(debate_experiment_parser(__doc__.split("\n\n")[0], MAGRPOConfig, RECIPE), MAGRPOConfig, argv)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """One training run of ``args`` (one seed): evaluate, train, evaluate again; the results dict."""
-    team, env, eval_env = debate_team_and_envs(args)
-    config = MAGRPOConfig(
-        max_steps=args.steps, prompts_per_step=args.prompts_per_step, num_generations=args.num_generations,
-        learning_rate=args.learning_rate, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-        kl_coef=args.kl_coef, eval_tasks=args.eval_tasks, output_dir=args.out, seed=args.seed,
-        save_every=10, micro_batch_size=32)
+def main(argv: list[str] | None = None) -> None:
+    config, args = parse_args(argv)
+    run_once_or_over_seeds(run, config, args, title=TITLE)
+
+
+def run(config: MAGRPOConfig, args: argparse.Namespace) -> dict[str, Any]:
+    """One training run (one seed): evaluate, train, evaluate again; the results dict."""
+    team, env, eval_env = debate_team_and_envs(config, args)
     trainer = MAGRPOTrainer(env, team, config, eval_env=eval_env)
-    return train_and_compare(trainer, args.out, eval_tasks=args.eval_tasks, samples=args.samples,
-                             temperature=args.temperature, env_id=args.env,
+    return train_and_compare(trainer, config.output_dir, eval_tasks=config.eval_tasks, samples=args.samples,
+                             temperature=config.temperature, env_id=args.env,
                              resume=args.resume, greedy=args.greedy, reward_key="joint_reward_mean",
-                             extra={"arguments": run_arguments(args)})
+                             extra={"arguments": run_arguments(config, args)})
 
 
 if __name__ == "__main__":

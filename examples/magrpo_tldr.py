@@ -36,6 +36,10 @@ the joint reward (what was trained) and the share of *degenerate* summaries (dis
 below 0.4, e.g. ``"SUBREDDIT: SUBREDDIT: ..."``, the exploit this reward invites). A rising reward
 with a flat or falling ROUGE-L is reward hacking, and the script says so.
 
+The run's ``MAGRPOConfig`` is the recipe ``examples/configs/magrpo_tldr.yaml``; every config field is
+also a flag (``--steps``, ``--out`` and ``--train-no-repeat-ngram`` name ``max_steps``, ``output_dir``
+and ``no_repeat_ngram``), and ``--config FILE.yaml`` reads another recipe. ``--help`` lists them all.
+
 Writes to ``--out``: ``results.json`` (settings, per-post scores and summaries before and after, their paired
 differences, the monitor rows, the training history, the verdict),
 ``hacking_monitor.png`` (training reward next to the monitor's ROUGE-L per step), ``metrics.jsonl`` /
@@ -61,6 +65,7 @@ from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
 from llm_marl.team import Team, default_lora_config
 from llm_marl_envs import metrics
+from trainers.common.arguments import config_parser, parse_config
 from trainers.common.evaluation import EvalResult, evaluate_episodes
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from verifiers.writing import TLDR_BANDS, without_quality_factor
@@ -68,6 +73,7 @@ from verifiers.writing import TLDR_BANDS, without_quality_factor
 DEGENERATE_BELOW = 0.4   # distinct-word ratio under which a summary counts as degenerate repetition
 MAX_DEGENERATE_SHARE = 0.05   # most degenerate summaries (per agent) a "no hacking" verdict allows
 ENV_ID = "tldr_writing-v0"
+RECIPE = Path(__file__).resolve().parent / "configs" / "magrpo_tldr.yaml"
 
 
 def post_words(task: dict[str, Any]) -> int:
@@ -205,50 +211,42 @@ def plot_monitor(history: list[dict], monitor: list[dict], agents: list[str], be
     plt.close(fig)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=20, help="MAGRPO training steps")
+def parse_args(argv: list[str] | None = None) -> tuple[MAGRPOConfig, argparse.Namespace]:
+    """The run's config (the recipe, then the flags) and the example's own flags."""
+    parser = config_parser(MAGRPOConfig, __doc__.split("\n\n")[0], recipe=RECIPE,
+                           flags={"max_steps": ["--max-steps", "--steps"], "output_dir": ["--output-dir", "--out"],
+                                  "no_repeat_ngram": ["--train-no-repeat-ngram"]})
     parser.add_argument("--train-minutes", type=float, default=None,
                         help="also stop training after this long (default: no time limit, so the run does not depend "
                              "on the machine's load)")
-    parser.add_argument("--prompts-per-step", type=int, default=2, help="posts (tree roots) per step")
-    parser.add_argument("--num-generations", type=int, default=4, help="G: samples per agent per post")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens per summary")
-    parser.add_argument("--temperature", type=float, default=0.8, help="training sampling temperature")
     parser.add_argument("--no-repeat-ngram", type=int, default=3,
                         help="judged summaries (greedy) never repeat one of their own token n-grams of this size, "
-                             "as summarisation decoders do (0: plain greedy, which can loop)")
-    parser.add_argument("--train-no-repeat-ngram", type=int, default=0,
-                        help="training samples never repeat one of their own token n-grams of this size either "
-                             "(MAGRPOConfig.no_repeat_ngram; 0: unconstrained sampling, the default)")
-    parser.add_argument("--learning-rate", type=float, default=2e-4, help="AdamW learning rate of each adapter")
-    parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
-    parser.add_argument("--kl-coef", type=float, default=0.02,
-                        help="β of the KL to the base model (0: none; >0 is a knob against reward hacking)")
+                             "as summarisation decoders do (0: plain greedy, which can loop; default: %(default)s)")
+    parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank; default: %(default)s)")
     parser.add_argument("--plain-reward", action="store_true",
                         help="CoMLRL's writing reward without the quality factor (degenerate text can max it)")
     parser.add_argument("--semantic-judge", action="store_true",
                         help="add the embedding coverage/consistency terms (verifiers.semantic) to the reward")
     parser.add_argument("--max-post-words", type=int, default=400,
-                        help="train, monitor and judge on posts of at most this many words")
+                        help="train, monitor and judge on posts of at most this many words (default: %(default)s)")
     parser.add_argument("--eval-split", choices=("validation", "test"), default="validation",
                         help="split of the judged posts: validation (held-out TIFU posts, after the monitor's) or "
                              "test (the OpenAI TL;DR sample, a transfer test)")
-    parser.add_argument("--eval-tasks", type=int, default=40, help="held-out posts judged before and after")
-    parser.add_argument("--monitor-tasks", type=int, default=6, help="validation posts of the hacking monitor")
-    parser.add_argument("--monitor-every", type=int, default=5, help="steps between monitor evaluations")
+    parser.add_argument("--monitor-tasks", type=int, default=6, help="validation posts of the hacking monitor "
+                        "(default: %(default)s)")
+    parser.add_argument("--monitor-every", type=int, default=5, help="steps between monitor evaluations "
+                        "(default: %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--out", default="outputs/magrpo_tldr", help="output directory")
     parser.add_argument("--judge-checkpoint", default=None,
                         help="no training: judge the base team and this saved checkpoint (a step-* directory) on the "
                              "held-out posts and write judged.json to --out")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="smollm2-135m", help="base model (a name of llm_marl.models or a path)")
-    args = parser.parse_args(argv)
-    for name in ("eval_tasks", "monitor_tasks", "monitor_every", "steps"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    return args
+    config, args = parse_config(parser, MAGRPOConfig, argv)
+    for flag, value in (("--eval-tasks", config.eval_tasks), ("--monitor-tasks", args.monitor_tasks),
+                        ("--monitor-every", args.monitor_every)):
+        if value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
+    return config, args
 
 
 def judge_checkpoint(trainer: MAGRPOTrainer, args: argparse.Namespace, before_scores: dict[str, Any], eval_env: Any,
@@ -274,11 +272,11 @@ def judge_checkpoint(trainer: MAGRPOTrainer, args: argparse.Namespace, before_sc
 
 def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Judge on test, train with the monitor running, judge again; write results.json and the plot."""
-    args = parse_args(argv)
+    config, args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    out = Path(args.out)
+    torch.manual_seed(config.seed)
+    out, steps = Path(config.output_dir), config.max_steps     # training raises max_steps chunk by chunk
     started, run_provenance = time.time(), provenance()
 
     model, tokenizer = model_and_tokenizer or load(args.model)
@@ -288,18 +286,13 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
     env, monitor_env, eval_env = (llm_marl_envs.make(ENV_ID, split=split, semantic_judge=args.semantic_judge,
                                                      reward_config=reward_config)
                                   for split in ("train", "validation", args.eval_split))
-    config = MAGRPOConfig(
-        num_generations=args.num_generations, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-        no_repeat_ngram=args.train_no_repeat_ngram, learning_rate=args.learning_rate, kl_coef=args.kl_coef,
-        prompts_per_step=args.prompts_per_step,
-        max_steps=args.steps, eval_tasks=args.eval_tasks, output_dir=str(out), seed=args.seed, save_every=10)
     trainer = MAGRPOTrainer(env, team, config, eval_env=eval_env)
     trainer.train_tasks = short_posts(env, args.max_post_words)
     monitor_engine = RolloutEngine(monitor_env, team)
     monitor_tasks = short_posts(monitor_env, args.max_post_words, args.monitor_tasks)
     # judged posts: filtered like the training posts; from validation, the ones after the monitor's
     skip = len(monitor_tasks) if args.eval_split == "validation" else 0
-    trainer.eval_tasks = held_out_posts(eval_env, args.max_post_words, args.eval_tasks, skip)
+    trainer.eval_tasks = held_out_posts(eval_env, args.max_post_words, config.eval_tasks, skip)
     agents = trainer.agents
 
     def run_monitor() -> dict[str, Any]:
@@ -322,10 +315,10 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
     # train in chunks of --monitor-every steps, so the monitor runs between them (and --train-minutes holds)
     history: list[dict] = []
     train_started = time.time()
-    while trainer.step < args.steps:
+    while trainer.step < steps:
         elapsed = time.time() - train_started
         per_step = elapsed / len(history) if history else 0.0
-        chunk = min(args.monitor_every, args.steps - trainer.step)
+        chunk = min(args.monitor_every, steps - trainer.step)
         if args.train_minutes is not None and per_step:        # the steps that still fit in the time limit
             chunk = min(chunk, int((60 * args.train_minutes - elapsed) // per_step))
         if chunk < 1:
@@ -344,7 +337,7 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
         "held_out": {"split": args.eval_split, "tasks": len(trainer.eval_tasks), "max_post_words": args.max_post_words,
                      "task_indices": trainer.eval_tasks, "monitor_task_indices": monitor_tasks},
         "metric": "ROUGE-L F1 (rouge_score, stemmed) of each agent's summary vs the human TL;DR; never in the reward",
-        "args": vars(args), "config": {**config.to_dict(), "max_steps": args.steps},
+        "args": vars(args), "config": {**config.to_dict(), "max_steps": steps},
         "steps_trained": trainer.step, "train_minutes": train_minutes,
         "before": before, "after": after, "paired_difference": difference,
         "verdict": verdict(difference, before, after), "monitor": monitor, "train_history": history,

@@ -17,6 +17,10 @@ minibatches of 16 answers) are the batch and learning settings of the collaborat
 noisy advantages: at 6 debates a step many steps see no right answer at all, and whether the team
 improves then depends on the draw.
 
+The run's ``MAPPOConfig`` is the recipe ``examples/configs/mappo_debate.yaml``; every config field
+is also a flag (``--reward-rule influence_aware``; ``--steps`` and ``--out`` name ``max_steps`` and
+``output_dir``), and ``--config FILE.yaml`` reads another recipe. ``--help`` lists them all.
+
 Before and after training the team plays the first ``--eval-tasks`` test tasks greedily and
 ``--samples`` times each at the training temperature (through
 :func:`trainers.common.experiment.train_and_compare`, shared with ``examples/magrpo_debate.py``).
@@ -42,8 +46,10 @@ Results over seeds, with the command that reproduces them: ``docs/results/mappo_
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
+from trainers.common.arguments import parse_config
 from trainers.common.experiment import (
     debate_experiment_parser,
     debate_team_and_envs,
@@ -52,40 +58,29 @@ from trainers.common.experiment import (
     train_and_compare,
 )
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
-from trainers.mappo.rewards import REWARD_RULES
 
 TITLE = "MAPPO debate example: held-out gain per seed"
+RECIPE = Path(__file__).resolve().parent / "configs" / "mappo_debate.yaml"
 
 
-def main() -> None:
-    parser = debate_experiment_parser(__doc__.split("\n\n")[0], out="outputs/mappo_debate", kl_coef=0.0)
-    reward_rule = MAPPOConfig.__dataclass_fields__["reward_rule"]      # its help is the config's
-    parser.add_argument("--reward-rule", choices=REWARD_RULES, default="last_turn",
-                        help=f"{reward_rule.metadata['help']} This example's default: last_turn "
-                             f"(MAPPOConfig's: {reward_rule.default}).")
-    parser.add_argument("--steps", type=int, default=20, help="MAPPO steps")
-    parser.add_argument("--episodes-per-step", type=int, default=10, help="debates collected per step")
-    parser.add_argument("--minibatch-size", type=int, default=16, help="answers per PPO gradient step")
-    parser.add_argument("--learning-rate", type=float, default=2e-4, help="actor LoRA AdamW learning rate")
-    parser.add_argument("--critic-learning-rate", type=float, default=1e-4, help="critic AdamW learning rate")
-    args = parser.parse_args()
-    run_once_or_over_seeds(run, args, title=TITLE)
+def parse_args(argv: list[str] | None = None) -> tuple[MAPPOConfig, argparse.Namespace]:
+    """The run's config (the recipe, then the flags) and the example's own flags."""
+    return parse_config(debate_experiment_parser(__doc__.split("\n\n")[0], MAPPOConfig, RECIPE), MAPPOConfig, argv)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """One training run of ``args`` (one seed): evaluate, train, evaluate again; the results dict."""
-    team, env, eval_env = debate_team_and_envs(args)
-    config = MAPPOConfig(
-        max_steps=args.steps, episodes_per_step=args.episodes_per_step, max_new_tokens=args.max_new_tokens,
-        ppo_epochs=1, minibatch_size=args.minibatch_size, learning_rate=args.learning_rate,
-        critic_learning_rate=args.critic_learning_rate, kl_coef=args.kl_coef, temperature=args.temperature,
-        reward_rule=args.reward_rule, reward_gamma=0.3, alpha1=0.2, beta1=0.2, eval_tasks=args.eval_tasks,
-        output_dir=args.out, seed=args.seed, save_every=8)
+def main(argv: list[str] | None = None) -> None:
+    config, args = parse_args(argv)
+    run_once_or_over_seeds(run, config, args, title=TITLE)
+
+
+def run(config: MAPPOConfig, args: argparse.Namespace) -> dict[str, Any]:
+    """One training run (one seed): evaluate, train, evaluate again; the results dict."""
+    team, env, eval_env = debate_team_and_envs(config, args)
     trainer = MAPPOTrainer(env, team, config, eval_env=eval_env)
-    return train_and_compare(trainer, args.out, eval_tasks=args.eval_tasks, samples=args.samples,
-                             temperature=args.temperature, env_id=args.env,
+    return train_and_compare(trainer, config.output_dir, eval_tasks=config.eval_tasks, samples=args.samples,
+                             temperature=config.temperature, env_id=args.env,
                              resume=args.resume, greedy=args.greedy, reward_key="train_accuracy",
-                             extra={"arguments": run_arguments(args)})
+                             extra={"arguments": run_arguments(config, args)})
 
 
 if __name__ == "__main__":

@@ -13,18 +13,20 @@ User errors (unknown env, unreachable server, missing data, bad values) print on
 says what to change and exit with status 2.
 
 Each command imports what it needs when it runs: ``--help`` and ``envs`` load no torch,
-transformers, datasets or env module (the env table comes from the registry's summaries).
+transformers, datasets or env module (the env table comes from the registry's summaries), and
+``train`` checks its config and env id before torch loads.
+
+This module is the top layer: it imports the trainers (``trainers.magrpo``, ``trainers.mappo``) and
+the runtime below them, and nothing imports it. A subcommand is a ``cmd_NAME(args)`` function and a
+``sub.add_parser("NAME", ...)`` block in :func:`build_parser`.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from .hardware import short_openmp_spin
 
@@ -34,9 +36,6 @@ from .hardware import short_openmp_spin
 short_openmp_spin()
 
 DEFAULT_MODEL = "smollm2-135m"
-TRAINERS = {"magrpo": ("trainers.magrpo", "MAGRPOConfig", "MAGRPOTrainer"),
-            "mappo": ("trainers.mappo", "MAPPOConfig", "MAPPOTrainer")}
-
 
 class UserError(ValueError):
     """A mistake in the command line or its inputs; reported without a traceback, exit status 2."""
@@ -162,77 +161,55 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------- train
-def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["lr=1e-5", "num_generations=4"]`` -> ``{"lr": 1e-05, "num_generations": 4}`` (values parsed as YAML)."""
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--set expects key=value, got {pair!r}")
-        out[key.strip()] = parse_value(value)
-    return out
+TRAINER_CONFIGS = {"magrpo": "MAGRPOConfig", "mappo": "MAPPOConfig"}
 
 
-def parse_value(text: str) -> Any:
-    """A command-line value as YAML (``4``, ``true``, ``[a, b]``), numbers like ``1e-5`` included."""
-    value = yaml.safe_load(text) if text.strip() else ""
-    if isinstance(value, str):
-        try:
-            return float(value)  # YAML 1.1 reads "1e-5" (no dot) as a string
-        except ValueError:
-            return value
-    return value
+def train_configs() -> dict[str, type]:
+    """The config class of each trainer, by algorithm name (the configs import no torch)."""
+    from trainers.magrpo.config import MAGRPOConfig
+    from trainers.mappo.config import MAPPOConfig
+
+    return {"magrpo": MAGRPOConfig, "mappo": MAPPOConfig}
 
 
-def build_config(config_cls: type, values: dict[str, Any]) -> Any:
-    """Instantiate a trainer config dataclass, naming unknown keys and the valid ones."""
-    names = {f.name for f in dataclasses.fields(config_cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise UserError(f"unknown {config_cls.__name__} field(s) {unknown}; valid fields: {sorted(names)}")
-    return config_cls(**values)
+def trainer_class(algorithm: str) -> type:
+    """The trainer of ``algorithm`` (imports torch and transformers)."""
+    if algorithm == "magrpo":
+        from trainers.magrpo import MAGRPOTrainer
+
+        return MAGRPOTrainer
+    from trainers.mappo import MAPPOTrainer
+
+    return MAPPOTrainer
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """Train a team with MAGRPO or MAPPO on an env (config file + --set overrides)."""
-    import importlib
+    """Train a team with MAGRPO or MAPPO on an env: field defaults < --config YAML < flags < --set."""
+    from llm_marl_envs.registry import spec
+    from trainers.common.arguments import config_from_args, parse_overrides
 
-    from .models import load
-
-    module_name, config_name, trainer_name = TRAINERS[args.algorithm]
-    values: dict[str, Any] = {}
-    if args.config:
-        path = Path(args.config)
-        if not path.is_file():
-            raise UserError(f"config file {str(path)!r} does not exist; pass a YAML file of {config_name} fields")
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if not isinstance(loaded, dict):
-            raise UserError(f"{path} must hold a mapping of {config_name} fields, got {type(loaded).__name__}")
-        values.update(loaded)
-    values.update(parse_overrides(args.set or []))
-    if args.out is not None:
-        values["output_dir"] = args.out
-    try:
-        module = importlib.import_module(module_name)
-        config_cls, trainer_cls = getattr(module, config_name), getattr(module, trainer_name)
-    except (ImportError, AttributeError) as err:
-        raise UserError(f"the {args.algorithm} trainer is not available in this installation ({err}); "
-                        f"update llm-marl-envs to a version that ships {module_name}.{trainer_name}") from None
-    config = build_config(config_cls, values)
+    config = config_from_args(train_configs()[args.algorithm], args, recipe=args.config,
+                              overrides=parse_overrides(args.set or []))
+    spec(args.env)                           # an unknown env id is refused before anything heavy loads
     env, eval_env = train_and_eval_envs(args)
     agents = env.possible_agents
-    from llm_marl.team import Team
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from .models import load
+    from .team import Team
 
     if args.full_finetune:
         team = Team.separate([load(args.model) for _ in agents], agents, names=[args.model] * len(agents))
     else:
         model, tokenizer = load(args.model)
         team = Team.shared_lora(model, tokenizer, agents, name=args.model)
-    trainer = trainer_cls(env, team, config, eval_env=eval_env)
+    trainer = trainer_class(args.algorithm)(env, team, config, eval_env=eval_env)
     trainer.train()
     if trainer.distributed.is_main:          # under `accelerate launch` every process runs this command
         print(f"trained {args.algorithm} on {args.env} ({len(agents)} agents, {env.num_turns} turns); "
-              f"outputs in {getattr(config, 'output_dir', '?')}")
+              f"outputs in {config.output_dir}")
     return 0
 
 
@@ -287,11 +264,68 @@ def add_env_arguments(parser: argparse.ArgumentParser, split_help: str = "datase
     parser.add_argument("--split", default=None, help=split_help)
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+class TrainParser(argparse.ArgumentParser):
+    """The parser of ``llm-marl train ALGORITHM``: the config's fields become flags when it parses.
+
+    So only ``train`` imports the config classes; ``llm-marl --help`` and the other commands do not.
+    """
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if not any(group.title.endswith("Config fields") for group in self._action_groups):
+            from trainers.common.arguments import add_config_arguments
+
+            algorithm = self.prog.split()[-1]
+            add_config_arguments(self, train_configs()[algorithm], flags={"output_dir": ["--output-dir", "--out"]})
+        return super().parse_known_args(args, namespace)
+
+
+def add_train_parser(sub: Any) -> None:
+    """``llm-marl train ALGORITHM ENV``: the command's own options and one flag per field of the trainer's config."""
+    train = sub.add_parser("train", help="train a team with MAGRPO or MAPPO",
+                           description="Train a team on an env with MAGRPO or MAPPO. `llm-marl train ALGORITHM "
+                                       "--help` lists every field of its config with its default and help.")
+    algorithms = train.add_subparsers(dest="algorithm", required=True, parser_class=TrainParser)
+    for algorithm, config_name in TRAINER_CONFIGS.items():
+        parser = algorithms.add_parser(
+            algorithm, help=f"train with {algorithm.upper()} ({config_name})", allow_abbrev=False,
+            usage=f"llm-marl train {algorithm} ENV [--config FILE.yaml] [--set KEY=VALUE] [--FIELD VALUE] [options]",
+            description=f"Train a team on ENV with {algorithm.upper()}. The {config_name} fields are set by "
+                        f"their defaults, then a YAML file of fields (--config), then their flags, then --set "
+                        f"key=value (values are coerced to each field's type). Trains on --split, evaluates "
+                        f"on --eval-split.")
+        parser.add_argument("env", help="environment id (see `llm-marl envs`)")
+        parser.add_argument("--model", default=DEFAULT_MODEL,
+                            help=f"base model: embedded name or local HF directory (default: {DEFAULT_MODEL})")
+        parser.add_argument("--config", default=None, metavar="FILE.yaml",
+                            help=f"a YAML file of {config_name} fields (e.g. examples/configs/)")
+        parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                            help="set one config field, after --config and the flags (repeatable)")
+        parser.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                            help="torch threads (default: torch's choice)")
+        parser.add_argument("--full-finetune", action="store_true", help="one full model copy per agent (default: "
+                            "one shared frozen base, a LoRA adapter per agent)")
+        add_env_arguments(parser, split_help="dataset split to train on (default: train)")
+        parser.add_argument("--eval-split", default="test", help="dataset split evaluate() plays, held out from "
+                            "training (default: test)")
+        parser.set_defaults(func=cmd_train)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``llm-marl`` and its subcommands."""
     parser = argparse.ArgumentParser(prog="llm-marl", description="Multi-agent LLM environments: list, benchmark, "
                                      "train, report.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{envs,bench,train,report,export,info}")
+    sub = parser.add_subparsers(dest="command", required=True)
 
     envs = sub.add_parser("envs", help="list registered environments", description="List registered environments "
                           "with their default agents, turns, data source and verifier.")
@@ -349,25 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quiet", action="store_true", help="no progress bar")
     bench.set_defaults(func=cmd_bench)
 
-    train = sub.add_parser("train", help="train a team with MAGRPO or MAPPO",
-                           description="Train with a YAML config of the trainer's config fields; --set overrides "
-                                       "single fields (values parsed as YAML).")
-    train.add_argument("algorithm", choices=sorted(TRAINERS), help="training algorithm")
-    train.add_argument("env", help="environment id (see `llm-marl envs`)")
-    train.add_argument(
-        "--model",
-        default=DEFAULT_MODEL,
-        help=f"base model: embedded name or local HF directory (default: {DEFAULT_MODEL})",
-    )
-    train.add_argument("--config", default=None, help="YAML file of config fields")
-    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config field (repeatable)")
-    train.add_argument("--out", default=None, help="output directory (overrides the config's output_dir)")
-    train.add_argument("--full-finetune", action="store_true",
-                       help="one full model copy per agent (default: one shared frozen base, a LoRA adapter per agent)")
-    add_env_arguments(train, split_help="dataset split to train on (default: train)")
-    train.add_argument("--eval-split", default="test", help="dataset split evaluate() plays, held out from "
-                       "training (default: test)")
-    train.set_defaults(func=cmd_train)
+    add_train_parser(sub)
 
     report = sub.add_parser("report", help="rebuild the report of a bench run directory",
                             description="Recompute summary.json, report.md, report.html and plots from "

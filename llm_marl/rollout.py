@@ -17,16 +17,17 @@ import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
 from llm_marl_envs.core import TextEnv
 
-from .backends.hf import generate_all
 from .episode import AgentTurn, Episode, jsonable_info
 from .policy import Conversation, Generation, SamplingParams
-from .team import Team
+
+if TYPE_CHECKING:
+    from .team import Team
 
 JOINT_MODES = ("aligned", "cross")
 
@@ -78,6 +79,8 @@ class RolloutEngine:
         calls = [(self.team.policy(requests[rows[0]][0]), [requests[i][1] for i in rows],
                   {"adapters": [self.team.adapter(requests[i][0]) for i in rows], "num_samples": num_samples})
                  for rows in by_policy.values()]
+        from .backends.hf import generate_all  # torch and transformers load with the first batch
+
         outs = generate_all(calls, params or self.params, concurrent=self.concurrent_policies)
         for rows, out in zip(by_policy.values(), outs):
             for i, generations in zip(rows, out):

@@ -5,11 +5,12 @@ import json
 import socket
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from llm_marl.cli import UserError, build_config, main, parse_overrides
+from llm_marl.cli import main
 from llm_marl_envs import list_envs
 
 
@@ -41,7 +42,8 @@ print(json.dumps(sorted(sys.modules)))
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["envs"], ["envs", "--help"], ["bench", "--help"], ["train", "--help"],
-                                  ["report", "--help"], ["export", "--help"], ["info", "--help"]])
+                                  ["train", "magrpo", "--help"], ["report", "--help"], ["export", "--help"],
+                                  ["info", "--help"]])
 def test_help_and_the_env_table_import_no_heavy_package_and_no_env_module(argv):
     result = subprocess.run([sys.executable, "-c", IMPORTS_AFTER, *argv], capture_output=True, text=True, timeout=120,
                             cwd=Path(__file__).resolve().parents[1])
@@ -50,6 +52,8 @@ def test_help_and_the_env_table_import_no_heavy_package_and_no_env_module(argv):
     assert "llm_marl.cli" in modules
     assert [m for m in modules if m.split(".")[0] in HEAVY] == []
     assert [m for m in modules if m.startswith(("llm_marl_envs.envs.", "llm_marl.backends"))] == []
+    if argv[:2] != ["train", "magrpo"]:          # only `train ALGORITHM` reads a config class
+        assert [m for m in modules if m.split(".")[0] == "trainers"] == []
 
 
 def test_envs_table_lists_every_registered_env(capsys):
@@ -109,20 +113,102 @@ def test_report_of_a_non_run_directory_is_a_user_error(tmp_path, capsys):
     assert "not a benchmark run directory" in capsys.readouterr().err
 
 
-def test_train_overrides_and_config_fields():
-    assert parse_overrides(["lr=1e-5", "num_generations=4", "name=abc", "flag=true"]) == {
-        "lr": 1e-5, "num_generations": 4, "name": "abc", "flag": True}
-    with pytest.raises(UserError, match="key=value"):
-        parse_overrides(["lr"])
+@pytest.mark.parametrize("algorithm, config_name", [("magrpo", "MAGRPOConfig"), ("mappo", "MAPPOConfig")])
+def test_train_help_lists_every_config_field_with_its_default_and_help(algorithm, config_name, capsys):
     import dataclasses
 
-    @dataclasses.dataclass
-    class Cfg:
-        lr: float = 1.0
+    import trainers.magrpo
+    import trainers.mappo
+    from trainers.common.arguments import format_value
 
-    assert build_config(Cfg, {"lr": 0.5}).lr == 0.5
-    with pytest.raises(UserError, match=r"unknown Cfg field\(s\) \['lrr'\]; valid fields: \['lr'\]"):
-        build_config(Cfg, {"lrr": 0.5})
+    config_cls = getattr(trainers.magrpo if algorithm == "magrpo" else trainers.mappo, config_name)
+    with pytest.raises(SystemExit) as info:
+        main(["train", algorithm, "--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    defaults = config_cls()
+    for field in dataclasses.fields(config_cls):
+        assert f"--{field.name.replace('_', '-')} " in text, field.name
+        shown = f"{' '.join(field.metadata['help'].split())} (default: {format_value(getattr(defaults, field.name))})"
+        assert shown in text, field.name
+    assert f"{config_name} fields" in text and "--seed INT Seed of task sampling" in text
+    assert "--threads N torch threads" in text and "--output-dir STR, --out STR" in text
+
+
+def test_train_config_comes_from_defaults_yaml_flags_then_set(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import torch
+
+    import trainers.magrpo
+
+    seen = []
+
+    class RecordingTrainer:          # stands in for MAGRPOTrainer: records the config and threads of the command
+        def __init__(self, env, team, config, eval_env=None):
+            seen.append((config, torch.get_num_threads()))
+            self.distributed = types.SimpleNamespace(is_main=True)
+
+        def train(self):
+            return []
+
+    monkeypatch.setattr(trainers.magrpo, "MAGRPOTrainer", RecordingTrainer)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("learning_rate: 1e-5\nmax_steps: 7\nseed: 3\nnum_generations: 2\nreport_to: [jsonl]\n")
+    threads = torch.get_num_threads()
+    try:
+        code = main(["train", "magrpo", "arithmetic_debate-v0", "--model", str(tiny_model_dir), "--config", str(recipe),
+                     "--max-steps", "9", "--seed", "4", "--set", "seed=5", "--set", "top_p=0.5", "--threads", "1",
+                     "--out", str(tmp_path / "out"), "--num-agents", "2"])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, capsys.readouterr().err
+    (config, used_threads), = seen
+    assert (config.learning_rate, config.max_steps, config.seed, config.top_p, config.num_generations) == (
+        1e-5, 9, 5, 0.5, 2)
+    assert config.report_to == ("jsonl",) and config.output_dir == str(tmp_path / "out") and used_threads == 1
+    assert f"outputs in {tmp_path / 'out'}" in capsys.readouterr().out
+
+
+USAGE_ERROR = """
+import json, sys
+from llm_marl.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--set", "max_steps=two"], "llm-marl train: error: MAGRPOConfig.max_steps expects an integer, got 'two'"),
+    (["--max-steps", "two"], "llm-marl train magrpo: error: argument --max-steps: MAGRPOConfig.max_steps expects an "
+                             "integer, got 'two'"),
+    (["--set", "learning_rat=1e-5"], "llm-marl train: error: unknown MAGRPOConfig field(s) ['learning_rat']; did you "
+                                     "mean 'learning_rate'?"),
+    (["--config", "{recipe}"], "llm-marl train: error: MAGRPOConfig.num_generations expects an integer, got [2]"),
+    (["--set", "num_generations=1"], "llm-marl train: error: num_generations must be >= 2 for group-relative "
+                                     "advantages, got 1"),
+    (["--threads", "0"], "llm-marl train magrpo: error: argument --threads: expected an integer >= 1, got '0'"),
+    ("no_such_env-v0", "llm-marl train: error: unknown environment id 'no_such_env-v0'; registered ids: ["),
+    ("ppo", "llm-marl train: error: argument algorithm: invalid choice: 'ppo' (choose from 'magrpo', 'mappo')"),
+], ids=["set", "flag", "unknown_field", "yaml_list", "post_init", "threads", "unknown_env", "unknown_trainer"])
+def test_train_usage_errors_are_one_line_exit_2_and_load_no_torch(argv, message, tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("learning_rate: 1e-5\nnum_generations: [2]\n")
+    if argv == "no_such_env-v0":
+        argv = ["train", "magrpo", "no_such_env-v0"]
+    elif argv == "ppo":
+        argv = ["train", "ppo", "arithmetic_debate-v0"]
+    else:
+        argv = ["train", "magrpo", "arithmetic_debate-v0", *[a.format(recipe=recipe) for a in argv]]
+    result = subprocess.run([sys.executable, "-c", USAGE_ERROR, *argv], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    outcome = json.loads(result.stdout.splitlines()[-1])
+    assert outcome["code"] == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("usage:")]
+    assert len(errors) == 1 and errors[0].startswith(message), result.stderr
+    assert [m for m in outcome["modules"] if m.split(".")[0] in HEAVY] == []
+    assert "llm_marl.team" not in outcome["modules"] and "trainers.magrpo.trainer" not in outcome["modules"]
 
 
 def test_train_missing_config_file_is_a_user_error(tmp_path, capsys):
@@ -195,8 +281,6 @@ def test_train_unknown_config_field_is_a_user_error(tmp_path, capsys):
 
 
 def test_train_trains_on_the_train_split_and_evaluates_on_test(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    import types
-
     import trainers.mappo
 
     built = []

@@ -13,6 +13,7 @@ DOCS = ROOT / "docs"
 sys.path.insert(0, str(DOCS / "_scripts"))
 
 import docstring_rst  # noqa: E402
+import gen_config_fields  # noqa: E402
 import gen_env_pages  # noqa: E402
 
 
@@ -48,6 +49,27 @@ def test_env_pages_cover_every_registered_env(tmp_path):
         assert f"Environment `{env_id}`" in text
         assert "\n## Arguments" in text, f"{env_id}: its docstring has no '### Arguments' section"
     assert {p.stem for p in pages if p.parent.name == "protocols"} == set(gen_env_pages.PROTOCOL_MODULES)
+
+
+def test_config_fields_page_lists_every_field_with_its_flag_default_and_help(tmp_path):
+    """The generated page has one row per field of TrainerConfig, MAGRPOConfig and MAPPOConfig, from the code."""
+    import dataclasses
+
+    from trainers.magrpo import MAGRPOConfig
+    from trainers.mappo import MAPPOConfig
+
+    text = gen_config_fields.write_page(tmp_path / "config_fields.md").read_text(encoding="utf-8")
+    sections = {section.split("\n", 1)[0]: {line.split("|")[1].strip(" `"): line for line in section.splitlines()
+                                            if line.startswith("| `")} for section in text.split("\n## ")[1:]}
+    shared = sections["Shared by both trainers (`TrainerConfig`)"]
+    for config_cls in (MAGRPOConfig, MAPPOConfig):
+        own = sections[f"{config_cls.__name__[:-6]} (`{config_cls.__module__}.{config_cls.__name__}`)"]
+        for field in dataclasses.fields(config_cls):
+            row = {**shared, **own}[field.name]
+            assert f"`--{field.name.replace('_', '-')}`" in row
+            assert " ".join(field.metadata["help"].split()).replace("|", "\\|") in row, field.name
+    assert "MAGRPO: `100`, MAPPO: `10`" in shared["max_steps"] and "| `0.9` |" in shared["top_p"]
+    assert "(configs.md)" in text and (DOCS / "configs.md").is_file()
 
 
 def test_env_page_links_protocols_and_api():

@@ -1,10 +1,11 @@
 """Imports between our packages run one way, with no cycle between modules:
 
-    verifiers  <-  llm_marl_envs  <-  llm_marl (runtime: models, backends, team, rollout, benchmark, CLI)  <-  trainers
+    verifiers  <-  llm_marl_envs  <-  llm_marl (runtime: models, backends, team, rollout, benchmark)  <-  trainers
+        <-  llm_marl.cli (the command line: the top layer)
 
 Checked statically over every import statement, those inside functions included: an import
-hidden in a function to dodge a cycle is still a cycle. The CLI loads trainers by name
-(``importlib``), which is not an import statement.
+hidden in a function to dodge a cycle is still a cycle. No module loads one of ours by name
+(``importlib.import_module("trainers...")``), which would hide an edge from this check.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["verifiers", "llm_marl_envs", "llm_marl", "trainers"]       # each may import only those before it
+TOP = ["llm_marl.cli"]              # modules above every layer: they may import any module, and none imports them
 
 
 def module_name(path: Path) -> str:
@@ -54,7 +56,7 @@ GRAPH = {name: imports_of(name, path, set(project_modules())) for name, path in 
 
 
 def layer(module: str) -> int:
-    return LAYERS.index(module.split(".")[0])
+    return len(LAYERS) if module in TOP else LAYERS.index(module.split(".")[0])
 
 
 @pytest.mark.parametrize("module", sorted(GRAPH))
@@ -106,9 +108,40 @@ def test_no_import_cycles_between_modules():
 GRAPH_IS_INIT = {name: path.name == "__init__.py" for name, path in project_modules().items()}
 
 
+# the modules that load modules by name, and why: the names come from users, not from our packages
+LOADS_BY_NAME = {"llm_marl_envs.registry": "an env's entry point 'package.module:Class', as Gymnasium's",
+                 "verifiers._sandbox_zygote": "the modules a sandboxed program imports"}
+
+
+def loads_by_name(path: Path) -> bool:
+    """Whether a file calls ``importlib.import_module`` or ``__import__``."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) in ("import_module",
+                                                                                              "__import__"):
+                return True
+    return False
+
+
+def test_only_the_named_modules_load_modules_by_name():
+    loading = {name for name, path in project_modules().items() if loads_by_name(path)}
+    assert loading <= set(LOADS_BY_NAME), (f"{sorted(loading - set(LOADS_BY_NAME))} load modules by name: import "
+                                           f"ours with import statements, which the layering check sees")
+    assert loading == set(LOADS_BY_NAME), "the check finds the modules that do"
+
+
+def test_the_cli_is_the_top_layer():
+    assert "trainers.magrpo" in GRAPH["llm_marl.cli"] and "trainers.mappo" in GRAPH["llm_marl.cli"]
+    assert "trainers.common.arguments" in GRAPH["llm_marl.cli"]
+    assert [m for m, targets in GRAPH.items() if "llm_marl.cli" in targets] == []
+    assert layer("llm_marl.cli") > layer("trainers.magrpo.trainer") > layer("llm_marl.team")
+
+
 def test_the_check_sees_real_imports():
     """The graph is read from the code: known edges are present (guards against a check that reads nothing)."""
     assert "llm_marl_envs.core" in GRAPH["llm_marl.rollout"]
     assert "llm_marl.team" in GRAPH["trainers.common.checkpoint"]
+    assert "llm_marl.backends.hf" in GRAPH["llm_marl.rollout"], "an import inside a function is an edge"
     assert len(GRAPH) > 60
     assert strongly_connected({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]

@@ -141,7 +141,7 @@ def test_example_judges_posts_filtered_like_the_training_posts():
     validation = llm_marl_envs.make(example.ENV_ID, split="validation")
     with pytest.raises(ValueError, match="too few to judge 100"):
         example.held_out_posts(validation, 400, 100, skip=6)
-    assert example.parse_args([]).eval_split == "validation"
+    assert example.parse_args([])[1].eval_split == "validation"
 
 
 def test_example_trains_with_the_monitor_and_judges_held_out_posts(tmp_path, one_torch_thread):

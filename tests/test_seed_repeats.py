@@ -60,8 +60,8 @@ def test_seed_repeats_run_each_seed_as_alone_and_report_each_gain(script, tmp_pa
     assert all(torch.equal(t, adapters[1][k]) for k, t in _adapters(alone).items())
 
     # run again: every seed is reused (nothing trains), and the summary is the same
-    def refuse(args):
-        raise AssertionError(f"seed {args.seed} ran again")
+    def refuse(config, args):
+        raise AssertionError(f"seed {config.seed} ran again")
 
     monkeypatch.setattr(module, "run", refuse)
     monkeypatch.setattr(sys, "argv", [script, *common, "--seeds", "0,1", "--out", str(tmp_path / "repeat")])
@@ -73,11 +73,13 @@ def test_seed_repeats_refuse_one_seed_and_a_resume(tmp_path):
     from argparse import Namespace
 
     from trainers.common.experiment import repeat_over_seeds
+    from trainers.magrpo import MAGRPOConfig
 
+    config = MAGRPOConfig(output_dir=str(tmp_path))
     with pytest.raises(ValueError, match="at least two distinct seeds"):
-        repeat_over_seeds(lambda a: {}, Namespace(out=str(tmp_path), resume=None), [3, 3], title="t")
+        repeat_over_seeds(lambda c, a: {}, config, Namespace(resume=None), [3, 3], title="t")
     with pytest.raises(ValueError, match="cannot be combined with --seeds"):
-        repeat_over_seeds(lambda a: {}, Namespace(out=str(tmp_path), resume="x"), [0, 1], title="t")
+        repeat_over_seeds(lambda c, a: {}, config, Namespace(resume="x"), [0, 1], title="t")
 
 
 def test_seed_spread_is_the_mean_and_sample_std_of_the_seeds_means():

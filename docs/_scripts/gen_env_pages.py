@@ -3,8 +3,8 @@
 Every env module under ``llm_marl_envs/envs/`` opens with a Markdown docstring (a title, the table of
 id, agents, turns, spaces, data, verifier and reward, then its arguments). This script copies it into
 ``docs/environments/list/<env id>.md``, and the docstrings of the protocol modules every family shares
-(``debate``, ``writing``, ``coding``, ``information_split``) into ``docs/environments/protocols/<name>.md``. ``docs/conf.py``
-runs it at the start of every build; the generated folders are ignored by git.
+(``debate``, ``writing``, ``coding``, ``information_split``) into ``docs/environments/protocols/<name>.md``.
+``docs/conf.py`` runs it at the start of every build; the generated folders are ignored by git.
 
     python docs/_scripts/gen_env_pages.py            # writes the pages, prints what it wrote
 """

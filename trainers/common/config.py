@@ -17,6 +17,7 @@ from typing import Any
 MIXED_PRECISION = ("no", "bf16", "fp16")
 DEVICE_TYPES = ("cpu", "cuda")
 REPORT_TO = ("jsonl", "tensorboard", "wandb", "trackio")
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k3")   # trainers.common.losses.kl_per_token
 
 
 @dataclass
@@ -166,4 +167,5 @@ def parse_device(device: object, agent: str = "") -> str:
     return str(parsed)
 
 
-__all__ = ["TrainerConfig", "MIXED_PRECISION", "REPORT_TO", "parse_device", "require", "trainer_default"]
+__all__ = ["TrainerConfig", "KL_ESTIMATORS", "MIXED_PRECISION", "REPORT_TO", "parse_device", "require",
+           "trainer_default"]

@@ -14,7 +14,7 @@ answers). :func:`repeat_over_seeds` runs an example once per seed and reports th
 from __future__ import annotations
 
 import argparse
-import copy
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -25,6 +25,7 @@ import numpy as np
 
 from llm_marl.files import write_text_atomically
 
+from .arguments import config_parser
 from .checkpoint import resolve_checkpoint
 from .evaluation import HeldOutScores, compare, format_comparison, held_out_scores
 from .logging import read_metrics
@@ -175,46 +176,49 @@ def seed_spread(seeds: Sequence[int], values: Sequence[dict[str, float]]) -> dic
             else 0.0, "min": float(means.min()), "max": float(means.max())}
 
 
-def run_arguments(args: argparse.Namespace) -> dict[str, Any]:
-    """The arguments that decide what a run computes (not how many threads compute it)."""
-    return {k: v for k, v in sorted(vars(args).items()) if k not in ("threads", "seeds", "out")}
+def run_arguments(config: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What decides a run's results, as JSON: the config's fields but ``output_dir``, and the script's own flags
+    but ``threads`` and ``seeds``."""
+    fields = {k: v for k, v in config.to_dict().items() if k != "output_dir"}
+    own = {k: v for k, v in vars(args).items() if k not in ("threads", "seeds")}
+    return json.loads(json.dumps({**own, **fields}, sort_keys=True, default=str))
 
 
-def repeat_over_seeds(run_one: Callable[[argparse.Namespace], dict[str, Any]], args: argparse.Namespace,
-                      seeds: Sequence[int], *, title: str) -> dict[str, Any]:
-    """Run a training example once per seed in ``args.out/seed-<s>``, then write the spread of its gains.
+def repeat_over_seeds(run_one: Callable[[Any, argparse.Namespace], dict[str, Any]], config: Any,
+                      args: argparse.Namespace, seeds: Sequence[int], *, title: str) -> dict[str, Any]:
+    """Run a training example once per seed in ``config.output_dir/seed-<s>``, then write the spread of its gains.
 
-    ``run_one(args)`` is the example's single run (it must return :func:`train_and_compare`'s results and
-    record ``run_arguments(args)`` under ``"arguments"``); a seed whose ``results.json`` was written with the
-    same arguments is reused, so an interrupted repeat resumes. Writes ``args.out/seeds.json``: per setting,
-    each seed's held-out gain (after − before final-turn accuracy, paired 95% CI) and the mean, sample std,
-    min and max over seeds; and ``args.out/seeds.png`` with one point and interval per seed.
+    ``run_one(config, args)`` is the example's single run (it must return :func:`train_and_compare`'s results
+    and record ``run_arguments(config, args)`` under ``"arguments"``); each seed runs with a copy of ``config``
+    whose ``seed`` and ``output_dir`` are its own. A seed whose ``results.json`` was written with the same
+    arguments is reused, so an interrupted repeat resumes. Writes ``seeds.json`` in ``config.output_dir``: per
+    setting, each seed's held-out gain (after − before final-turn accuracy, paired 95% CI) and the mean, sample
+    std, min and max over seeds; and ``seeds.png`` with one point and interval per seed.
     """
     seeds = list(dict.fromkeys(int(s) for s in seeds))
     if len(seeds) < 2:
         raise ValueError(f"a seed repeat needs at least two distinct seeds, got {seeds}")
     if getattr(args, "resume", None):
         raise ValueError("--resume names one run's checkpoint; it cannot be combined with --seeds")
-    out = Path(args.out)
+    out = Path(config.output_dir)
     per_seed: dict[int, dict[str, Any]] = {}
     for seed in seeds:
-        seed_args = copy.copy(args)
-        seed_args.seed, seed_args.out = seed, str(out / f"seed-{seed}")
-        stored = Path(seed_args.out) / "results.json"
+        seed_config = dataclasses.replace(config, seed=seed, output_dir=str(out / f"seed-{seed}"))
+        stored = Path(seed_config.output_dir) / "results.json"
         previous = json.loads(stored.read_text()) if stored.is_file() else None
-        if previous is not None and previous.get("arguments") == run_arguments(seed_args):
+        if previous is not None and previous.get("arguments") == run_arguments(seed_config, args):
             print(f"seed {seed}: already done ({stored}), reused", flush=True)
             per_seed[seed] = previous
         else:
-            print(f"seed {seed}: training and evaluating in {seed_args.out}", flush=True)
-            per_seed[seed] = run_one(seed_args)
+            print(f"seed {seed}: training and evaluating in {seed_config.output_dir}", flush=True)
+            per_seed[seed] = run_one(seed_config, args)
     settings = [name for name in ("greedy", "sampled") if all(name in r for r in per_seed.values())]
     spread = {name: {"gain": seed_spread(seeds, [per_seed[s][name]["final_turn_accuracy"]["paired_difference"]
                                                  for s in seeds]),
                      "after": seed_spread(seeds, [per_seed[s][name]["final_turn_accuracy"]["after"]
                                                   for s in seeds])}
               for name in settings}
-    summary = {"title": title, "seeds": seeds, "arguments": run_arguments(args),
+    summary = {"title": title, "seeds": seeds, "arguments": run_arguments(config, args),
                "gain": "after − before final-turn accuracy on the same held-out tasks, paired by task (95% "
                        "bootstrap CI); mean, std (sample), min and max over seeds",
                "settings": spread,
@@ -245,12 +249,13 @@ def parse_seeds(text: str) -> list[int]:
     return [int(s) for s in text.split(",") if s.strip()]
 
 
-def run_once_or_over_seeds(run_one: Callable[[argparse.Namespace], dict[str, Any]], args: argparse.Namespace, *,
-                           title: str) -> dict[str, Any]:
-    """An example's ``main``: ``run_one(args)``, or :func:`repeat_over_seeds` when ``args.seeds`` names seeds."""
+def run_once_or_over_seeds(run_one: Callable[[Any, argparse.Namespace], dict[str, Any]], config: Any,
+                           args: argparse.Namespace, *, title: str) -> dict[str, Any]:
+    """An example's ``main``: ``run_one(config, args)``, or :func:`repeat_over_seeds` when ``args.seeds`` names
+    seeds."""
     if args.seeds:
-        return repeat_over_seeds(run_one, args, parse_seeds(args.seeds), title=title)
-    return run_one(args)
+        return repeat_over_seeds(run_one, config, args, parse_seeds(args.seeds), title=title)
+    return run_one(config, args)
 
 
 def seed_gains_figure(spread: dict[str, Any], seeds: Sequence[int], path: str | os.PathLike, *,
@@ -279,27 +284,23 @@ def seed_gains_figure(spread: dict[str, Any], seeds: Sequence[int], path: str | 
     return Path(path)
 
 
-def debate_experiment_parser(description: str, *, out: str, kl_coef: float) -> argparse.ArgumentParser:
-    """The arguments every debate training example shares (env, turns, sampling, evaluation, output)."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--env", default="arithmetic_debate-v0", help="debate env id")
-    parser.add_argument("--num-turns", type=int, default=2, help="debate turns")
-    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of training "
-                        "(and of the sampled evaluation)")
-    parser.add_argument("--max-new-tokens", type=int, default=40, help="tokens per answer")
-    parser.add_argument("--kl-coef", type=float, default=kl_coef, help="weight of the KL to the base model")
-    parser.add_argument("--eval-tasks", type=int, default=200, help="held-out test tasks evaluated before and after")
-    parser.add_argument(
-        "--samples", type=int, default=4, help="sampled plays per held-out task (0: greedy evaluation only)"
-    )
+def debate_experiment_parser(description: str, config_cls: type, recipe: str | os.PathLike) -> argparse.ArgumentParser:
+    """The parser of a debate training example: ``--config`` (default: its ``recipe``), one flag per field of
+    ``config_cls`` (``--steps`` and ``--out`` name ``max_steps`` and ``output_dir``) and the flags every such
+    example has (env, turns, evaluation, seeds, model, resume). Read it with
+    :func:`trainers.common.arguments.parse_config`."""
+    parser = config_parser(config_cls, description, recipe=recipe,
+                           flags={"max_steps": ["--max-steps", "--steps"], "output_dir": ["--output-dir", "--out"]})
+    parser.add_argument("--env", default="arithmetic_debate-v0", help="debate env id (default: %(default)s)")
+    parser.add_argument("--num-turns", type=int, default=2, help="debate turns (default: %(default)s)")
+    parser.add_argument("--samples", type=int, default=4, help="sampled plays per held-out task at the training "
+                        "temperature (0: greedy evaluation only; default: %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--out", default=out, help="output directory")
-    parser.add_argument("--seed", type=int, default=0, help="seed of initialisation, sampling and task order")
     parser.add_argument("--seeds", default=None,
                         help="comma-separated seeds: the run once per seed in OUT/seed-<s>, then the spread of the "
                              "held-out gain over seeds in OUT/seeds.json and OUT/seeds.png (overrides --seed)")
     parser.add_argument("--model", default="smollm2-135m",
-                        help="base model: the embedded name or a local HF model directory")
+                        help="base model: the embedded name or a local HF model directory (default: %(default)s)")
     parser.add_argument("--no-greedy", dest="greedy", action="store_false",
                         help="skip the greedy evaluation (play only the --samples sampled ones)")
     parser.add_argument("--resume", default=None, metavar="CHECKPOINT",
@@ -308,9 +309,9 @@ def debate_experiment_parser(description: str, *, out: str, kl_coef: float) -> a
     return parser
 
 
-def debate_team_and_envs(args: Any, model_name: str | None = None) -> tuple[Any, Any, Any]:
-    """``(team, train env, test env)`` of a debate example: one LoRA adapter per agent on ``model_name``
-    (default: ``args.model``, else the embedded SmolLM2-135M-Instruct)."""
+def debate_team_and_envs(config: Any, args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """``(team, train env, test env)`` of a debate example: one LoRA adapter per agent on ``args.model``, its
+    initialisation seeded by ``config.seed``."""
     import torch
 
     import llm_marl_envs
@@ -319,10 +320,9 @@ def debate_team_and_envs(args: Any, model_name: str | None = None) -> tuple[Any,
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    model_name = model_name or getattr(args, "model", None) or "smollm2-135m"
-    model, tokenizer = load(model_name)
-    team = Team.shared_lora(model, tokenizer, agents=2, name=model_name)
+    torch.manual_seed(config.seed)
+    model, tokenizer = load(args.model)
+    team = Team.shared_lora(model, tokenizer, agents=2, name=args.model)
     env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="train")
     eval_env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="test")
     return team, env, eval_env

@@ -18,7 +18,7 @@ from typing import Literal
 
 import torch
 
-KL_ESTIMATORS: tuple[str, ...] = ("k1", "k3")
+from .config import KL_ESTIMATORS
 
 
 def kl_per_token(

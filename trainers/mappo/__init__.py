@@ -9,10 +9,20 @@ Reinforcement Learning*, ACL 2025, https://arxiv.org/abs/2502.18439.
 
 Modules: :mod:`.rewards` (turn rewards), :mod:`.ppo_math` (GAE and the clipped losses), :mod:`.critic`
 (centralized critic), :mod:`.logprobs_entropy` (log-probs with the entropy), :mod:`.config`, :mod:`.trainer`.
+The config imports no torch, so a command line can check a config before the trainer loads.
 """
+from typing import Any
+
 from .config import MAPPOConfig
 from .rewards import IncentiveWeights, incentive_bonuses, influence_aware_returns, turn_rewards
-from .trainer import MAPPOTrainer
 
 __all__ = ["MAPPOConfig", "MAPPOTrainer", "IncentiveWeights", "influence_aware_returns", "incentive_bonuses",
            "turn_rewards"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MAPPOTrainer":
+        from .trainer import MAPPOTrainer
+
+        return MAPPOTrainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

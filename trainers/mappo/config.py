@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainers.common.config import TrainerConfig, require, trainer_default
-from trainers.common.losses import KL_ESTIMATORS
+from trainers.common.config import KL_ESTIMATORS, TrainerConfig, require, trainer_default
 
 from .rewards import FUTURE_MEANS, REWARD_RULES, IncentiveWeights
 
