@@ -164,8 +164,8 @@ def test_help_lists_every_field_with_its_default_and_help(tmp_path, capsys):
     flat = " ".join(text.split())
     assert "Training steps (each: one collect, then one update). (default: 24)" in flat
     assert "(default: 0.0002)" in flat and "~30% more compute" in flat
-    assert "Metric sinks, any of ('jsonl', 'tensorboard', 'wandb') (wandb only when installed). (default: " \
-           "jsonl,tensorboard)" in flat
+    assert "Metric sinks, any of ('jsonl', 'tensorboard', 'wandb', 'trackio') (wandb and trackio only when " \
+           "installed: pip install 'llm-marl-envs[trackio]'). (default: jsonl,tensorboard)" in flat
     with pytest.raises(ValueError, match="unknown MAGRPOConfig field"):
         config_parser(MAGRPOConfig, flags={"max_step": ["--steps"]})
 
