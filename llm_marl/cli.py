@@ -65,13 +65,18 @@ def cmd_envs(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------- bench
 def default_backend(models: Sequence[str]) -> str:
     """``llamacpp`` when every model is an embedded GGUF name or a ``.gguf`` file, else ``hf``."""
-    from .models import EMBEDDED_MODELS
+    from .model_sources import EMBEDDED_MODELS
 
     return "llamacpp" if all(m in EMBEDDED_MODELS or m.endswith(".gguf") for m in models) else "hf"
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run (or resume) a benchmark, or several baselines on the same tasks, and write the report."""
+    if not args.checkpoint and args.backend != "openai":      # a model found nowhere fails before torch loads
+        from .model_sources import check_model_source
+
+        for name in (args.models or args.model or DEFAULT_MODEL).split(","):
+            check_model_source(name.strip())
     from .benchmark import BenchConfig, run_benchmark
     from .compare import compare_baselines, format_comparison, parse_baselines
     from .team_checkpoint import (
