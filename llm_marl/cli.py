@@ -44,16 +44,18 @@ class UserError(ValueError):
 # ---------------------------------------------------------------------------------- envs
 def cmd_envs(args: argparse.Namespace) -> int:
     """Print the table of registered environments."""
-    from llm_marl_envs.registry import list_envs, spec
+    from llm_marl_envs.registry import list_envs, newest_version, spec
 
     rows = [("id", "agents", "turns", "data source", "verifier")]
     for env_id in list_envs():
+        newer = newest_version(env_id)
+        shown = env_id if newer == env_id else f"{env_id} (deprecated: use {newer})"
         try:
             row = spec(env_id).describe()     # the registered summary: no env module is imported
-            rows.append((env_id, str(row.num_agents), str(row.num_turns), row.data_source or "-",
+            rows.append((shown, str(row.num_agents), str(row.num_turns), row.data_source or "-",
                          row.verifier_name or "-"))
         except (ImportError, AttributeError, KeyError) as err:
-            rows.append((env_id, "?", "?", f"(unavailable: {err})", "-"))
+            rows.append((shown, "?", "?", f"(unavailable: {err})", "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
@@ -235,7 +237,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     trainer = trainer_cls(env, team, config, eval_env=eval_env)
     trainer.train()
     if trainer.distributed.is_main:          # under `accelerate launch` every process runs this command
-        print(f"trained {args.algorithm} on {args.env} ({len(agents)} agents, {env.num_turns} turns); "
+        from llm_marl.report import counted
+
+        print(f"trained {args.algorithm} on {args.env} ({counted(len(agents), 'agent')}, "
+              f"{counted(env.num_turns, 'turn')}); "
               f"outputs in {getattr(config, 'output_dir', '?')}")
     return 0
 
@@ -291,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "debate, mixed teams) and write episodes.jsonl, summary.json, report.md, "
                                        "report.html and plots to --out; several baselines share the tasks and "
                                        "get one comparison report. Re-running with the same --out resumes.")
-    bench.add_argument("env", help="environment id (see `llm-marl envs`)")
+    bench.add_argument("env", help="environment id (see `llm-marl envs`), or my_module:MyEnv-v0 for an env that "
+                       "my_module registers (the current folder is searched too)")
     team = bench.add_mutually_exclusive_group()
     team.add_argument("--model", default=None, help=f"model for every agent: embedded name, .gguf file, local HF "
                       f"directory or served model id (default: {DEFAULT_MODEL})")
@@ -340,7 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Train with a YAML config of the trainer's config fields; --set overrides "
                                        "single fields (values parsed as YAML).")
     train.add_argument("algorithm", choices=sorted(TRAINERS), help="training algorithm")
-    train.add_argument("env", help="environment id (see `llm-marl envs`)")
+    train.add_argument("env", help="environment id (see `llm-marl envs`), or my_module:MyEnv-v0 for an env that "
+                       "my_module registers (the current folder is searched too)")
     train.add_argument(
         "--model",
         default=DEFAULT_MODEL,
@@ -374,6 +381,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llm-marl`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if ":" in str(getattr(args, "env", "")) and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # "my_module:MyEnv-v0" finds my_module here, as `python -m` would
     try:
         return args.func(args)
     # missing data (DataNotFoundError) is a FileNotFoundError, an unreachable server a ConnectionError

@@ -36,7 +36,7 @@ from llm_marl_envs import metrics
 from . import report
 from .benchmark import BASELINES, BenchConfig, load_policies, make_env, run_benchmark, run_view, write_report
 from .files import write_text_atomically
-from .report import RunView, Table, format_ci
+from .report import RunView, Table, counted, format_ci
 
 COMPARE_FILE, COMPARISON_FILE = "compare.json", "comparison.json"
 COMPARISON_REPORT, COMPARISON_PLOT = "comparison.md", "comparison.png"
@@ -163,10 +163,11 @@ def comparison_meta(result: dict[str, Any], run: dict[str, Any]) -> list[str]:
     """The settings every baseline shares (``run``: one baseline's ``run.json``)."""
     n, t = result["debate_shape"]
     config = run["config"]
-    trained = [f"checkpoint: the trained team of {result['checkpoint']}, {n} agents × {t} turns; the other "
+    shape = f"{counted(n, 'agent')} × {counted(t, 'turn')}"
+    trained = [f"checkpoint: the trained team of {result['checkpoint']}, {shape}; the other "
                "baselines run its untrained base model"] if result.get("checkpoint") else []
     return [f"models: {', '.join(dict.fromkeys(result['models']))} (backend {result['backend']})",
-            f"debate: {n} agents × {t} turns; majority: vote over {n * t} independent samples (the debate's "
+            f"debate: {shape}; majority: vote over {counted(n * t, 'independent sample')} (the debate's "
             "token budget); single: 1 agent, 1 turn",
             *trained,
             f"{result['num_paired_tasks']} paired tasks, seed {result['seed']}; sampling: max_new_tokens="
