@@ -103,6 +103,21 @@ AGREED = {
 }
 
 
+# words that name nobody else: a word problem's "you" and "they", the prompt's "your updated answer" (gold 8)
+NOT_ATTRIBUTED = [
+    "If you think about it, 5 + 3 = 8.",
+    "They get 8 apples in total.",
+    "Add their numbers: 5 + 3 = 8",
+    "Your final answer is \\boxed{8}.",
+    "Here is my updated answer after reading the other agents: 8",
+]
+
+
+@pytest.mark.parametrize("response", NOT_ATTRIBUTED)
+def test_words_that_attribute_nothing_leave_the_answer(response):
+    assert verify_answer(response, "8").score == 1.0
+
+
 @pytest.mark.parametrize("name", list(ATTRIBUTED))
 def test_the_answer_attributed_to_another_agent_is_not_the_speakers(name):
     response, own, partner = ATTRIBUTED[name]

@@ -112,21 +112,24 @@ _AGENT_VERBS = (r"(?:said|says?|answer(?:ed|s)?|claim(?:ed|s)?|think(?:s)?|thoug
                 r"|guess(?:ed|es)?|report(?:ed|s)?|g[oe]t|gets|gave|gives?|f(?:ou|i)nds?|found|comput(?:ed|es?)"
                 r"|calculat(?:ed|es?)|obtain(?:ed|s)?|arrived\s+at|c[oa]mes?\s+up\s+with|went\s+with|goes\s+with"
                 r"|cho(?:se|oses?)|pick(?:ed|s)?|label(?:l?ed|s)?)")
-_SPEECH_VERBS = (r"(?:said|says?|answered|claim(?:ed)?|think|thought|believed?|suggest(?:ed)?|proposed?|stated"
-                 r"|concluded|argued?|wrote)")
+# "you" and "they" also appear in word problems ("if you think about it", "they get 8"): verbs of saying only
+_SPEECH_VERBS = r"(?:said|says?|answered|claimed|thought|believed|suggested|proposed|stated|concluded|argued|wrote)"
 _ANSWER_NOUNS = (r"(?:answers?|solutions?|responses?|results?|reasoning|calculations?|claims?|numbers?|values?"
                  r"|conclusions?|labels?|choices?|guess(?:es)?)")
+_THEIR_NOUNS = r"(?:answers?|solutions?|responses?|conclusions?|labels?|guess(?:es)?)"
 _ADVERB = r"(?:(?:both|all|also|previously|initially|originally|earlier|first|already|still|just|then|now)\s+)?"
 _DETERMINER = r"(?:(?:the|my|our)\s+)?"
 # Each cue starts at one of _CUE_WORDS (found with str.find: a regex scan of every reply costs too much).
 _CUE_WORDS = ("agent", "other", "partner", "teammate", "you", "they", "their", "previous", "earlier", "initial",
               "original", "according")
 _CUE_RE = re.compile(
-    # forward: the attributed answer follows the cue ("Agent 1 said 57", "your answer is 57")
+    # forward: the attributed answer follows the cue ("Agent 1 said 57", "their answer is 57"). Not "your
+    # answer": the debate prompt calls the speaker's own answer that ("give your updated answer"), and so do replies
     rf"(?P<forward>{_OTHER_AGENTS}\s+{_ADVERB}{_AGENT_VERBS}\b"
     rf"|(?:you|they)\s+{_ADVERB}{_SPEECH_VERBS}\b"
-    rf"|(?:{_OTHER_AGENTS}(?:'s|s'|\u2019s|'|\u2019)|your|their)\s+"
+    rf"|{_OTHER_AGENTS}(?:'s|s'|\u2019s|'|\u2019)\s+"
     rf"(?:(?:final|previous|initial|original|earlier|updated|last|own|proposed|stated)\s+)?{_ANSWER_NOUNS}\b"
+    rf"|their\s+(?:(?:final|previous|initial|original|earlier|updated|last|own)\s+)?{_THEIR_NOUNS}\b"
     r"|(?:previous|earlier|initial|original)\s+(?:answers?|solutions?|responses?|results?|labels?)\b)"
     # backward or forward: "57, according to Agent 1" / "according to Agent 1, 57"
     rf"|(?P<either>according\s+to\s+(?:{_DETERMINER}{_OTHER_AGENTS}|you|them)\b)",
@@ -165,9 +168,11 @@ def own_text(text: str) -> str:
 
     * Cues: another agent (``Agent N``, "the other agent(s)", "my partner", "teammate") with a verb
       of saying or finding ("said", "claims", "thinks", "got", "calculated"...); "you" or "they"
-      with a verb of saying ("you said", "they claimed"); "Agent N's answer", "your answer", "their
-      solution"; "the previous / earlier / initial / original answer"; "according to Agent N"; a
-      line that starts like the debate prompt's quotes (``Agent N:``, ``Agent N (verifier score 1):``).
+      with a verb of saying ("you said", "they claimed"); "Agent N's answer", "their solution";
+      "the previous / earlier / initial / original answer" (also "your previous answer": the
+      debate prompt calls the speaker's own answers "your", so "your answer" alone is not a cue);
+      "according to Agent N"; a line that starts like the debate prompt's quotes (``Agent N:``,
+      ``Agent N (verifier score 1):``).
     * A cue blanks the clause it opens, to the end of the sentence (``.``, ``!``, ``?``, ``;``, a
       line break), a contrast word (``but``, ``however``, ``whereas``, ``while``...) or the
       speaker's own ``I``/``my``/``mine``/``me``, whichever comes first; a quote line is blanked to
