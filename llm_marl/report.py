@@ -84,6 +84,11 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", str(text).lower()).strip("-") or "run"
 
 
+def counted(count: int, noun: str) -> str:
+    """``"1 turn"``, ``"2 turns"``: a count with its noun in the right number."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def format_ci(entry: dict[str, Any] | None, scale: float = 1.0, digits: int = 3) -> str:
     """``mean [low, high]`` of a ``{"mean", "ci95"}`` entry (``n/a`` when missing)."""
     if entry is None or entry.get("mean") is None:
@@ -115,7 +120,8 @@ def episode_facts(record: dict[str, Any]) -> dict[str, Any]:
     counts = metrics.transition_counts(record["correct"])
     answers = record.get("answers") or [[None] * len(turn) for turn in record["correct"]]
     disagree = any(len({(a or "").strip() for a in turn}) > 1 for turn in answers if len(turn) > 1)
-    team_correct = metrics.majority_correct(answers[-1], record["correct"][-1])
+    voted = record.get("answers_reported", True)            # no details["answer"]: no vote, the outcome is unjudged
+    team_correct = metrics.majority_correct(answers[-1], record["correct"][-1]) if voted else None
     return {"C-I": bool(counts[0, 1]), "I-C": bool(counts[1, 0]), "disagree": disagree,
             "team_answer": metrics.majority_answer(answers[-1]),
             "outcome": "unjudged" if team_correct is None else ("correct" if team_correct else "incorrect")}

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,8 +99,11 @@ class TextEnv(ParallelEnv):
         max_action_chars: int = DEFAULT_MAX_ACTION_CHARS,
         render_mode: str | None = None,
     ) -> None:
-        if (not isinstance(num_agents, int) or num_agents < self.min_agents
-                or (self.max_agents is not None and num_agents > self.max_agents)):
+        for name, value in (("num_agents", num_agents), ("num_turns", num_turns)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__}); pass {name}=2, "
+                                "not a string or a float")
+        if num_agents < self.min_agents or (self.max_agents is not None and num_agents > self.max_agents):
             if self.max_agents == self.min_agents:
                 wanted = f"exactly {self.min_agents} agents"
             elif self.max_agents is None:
@@ -108,7 +112,7 @@ class TextEnv(ParallelEnv):
                 wanted = f"{self.min_agents} <= num_agents <= {self.max_agents}"
             raise ValueError(f"{type(self).__name__} needs {wanted}, got num_agents={num_agents!r}; "
                              f"pass num_agents={self.min_agents}")
-        if not isinstance(num_turns, int) or num_turns < 1:
+        if num_turns < 1:
             raise ValueError(f"num_turns must be an int >= 1, got {num_turns!r}")
         if max_action_chars < 1:
             raise ValueError(f"max_action_chars must be >= 1, got {max_action_chars}")
@@ -190,7 +194,8 @@ class TextEnv(ParallelEnv):
         options = dict(options or {})
         unknown = set(options) - {"task_index", "task"}
         if unknown:  # PettingZoo's API test passes arbitrary options: warn, do not fail
-            gymnasium.logger.warn(f"ignoring unknown reset option(s) {sorted(unknown)}; valid: ['task', 'task_index']")
+            warnings.warn(f"ignoring unknown reset option(s) {sorted(unknown)}; valid: ['task', 'task_index']",
+                          UserWarning, stacklevel=2)
         if "task" in options:
             task = options["task"]
             if not isinstance(task, dict):
@@ -238,7 +243,8 @@ class TextEnv(ParallelEnv):
     def render(self) -> str | None:
         """Print (``"human"``) or return (``"ansi"``) the transcript of the episode so far."""
         if self.render_mode is None:
-            gymnasium.logger.warn("render() called without render_mode; pass render_mode='human' or 'ansi' to make().")
+            warnings.warn("render() called without render_mode; pass render_mode='human' or 'ansi' to make().",
+                          UserWarning, stacklevel=2)
             return None
         text = self.transcript()
         if self.render_mode == "human":

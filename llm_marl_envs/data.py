@@ -3,8 +3,11 @@
 Each task module declares a :class:`DatasetSpec`. :func:`load_records` looks for
 ``<data_dir>/<spec.local_dir>/<file>`` in the ``data_dir=`` argument, then in the folder named
 by ``LLM_MARL_DATA_DIR``, then calls ``datasets.load_dataset(spec.hub_id, ...)``, then (for a split
-that has one) the spec's local stand-in file, with a warning. When all of them fail it raises
-:class:`DataNotFoundError` saying where it looked and how to provide data.
+that has one) the spec's local stand-in file, with a warning. The hub is asked only when it is
+reachable (:mod:`llm_marl_envs.hub`: one quick check per process, no retries); with
+``HF_HUB_OFFLINE=1`` or ``HF_DATASETS_OFFLINE=1`` ``load_dataset`` reads only the datasets cache.
+When all of them fail it raises :class:`DataNotFoundError` saying where it looked and how to
+provide data.
 The local layout is the one of the project's offline copies (``shared/data``), e.g.
 ``gsm8k/test.jsonl`` or ``anli_r3/dev.jsonl``.
 
@@ -23,6 +26,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from .hub import DATASETS_OFFLINE_VARIABLES, hub_unreachable, offline_variable
 
 DATA_DIR_ENV = "LLM_MARL_DATA_DIR"
 
@@ -127,11 +132,18 @@ def load_records(spec: DatasetSpec, split: str, data_dir: str | os.PathLike | No
     if not candidate_dirs(data_dir):
         looked.append(f"no local directory given (data_dir=None and ${DATA_DIR_ENV} unset)")
     if spec.hub_id is not None and split in spec.hub_splits:
-        try:
-            return _load_hub(spec, split)
-        except Exception as err:  # the hub raises many types (connection, offline, missing)
-            looked.append(f"datasets.load_dataset({spec.hub_id!r}, {spec.hub_config!r}, "
-                          f"split={spec.hub_splits[split]!r}) failed: {type(err).__name__}: {err}")
+        call = f"datasets.load_dataset({spec.hub_id!r}, {spec.hub_config!r}, split={spec.hub_splits[split]!r})"
+        offline = offline_variable(DATASETS_OFFLINE_VARIABLES)
+        unreachable = None if offline or Path(spec.hub_id).is_dir() else hub_unreachable()
+        if unreachable is not None:
+            looked.append(f"{call}: not called, the hub is not reachable ({unreachable}); "
+                          "HF_HUB_OFFLINE=1 reads the datasets cache instead")
+        else:
+            try:
+                return _load_hub(spec, split)
+            except Exception as err:  # the hub raises many types (connection, offline, missing)
+                where = f" ({offline}: the datasets cache only)" if offline else ""
+                looked.append(f"{call}{where} failed: {type(err).__name__}: {err}")
     if split in spec.fallback_files:
         for origin, folder in candidate_dirs(data_dir):
             path = folder / spec.local_dir / spec.fallback_files[split]

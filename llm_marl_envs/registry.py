@@ -12,10 +12,21 @@ Making an id whose env has a newer version registered warns (``DeprecationWarnin
 
 A registration may carry an :class:`EnvSummary` (default agents and turns, data source, verifier):
 what ``llm-marl envs`` prints, known without importing the env's module or loading its data.
+
+Envs of other packages, as in Gymnasium: an id ``"my_pkg.my_module:MyEnv-v0"`` imports
+``my_pkg.my_module`` (which registers ``MyEnv-v0`` on import) and then makes ``MyEnv-v0``; ``make``,
+``spec`` and every command that takes an env id accept it. A package can also register its envs
+for every program through the entry-point group :data:`ENTRY_POINT_GROUP` (``llm_marl_envs.envs``):
+each entry point names a module to import or a function to call, loaded the first time an id is
+not found and before ``list_envs`` answers::
+
+    [project.entry-points."llm_marl_envs.envs"]
+    my_pkg = "my_pkg.envs"                # or "my_pkg.envs:register_envs"
 """
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 import re
 import warnings
@@ -93,6 +104,8 @@ class EnvSpec:
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
+ENTRY_POINT_GROUP = "llm_marl_envs.envs"
+_loaded_entry_points: set[str] = set()
 
 
 def register(env_id: str, entry_point: str | Callable[..., TextEnv], *, summary: EnvSummary | None = None,
@@ -107,25 +120,74 @@ def register(env_id: str, entry_point: str | Callable[..., TextEnv], *, summary:
 
 
 def spec(env_id: str) -> EnvSpec:
-    """The :class:`EnvSpec` of ``env_id``; unknown ids raise ``ValueError`` listing valid ones."""
+    """The :class:`EnvSpec` of ``env_id`` (``"module:EnvId-vN"`` imports the module first).
+
+    Unknown ids raise ``ValueError`` listing the registered ones.
+    """
+    module_name, _, short_id = env_id.rpartition(":")
+    if module_name:
+        _import_env_module(module_name, env_id)
+        if short_id not in _REGISTRY:
+            own = sorted(i for i, s in _REGISTRY.items() if _module_of(s.entry_point) == module_name)
+            raise ValueError(f"module {module_name!r} registers no environment {short_id!r} (its ids: {own}); "
+                             f"call llm_marl_envs.register({short_id!r}, ...) in it")
+    elif env_id not in _REGISTRY:
+        load_entry_points()
     try:
-        return _REGISTRY[env_id]
+        return _REGISTRY[short_id]
     except KeyError:
-        raise ValueError(f"unknown environment id {env_id!r}; registered ids: {list_envs()}") from None
+        raise ValueError(f"unknown environment id {env_id!r}; registered ids: {list_envs()}; an env of your own "
+                         f"module: 'my_module:MyEnv-v0' imports my_module, which registers MyEnv-v0") from None
+
+
+def _module_of(entry_point: str | Callable[..., TextEnv]) -> str | None:
+    """The module an entry point lives in."""
+    return entry_point.partition(":")[0] if isinstance(entry_point, str) else getattr(entry_point, "__module__", None)
+
+
+def _import_env_module(module_name: str, env_id: str) -> None:
+    """Import the module an env id names; a missing or broken module is a ``ValueError`` naming it."""
+    try:
+        importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name is None or not (module_name == err.name or module_name.startswith(f"{err.name}.")):
+            raise                   # the module was found but imports something missing: its own error
+        raise ValueError(f"environment id {env_id!r} names the module {module_name!r}, which cannot be imported "
+                         f"({err}); put its folder on PYTHONPATH or install its package") from None
+
+
+def load_entry_points() -> None:
+    """Load each not yet loaded entry point of :data:`ENTRY_POINT_GROUP`: import its module or call its function.
+
+    A plugin that fails to load warns and is skipped, so one broken package does not hide the others.
+    """
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        key = f"{entry_point.name}={entry_point.value}"
+        if key in _loaded_entry_points:
+            continue
+        _loaded_entry_points.add(key)
+        try:
+            loaded = entry_point.load()
+            if callable(loaded):
+                loaded()
+        except Exception as err:  # a third-party plugin may fail in any way
+            warnings.warn(f"the {ENTRY_POINT_GROUP} entry point {key!r} failed to load: {type(err).__name__}: {err}",
+                          RuntimeWarning, stacklevel=2)
 
 
 def make(env_id: str, **overrides: Any) -> TextEnv:
     """Build the registered environment ``env_id`` with its defaults updated by ``overrides``."""
     env_spec = spec(env_id)
+    module_prefix = env_id[:len(env_id) - len(env_spec.env_id)]       # "my_module:" of "my_module:MyEnv-v0"
     entry_point = env_spec.load()
     accepted, takes_any = accepted_parameters(entry_point)
     unknown = [] if takes_any else sorted(set(overrides) - set(accepted))
     if unknown:
         raise TypeError(f"{env_id} got unknown keyword argument(s) {unknown}; accepted: {sorted(accepted)}")
-    newer = newest_version(env_id)
-    if newer != env_id:
-        warnings.warn(f"{env_id} is out of date: use {newer} (the env module's version history says what changed)",
-                      DeprecationWarning, stacklevel=2)
+    newer = newest_version(env_spec.env_id)
+    if newer != env_spec.env_id:
+        warnings.warn(f"{env_id} is out of date: use {module_prefix}{newer} (the env module's version history says "
+                      "what changed)", DeprecationWarning, stacklevel=2)
     env = entry_point(**{**env_spec.defaults, **overrides})
     env.env_id = env_id
     return env
@@ -148,5 +210,6 @@ def _name_and_version(env_id: str) -> tuple[str, int | None]:
 
 
 def list_envs() -> list[str]:
-    """All registered environment ids, sorted."""
+    """All registered environment ids (those of :data:`ENTRY_POINT_GROUP` plugins included), sorted."""
+    load_entry_points()
     return sorted(_REGISTRY)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from verifiers._text import own_text
 from verifiers.math import verify_answer
 
 HOSTILE = {
@@ -63,3 +64,85 @@ def test_hostile_reply_scores_zero(name):
 def test_honest_reply_beside_the_hostile_ones_scores_one(name):
     response, gold = HONEST[name]
     assert verify_answer(response, gold).score == 1.0
+
+
+# Debate replies that report another agent's answer: the speaker's own answer is judged, never the one it
+# attributes to a partner, even when the partner's comes last. (response, own answer, partner's answer)
+ATTRIBUTED = {
+    "partner's statement, then own": ("Agent 1 said the answer is 57; I disagree, mine is 10.", "10", "57"),
+    "the previous answer between two own": (
+        "The final answer is 10. The previous answer is 57. I will give the updated answer as 10.", "10", "57"),
+    "partner's statement last": ("My answer is 10. Agent 1 said the answer is 57.", "10", "57"),
+    "partner's number last": ("5 + 5 = 10, so I get 10. The other agent got 57.", "10", "57"),
+    "partner's box last": ("My answer: \\boxed{10}. Agent 1's answer was \\boxed{57}.", "10", "57"),
+    "you said, last": ("I get 10. You said 57.", "10", "57"),
+    "quoted prompt line last": ("Mine: 10\nAgent 1 (verifier score 0): The answer is 57.", "10", "57"),
+    "quoted label on its own line": ("Agent 2:\nThe answer is 57.\n\nChecking: 5 + 5 = 10, so 10.", "10", "57"),
+    "as the partner said": ("The answer is 10, not 57 as Agent 1 said.", "10", "57"),
+    "according to a partner, last": ("I computed 10. The answer is 57 according to Agent 2.", "10", "57"),
+    "partner's answer before but": ("My partner's answer is 57, but the answer is 10.", "10", "57"),
+    "two partners last": ("I get 10. Agent 1 and Agent 2 both answered 57.", "10", "57"),
+    "the agent's name is not a number": ("I get 10, unlike Agent 1.", "10", "1"),
+}
+
+ONLY_ATTRIBUTED = [
+    "the other agent claims 57",
+    "Agent 1 said \\boxed{57}.",
+    "Agent 1: The answer is 57.",
+    "The previous answer was 57.",
+]
+
+# an agent that agrees and states the answer answers it: (response, answer)
+AGREED = {
+    "agreement then a statement": ("I agree with Agent 1: the answer is 57", "57"),
+    "agreement with the partner's answer": ("I agree with Agent 1's answer of 57.", "57"),
+    "partner's answer endorsed": ("Agent 1 said 57, which is correct.", "57"),
+    "agreement in the next sentence": ("Agent 1 said the answer is 57. I agree.", "57"),
+    "agreement with one of two": ("Agent 1 said 10 and Agent 2 said 57. I agree with Agent 2.", "57"),
+    "agreement with the other of two": ("Agent 1 said 10 and Agent 2 said 57. I agree with Agent 1.", "10"),
+}
+
+
+# words that name nobody else: a word problem's "you" and "they", the prompt's "your updated answer" (gold 8)
+NOT_ATTRIBUTED = [
+    "If you think about it, 5 + 3 = 8.",
+    "They get 8 apples in total.",
+    "Add their numbers: 5 + 3 = 8",
+    "Your final answer is \\boxed{8}.",
+    "Here is my updated answer after reading the other agents: 8",
+]
+
+
+@pytest.mark.parametrize("response", NOT_ATTRIBUTED)
+def test_words_that_attribute_nothing_leave_the_answer(response):
+    assert verify_answer(response, "8").score == 1.0
+
+
+@pytest.mark.parametrize("name", list(ATTRIBUTED))
+def test_the_answer_attributed_to_another_agent_is_not_the_speakers(name):
+    response, own, partner = ATTRIBUTED[name]
+    verdict = verify_answer(response, partner)
+    assert verdict.score == 0.0 and verdict.details["answer"] != partner, verdict.details
+    verdict = verify_answer(response, own)
+    assert verdict.score == 1.0 and verdict.details["answer"] == own, verdict.details
+
+
+@pytest.mark.parametrize("response", ONLY_ATTRIBUTED)
+def test_a_reply_with_only_a_partners_answer_has_no_answer_of_its_own(response):
+    verdict = verify_answer(response, "57")
+    assert verdict.score == 0.0 and verdict.correct is False and verdict.details["answer"] is None
+    assert "attributes to other agents" in verdict.details["reason"], verdict.details
+
+
+@pytest.mark.parametrize("name", list(AGREED))
+def test_an_agent_that_agrees_and_states_the_answer_answers_it(name):
+    response, answer = AGREED[name]
+    verdict = verify_answer(response, answer)
+    assert verdict.score == 1.0 and verdict.details["answer"] == answer, verdict.details
+
+
+def test_own_text_keeps_positions_and_lines():
+    text = "Step 1: 5 + 5 = 10.\nAgent 1 said 57; I say 10.\nAgent 2:\n\\boxed{57}\n"
+    own = own_text(text)
+    assert len(own) == len(text) and own.count("\n") == text.count("\n")
+    assert "57" not in own and own.count("10") == 2 and "Step 1" in own

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from llm_marl.benchmark import summarize
-from llm_marl.compare import comparison, parse_baselines, team_score
-from llm_marl.report import RunView
+from llm_marl.compare import comparison, comparison_meta, parse_baselines, team_score
+from llm_marl.report import RunView, counted
 from llm_marl_envs.metrics import paired_difference
 from tests.test_report import debate_records, single_records
 
@@ -46,3 +46,13 @@ def test_comparison_pairs_baselines_on_the_same_tasks():
     shifted = [dict(r, task_index=r["task_index"] + 1) for r in debate]
     with pytest.raises(ValueError, match="same tasks"):
         comparison([views[0], RunView("debate", views[1].summary, shifted)])
+
+
+def test_counts_read_in_the_right_number():
+    assert (counted(1, "turn"), counted(2, "turn"), counted(0, "agent")) == ("1 turn", "2 turns", "0 agents")
+    result = {"debate_shape": [1, 1], "models": ["m"], "backend": "hf", "num_paired_tasks": 3, "seed": 0}
+    run = {"config": {"max_new_tokens": 8, "temperature": 0.7, "top_p": 0.9}}
+    meta = comparison_meta(result, run)[1]
+    assert meta.startswith("debate: 1 agent × 1 turn; majority: vote over 1 independent sample (")
+    assert "debate: 2 agents × 3 turns; majority: vote over 6 independent samples" in comparison_meta(
+        {**result, "debate_shape": [2, 3]}, run)[1]

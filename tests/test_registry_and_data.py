@@ -21,6 +21,15 @@ def test_unknown_keyword_lists_accepted_names():
         llm_marl_envs.make("gsm8k_debate-v0", num_turn=2)
 
 
+@pytest.mark.parametrize("name, value", [("num_agents", "2"), ("num_agents", 2.0), ("num_agents", True),
+                                         ("num_turns", "3"), ("num_turns", 1.5)])
+def test_a_count_of_the_wrong_type_is_a_type_error(name, value):
+    with pytest.raises(TypeError, match=rf"{name} must be an int, got {value!r} \({type(value).__name__}\)"):
+        llm_marl_envs.make("gsm8k_debate-v0", **{name: value})
+    with pytest.raises(ValueError, match=r"num_agents >= 1, got num_agents=0"):
+        llm_marl_envs.make("gsm8k_debate-v0", num_agents=0)          # a value out of range stays a value error
+
+
 CURRENT_ENVS = [env_id for env_id in llm_marl_envs.list_envs() if newest_version(env_id) == env_id]
 DEBATE_ENVS = [env_id for env_id in llm_marl_envs.list_envs() if re.search(r"_debate-v\d+$", env_id)]
 FAMILY_OPTIONS = {"_debate": {"show_scores": True, "stop_on_consensus": True},
@@ -142,12 +151,13 @@ def test_malformed_jsonl_names_file_and_line(tmp_path):
 # ----------------------------------------------------------------------------- held-out splits
 @pytest.fixture
 def hub_unreachable(monkeypatch):
-    """Every hub call fails at once, as on a machine without network (datasets itself retries for ~25 s)."""
+    """The quick check passes but every hub call then fails at once (the load's own error is reported)."""
     from llm_marl_envs import data
 
     def unreachable(spec, split):
         raise ConnectionError(f"no network in this test (hub {spec.hub_id!r}, split {split!r})")
 
+    monkeypatch.setattr(data, "hub_unreachable", lambda: None)
     monkeypatch.setattr(data, "_load_hub", unreachable)
 
 

@@ -13,6 +13,14 @@ the one that starts latest in the text is taken, so a corrected answer beats the
 text taken (``\\frac{a}{b}`` with number arguments counts as one, and so does scientific notation:
 ``1.2 \\times 10^3``, ``1.2 \\cdot 10^{3}``, ``1.2 x 10^3`` and ``10^3``).
 
+The answer judged is the speaker's own. In a debate a reply often reports its partners' answers,
+so a clause that attributes an answer to another agent is not read, box included ("Agent 1 said
+the answer is 57; I disagree, mine is 10" -> 10; "The final answer is 10. The previous answer is
+57." -> 10; "the other agent claims 57" alone has no answer of its own and scores 0, like any
+reply without an answer). An agent that agrees and states the answer answers it ("I agree with
+Agent 1: the answer is 57", "I agree with Agent 1's answer of 57" -> 57). The cues and the clause
+they cover are those of :func:`verifiers._text.own_text`.
+
 Boxes are found anywhere (``str.rfind``); the other rules search only the last
 :data:`verifiers._text.TAIL_CHARS` characters, and a ``####`` line must start like a number
 (markdown ``#### Step 1`` headings are skipped). The extracted text is normalised: LaTeX
@@ -60,7 +68,7 @@ from fractions import Fraction
 
 from verifiers import Verdict
 from verifiers._symbolic_worker import SYMBOLIC_TIMEOUT_S, SymbolicWorker, symbolic_equal
-from verifiers._text import _box_content, final_statements, last_boxed_at, response_problem, tail
+from verifiers._text import _box_content, final_statements, last_boxed_at, own_text, response_problem, tail
 
 MAX_SYMBOLIC_CHARS = 300
 """Answers longer than this (after normalisation) are not handed to sympy."""
@@ -129,11 +137,15 @@ def verify_answer(response: str, gold: str) -> Verdict:
     problem = response_problem(response)
     if problem is not None:
         return _unjudged(problem, None, gold_answer, source=None)
-    extracted = extract_answer(response)
+    own = own_text(response)
+    extracted = _marked_or_last_number(own)
     if extracted is None:
-        return _unjudged("no answer found in response", None, gold_answer, source=None)
+        attributed_only = own != response and _marked_or_last_number(response) is not None
+        reason = ("no answer of its own: the response only states answers it attributes to other agents"
+                  if attributed_only else "no answer found in response")
+        return _unjudged(reason, None, gold_answer, source=None)
     raw, source = extracted
-    hedge = hedged(response, raw, source)
+    hedge = hedged(own, raw, source)
     if hedge is not None:
         return _unjudged(hedge, raw[:50], gold_answer, source=source)
     answer = _parse_answer(raw)
@@ -153,8 +165,15 @@ def verify_answer(response: str, gold: str) -> Verdict:
 def extract_answer(text: str) -> tuple[str, str] | None:
     """The raw final-answer text and the rule that found it (``boxed``, ``####``, ``statement``, ``last_number``).
 
-    The marked answer that starts latest wins (see the module docstring); the last number only without one.
+    The speaker's own answer: clauses that attribute an answer to another agent are not read
+    (:func:`verifiers._text.own_text`). The marked answer that starts latest wins (see the module
+    docstring); the last number only without one.
     """
+    return _marked_or_last_number(own_text(text))
+
+
+def _marked_or_last_number(text: str) -> tuple[str, str] | None:
+    """:func:`extract_answer` on text whose attributed clauses are already blanked (or a gold solution)."""
     marked: list[tuple[int, str, str]] = []      # (where it starts, raw answer, rule)
     boxed = last_boxed_at(text)
     if boxed is not None:
@@ -367,7 +386,7 @@ def _parse_gold_text(gold: str) -> _Answer:
     """Cached parse of a validated gold string."""
     raw = gold
     if _GSM8K_MARK in gold or "\\boxed" in gold or "\\fbox" in gold:
-        extracted = extract_answer(gold)
+        extracted = _marked_or_last_number(gold)
         raw = extracted[0] if extracted else gold
     answer = _parse_answer(raw)
     if answer.problem is not None:

@@ -43,6 +43,12 @@ Contradiction."``, ``"Answer: entailment; neutral"``, ``"\\boxed{E}\\boxed{N}"``
 answer or the text after it takes it back: the same label negated or answered "no" (``"The answer
 is entailment. Not entailment."``) or a retraction (``"just kidding"``, ``"that label is wrong"``).
 
+The label judged is the speaker's own: a clause that attributes a label to another agent is not
+read ("Agent 2 said contradiction, but I think the answer is entailment" -> entailment; "the
+other agent claims neutral" alone commits to no label and scores 0). An agent that agrees and
+states the label commits to it ("I agree with Agent 1: the answer is neutral"). The cues and the
+clause they cover are those of :func:`verifiers._text.own_text`.
+
 ``details``: ``answer`` (the committed label or ``None``), ``gold`` (canonical gold label),
 ``source`` (``whole_response``/``boxed``/``statement``/``last_sentence``) and, when no label
 was committed, ``reason`` (``"ambiguous"`` when several labels are named without committing).
@@ -53,7 +59,7 @@ import numbers
 import re
 
 from verifiers import Verdict
-from verifiers._text import final_statements, last_boxed_at, response_problem, tail
+from verifiers._text import final_statements, last_boxed_at, own_text, response_problem, tail
 
 LABELS = ("entailment", "neutral", "contradiction")
 """Canonical labels in Hugging Face class-id order (0, 1, 2)."""
@@ -88,10 +94,13 @@ def verify_label(response: str, gold: str | int) -> Verdict:
     problem = response_problem(response)
     if problem is not None:
         return _unjudged(problem, gold_label, source=None)
-    label, source, reason = committed_label(response)
+    own = own_text(response)
+    label, source, reason = _committed(own)
     if label is None:
+        if own != response and _committed(response)[0] is not None:
+            reason = "no label of its own: the response only states labels it attributes to other agents"
         return _unjudged(reason, gold_label, source=source)
-    hedge = hedged_label(response, label, source)
+    hedge = hedged_label(own, label, source)
     if hedge is not None:
         return _unjudged(hedge, gold_label, source=source)
     correct = label == gold_label
@@ -113,7 +122,16 @@ def canonical_gold_label(gold: str | int) -> str:
 
 
 def committed_label(text: str) -> tuple[str | None, str | None, str]:
-    """``(label, source, reason)``: the label ``text`` commits to, where, or why there is none."""
+    """``(label, source, reason)``: the label ``text`` commits to, where, or why there is none.
+
+    The speaker's own label: clauses that attribute a label to another agent are not read
+    (:func:`verifiers._text.own_text`).
+    """
+    return _committed(own_text(text))
+
+
+def _committed(text: str) -> tuple[str | None, str | None, str]:
+    """:func:`committed_label` on text whose attributed clauses are already blanked."""
     whole = _short_answer(text) if len(text) <= _MAX_SHORT_RESPONSE else None
     if whole is not None:
         return whole, "whole_response", ""
