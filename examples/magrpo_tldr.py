@@ -62,7 +62,8 @@ from llm_marl.rollout import RolloutEngine
 from llm_marl.team import Team, default_lora_config
 from llm_marl_envs import metrics
 from trainers.common.evaluation import EvalResult, evaluate_episodes
-from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
+from trainers.experimental import ExperimentalMAGRPOConfig, ExperimentalMAGRPOTrainer
+from trainers.magrpo import MAGRPOTrainer
 from verifiers.writing import TLDR_BANDS, without_quality_factor
 
 DEGENERATE_BELOW = 0.4   # distinct-word ratio under which a summary counts as degenerate repetition
@@ -220,7 +221,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "as summarisation decoders do (0: plain greedy, which can loop)")
     parser.add_argument("--train-no-repeat-ngram", type=int, default=0,
                         help="training samples never repeat one of their own token n-grams of this size either "
-                             "(MAGRPOConfig.no_repeat_ngram; 0: unconstrained sampling, the default)")
+                             "(ExperimentalMAGRPOConfig.no_repeat_ngram; 0: unconstrained sampling, the default)")
     parser.add_argument("--learning-rate", type=float, default=2e-4, help="AdamW learning rate of each adapter")
     parser.add_argument("--lora-rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
     parser.add_argument("--kl-coef", type=float, default=0.02,
@@ -288,12 +289,12 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
     env, monitor_env, eval_env = (llm_marl_envs.make(ENV_ID, split=split, semantic_judge=args.semantic_judge,
                                                      reward_config=reward_config)
                                   for split in ("train", "validation", args.eval_split))
-    config = MAGRPOConfig(
+    config = ExperimentalMAGRPOConfig(
         num_generations=args.num_generations, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         no_repeat_ngram=args.train_no_repeat_ngram, learning_rate=args.learning_rate, kl_coef=args.kl_coef,
         prompts_per_step=args.prompts_per_step,
         max_steps=args.steps, eval_tasks=args.eval_tasks, output_dir=str(out), seed=args.seed, save_every=10)
-    trainer = MAGRPOTrainer(env, team, config, eval_env=eval_env)
+    trainer = ExperimentalMAGRPOTrainer(env, team, config, eval_env=eval_env)
     trainer.train_tasks = short_posts(env, args.max_post_words)
     monitor_engine = RolloutEngine(monitor_env, team)
     monitor_tasks = short_posts(monitor_env, args.max_post_words, args.monitor_tasks)
