@@ -212,9 +212,9 @@ class Trainer:
         return metrics
 
     def train(self) -> list[dict[str, float]]:
-        """Train up to ``max_steps`` (from the checkpoint's step when resumed); the run's per-step records, those a
-        checkpoint restored included."""
-        cfg = self.config
+        """Train up to ``max_steps`` (from the checkpoint's step when resumed); the records of the steps this call
+        trained (:attr:`history` holds the whole run's, those a checkpoint restored included)."""
+        cfg, first = self.config, len(self.history)
         with tqdm(total=cfg.max_steps, initial=self.step, desc=self.name,
                   disable=not (cfg.progress and self.distributed.is_main)) as bar:
             while self.step < cfg.max_steps:
@@ -229,7 +229,7 @@ class Trainer:
                 bar.update(1)
                 if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == cfg.max_steps:
                     self.save()
-        return self.history
+        return self.history[first:]
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
