@@ -13,6 +13,7 @@ from llm_marl.models import tiny_model
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
 from llm_marl.team import Team
+from tests.toy_env import SayNumberEnv
 from trainers.common.config import TrainerConfig
 from trainers.common.evaluation import EvalResult, evaluate_episodes
 from trainers.common.losses import entropy_from_logits
@@ -176,8 +177,6 @@ def replay_child(out: str, rng_noise: int, seed: int) -> None:
     of MAGRPO and of MAPPO with ``seed``; write every trained adapter tensor to ``out/adapters.safetensors``."""
     from safetensors.torch import save_file
 
-    from tests.toy_env import SayNumberEnv
-
     torch.set_num_threads(1)
     torch.manual_seed(rng_noise)
     trained = {}
@@ -229,29 +228,35 @@ def test_a_fresh_run_draws_untrained_adapters_from_its_seed_and_leaves_trained_o
         torch.manual_seed(noise)
         return Team.shared_lora(*tiny_model(seed=0), 2)
 
-    a, b, c = team_after_noise(1), team_after_noise(2), team_after_noise(3)
+    a, b, c, d = (team_after_noise(noise) for noise in (1, 2, 3, 4))
     assert not torch.equal(*(next(v for k, v in lora_tensors(t, "agent_0").items() if "lora_A" in k) for t in (a, b)))
-    assert initialise_adapters(a, ["agent_0", "agent_1"], seed=5) == ["agent_0", "agent_1"]
-    initialise_adapters(b, ["agent_0", "agent_1"], seed=5)
-    initialise_adapters(c, ["agent_0", "agent_1"], seed=6)
-    for agent in ("agent_0", "agent_1"):
+    agents = ["agent_0", "agent_1"]
+    assert initialise_adapters(a, agents, seed=5) == agents
+    initialise_adapters(b, agents, seed=5)
+    initialise_adapters(c, agents, seed=6)
+    for agent in agents:
         drawn, same, other = (lora_tensors(t, agent) for t in (a, b, c))
         assert all(torch.equal(drawn[k], same[k]) for k in drawn)               # the seed decides, not the RNG
         assert any(not torch.equal(drawn[k], other[k]) for k in drawn if "lora_A" in k)
         assert all(not v.any() for k, v in drawn.items() if "lora_B" in k)      # still the base's own function
-    # an adapter that changes its base (trained, or loaded) keeps its weights: e.g. a solo phase before a debate
+    # a later trainer on the same model (the next phase of a curriculum) starts where the first left the adapters
+    a.policy("agent_1").load_trainable_state_dict("agent_1", {k.replace(".agent_0.", ".agent_1."): v for k, v in
+                                                               lora_tensors(a, "agent_0").items()})
+    copied = lora_tensors(a, "agent_1")
+    assert initialise_adapters(a, agents, seed=9) == []
+    assert all(torch.equal(v, lora_tensors(a, "agent_1")[k]) for k, v in copied.items())
+    # an adapter that changes its base (trained, or loaded from a checkpoint) keeps its weights
     with torch.no_grad():
-        next(p for n, p in a.policy("agent_1").model.named_parameters() if ".agent_1." in n and "lora_B" in n).add_(1)
-    trained = lora_tensors(a, "agent_1")
-    assert initialise_adapters(a, ["agent_0", "agent_1"], seed=9) == ["agent_0"]
-    assert all(torch.equal(v, lora_tensors(a, "agent_1")[k]) for k, v in trained.items())
+        next(p for n, p in d.policy("agent_1").model.named_parameters() if ".agent_1." in n and "lora_B" in n).add_(1)
+    trained = lora_tensors(d, "agent_1")
+    assert initialise_adapters(d, agents, seed=5) == ["agent_0"]
+    assert all(torch.equal(v, lora_tensors(d, "agent_1")[k]) for k, v in trained.items())
 
 
 def magrpo_trainer(tmp_path, team: Team, **overrides) -> MAGRPOTrainer:
-    from tests.toy_env import SayNumberEnv     # graded rewards: every step moves the adapters
-
     values = dict(num_generations=2, max_new_tokens=4, max_steps=2, eval_tasks=2, save_every=1, learning_rate=1e-2,
                   output_dir=str(tmp_path), report_to=("jsonl",), progress=False)
+    # the toy env's graded rewards: every step moves the adapters
     return MAGRPOTrainer(SayNumberEnv(num_turns=2), team, MAGRPOConfig(**{**values, **overrides}))
 
 

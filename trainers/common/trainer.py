@@ -25,6 +25,7 @@ python, numpy and torch with ``seed + process index`` (its own sampling noise).
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,27 +62,34 @@ def adamw(params: Sequence[torch.nn.Parameter], lr: float, weight_decay: float) 
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused)
 
 
+# PEFT models a trainer has been built on: their adapters are where that run started, no longer PEFT's draw
+_STARTED_MODELS: weakref.WeakSet = weakref.WeakSet()
+
+
 def initialise_adapters(team: Team, agents: Sequence[str], seed: int) -> list[str]:
-    """Draw again, from ``seed``, the LoRA weights of the agents' adapters that do not change their base yet; the
-    names of the adapters drawn.
+    """Draw again, from ``seed``, the LoRA weights of the agents' adapters that no trainer has started from yet and
+    that do not change their base; the names of the adapters drawn.
 
     An adapter at PEFT's initialisation (``init_lora_weights`` True or ``"gaussian"``) has a zero factor in every
     layer (``lora_B``; ``lora_embedding_A`` for embeddings), so its other factor only decides where training
     starts; PEFT drew it from whatever the global RNG held when the team was built. It is drawn again here with
-    PEFT's own initialiser after ``torch.manual_seed(seed)``, adapter by adapter in the agents' order. An adapter
-    that already changes its base (trained, or loaded from a checkpoint) is left as it is, and so is every
-    other initialisation (which may have changed the base weights).
+    PEFT's own initialiser after ``torch.manual_seed(seed)``, adapter by adapter in the agents' order. Left as they
+    are: an adapter that already changes its base (trained, or loaded from a checkpoint), every other
+    initialisation (which may have changed the base weights), and every adapter of a model a trainer has been
+    built on before (a later phase of a curriculum starts where the earlier one left its adapters).
     """
     from peft.tuners.lora import LoraLayer
 
     torch.manual_seed(seed)
     drawn: list[str] = []
+    models = {id(p.model): p.model for p in (team.policy(a) for a in agents) if getattr(p, "is_peft", False)}
+    fresh = {key for key, model in models.items() if model not in _STARTED_MODELS}
     seen: set[tuple[int, str]] = set()
     for agent in agents:
         policy, adapter = team.policy(agent), team.adapter(agent)
-        if adapter is None or not getattr(policy, "is_peft", False) or (id(policy), adapter) in seen:
+        if adapter is None or id(policy.model) not in fresh or (id(policy.model), adapter) in seen:
             continue
-        seen.add((id(policy), adapter))
+        seen.add((id(policy.model), adapter))
         init = policy.model.peft_config[adapter].init_lora_weights
         layers = [m for m in policy.model.modules()
                   if isinstance(m, LoraLayer) and (adapter in m.lora_A or adapter in m.lora_embedding_A)]
@@ -91,6 +99,7 @@ def initialise_adapters(team: Team, agents: Sequence[str], seed: int) -> list[st
             for layer in layers:
                 layer.reset_lora_parameters(adapter, init)
         drawn.append(adapter)
+    _STARTED_MODELS.update(models.values())
     return drawn
 
 
