@@ -36,7 +36,7 @@ the joint reward (what was trained) and the share of *degenerate* summaries (dis
 below 0.4, e.g. ``"SUBREDDIT: SUBREDDIT: ..."``, the exploit this reward invites). A rising reward
 with a flat or falling ROUGE-L is reward hacking, and the script says so.
 
-The run's ``MAGRPOConfig`` is the recipe ``examples/configs/magrpo_tldr.yaml``; every config field is
+The run's ``ExperimentalMAGRPOConfig`` is the recipe ``examples/configs/magrpo_tldr.yaml``; every config field is
 also a flag (``--steps``, ``--out`` and ``--train-no-repeat-ngram`` name ``max_steps``, ``output_dir``
 and ``no_repeat_ngram``), and ``--config FILE.yaml`` reads another recipe. ``--help`` lists them all.
 
@@ -67,7 +67,8 @@ from llm_marl.team import Team, default_lora_config
 from llm_marl_envs import metrics
 from trainers.common.arguments import config_parser, parse_config
 from trainers.common.evaluation import EvalResult, evaluate_episodes
-from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
+from trainers.experimental import ExperimentalMAGRPOConfig, ExperimentalMAGRPOTrainer
+from trainers.magrpo import MAGRPOTrainer
 from verifiers.writing import TLDR_BANDS, without_quality_factor
 
 DEGENERATE_BELOW = 0.4   # distinct-word ratio under which a summary counts as degenerate repetition
@@ -211,9 +212,9 @@ def plot_monitor(history: list[dict], monitor: list[dict], agents: list[str], be
     plt.close(fig)
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[MAGRPOConfig, argparse.Namespace]:
+def parse_args(argv: list[str] | None = None) -> tuple[ExperimentalMAGRPOConfig, argparse.Namespace]:
     """The run's config (the recipe, then the flags) and the example's own flags."""
-    parser = config_parser(MAGRPOConfig, __doc__.split("\n\n")[0], recipe=RECIPE,
+    parser = config_parser(ExperimentalMAGRPOConfig, __doc__.split("\n\n")[0], recipe=RECIPE,
                            flags={"max_steps": ["--max-steps", "--steps"], "output_dir": ["--output-dir", "--out"],
                                   "no_repeat_ngram": ["--train-no-repeat-ngram"]})
     parser.add_argument("--train-minutes", type=float, default=None,
@@ -241,7 +242,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[MAGRPOConfig, argparse.Na
                         help="no training: judge the base team and this saved checkpoint (a step-* directory) on the "
                              "held-out posts and write judged.json to --out")
     parser.add_argument("--model", default="smollm2-135m", help="base model (a name of llm_marl.models or a path)")
-    config, args = parse_config(parser, MAGRPOConfig, argv)
+    config, args = parse_config(parser, ExperimentalMAGRPOConfig, argv)
     for flag, value in (("--eval-tasks", config.eval_tasks), ("--monitor-tasks", args.monitor_tasks),
                         ("--monitor-every", args.monitor_every)):
         if value < 1:
@@ -286,7 +287,7 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
     env, monitor_env, eval_env = (llm_marl_envs.make(ENV_ID, split=split, semantic_judge=args.semantic_judge,
                                                      reward_config=reward_config)
                                   for split in ("train", "validation", args.eval_split))
-    trainer = MAGRPOTrainer(env, team, config, eval_env=eval_env)
+    trainer = ExperimentalMAGRPOTrainer(env, team, config, eval_env=eval_env)
     trainer.train_tasks = short_posts(env, args.max_post_words)
     monitor_engine = RolloutEngine(monitor_env, team)
     monitor_tasks = short_posts(monitor_env, args.max_post_words, args.monitor_tasks)

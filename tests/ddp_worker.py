@@ -179,12 +179,12 @@ def run_training(out: Path, name: str, steps: int, resume: bool, fsdp: bool = Fa
 def run_mappo_training(out: Path, name: str, steps: int, fsdp: bool = False, resume: bool = False) -> None:
     """MAPPO training (or its resumption) into ``OUT/NAME``; writes this process's report (and, main, the weights)."""
     trainer = build_mappo(out / name, max_steps=steps, fsdp=fsdp, resume=resume)
-    history = trainer.train()
+    trainer.train()
     weights = mappo_trainable(trainer)
     evaluation = trainer.evaluate()
     report = {"rank": trainer.distributed.rank, "num_processes": trainer.distributed.num_processes,
               "step": trainer.step, "fingerprint": trainer.distributed.fingerprint(weights.values()),
-              "history": history,
+              "history": trainer.history,           # the run's records, those its checkpoint restored included
               "eval_tasks": [e["task_id"] for e in evaluation.episodes]}
     (out / name / f"rank{trainer.distributed.rank}.json").write_text(json.dumps(report))
     if trainer.distributed.is_main:

@@ -1,5 +1,6 @@
-"""Counterfactual per-message credit (MAGRPO ``credit="counterfactual"``): hand-computed credits on a scripted
-debate, zero credit for a message that cannot matter, an untouched transcript, batched replays, real updates."""
+"""Counterfactual per-message credit (``ExperimentalMAGRPOConfig(credit="counterfactual")``): hand-computed credits
+on a scripted debate, zero credit for a message that cannot matter, an untouched transcript, batched replays, real
+updates."""
 from __future__ import annotations
 
 import copy
@@ -14,13 +15,14 @@ from llm_marl.team import Team
 from llm_marl_envs.core import TextEnv
 from tests.toy_env import SayNumberEnv
 from trainers.common.logging import read_metrics
-from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer, group_advantages
-from trainers.magrpo.counterfactual import (
+from trainers.experimental import ExperimentalMAGRPOConfig, ExperimentalMAGRPOTrainer
+from trainers.experimental.counterfactual import (
     MessageReplay,
     collect_counterfactual,
     completions_per_transcript,
     team_outcome,
 )
+from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer, group_advantages
 from verifiers import Verdict
 
 
@@ -233,20 +235,20 @@ def test_replay_never_changes_the_transcript_it_branches_from(breaker):
 # ----------------------------------------------------------------------------- config
 def test_bad_counterfactual_settings_are_clear_errors():
     with pytest.raises(ValueError, match="counterfactual_samples .* must be an int >= 1, got 0"):
-        MAGRPOConfig(credit="counterfactual", counterfactual_samples=0)
+        ExperimentalMAGRPOConfig(credit="counterfactual", counterfactual_samples=0)
     with pytest.raises(ValueError, match="credit must be one of"):
-        MAGRPOConfig(credit="shapley")
+        ExperimentalMAGRPOConfig(credit="shapley")
     with pytest.raises(ValueError, match="counterfactual_reward must be one of"):
-        MAGRPOConfig(credit="counterfactual", counterfactual_reward="best")
+        ExperimentalMAGRPOConfig(credit="counterfactual", counterfactual_reward="best")
     with pytest.raises(ValueError, match="counterfactual_update must be one of"):
-        MAGRPOConfig(credit="counterfactual", counterfactual_update="some")
+        ExperimentalMAGRPOConfig(credit="counterfactual", counterfactual_update="some")
     with pytest.raises(ValueError, match="joint_mode='cross' does not apply"):
-        MAGRPOConfig(credit="counterfactual", joint_mode="cross")
+        ExperimentalMAGRPOConfig(credit="counterfactual", joint_mode="cross")
     with pytest.raises(ValueError, match="early_termination_threshold"):
-        MAGRPOConfig(credit="counterfactual", early_termination_threshold=0.5)
+        ExperimentalMAGRPOConfig(credit="counterfactual", early_termination_threshold=0.5)
     with pytest.raises(ValueError, match="kl_placement='loss'"):
-        MAGRPOConfig(credit="counterfactual", kl_coef=0.1)
-    assert MAGRPOConfig().credit == "group"
+        ExperimentalMAGRPOConfig(credit="counterfactual", kl_coef=0.1)
+    assert ExperimentalMAGRPOConfig().credit == "group"
 
 
 # ----------------------------------------------------------------------------- training with a real (tiny) model
@@ -263,10 +265,10 @@ def lora_weights(team):
 
 @pytest.mark.parametrize("update", ["all", "transcript"])
 def test_a_counterfactual_step_updates_the_weights_and_logs_its_compute(tmp_path, team, update):
-    config = MAGRPOConfig(credit="counterfactual", counterfactual_samples=2, counterfactual_update=update,
-                          max_new_tokens=6, max_steps=1, eval_tasks=2, learning_rate=1e-2, output_dir=str(tmp_path),
-                          report_to=("jsonl",), progress=False)
-    trainer = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config)
+    config = ExperimentalMAGRPOConfig(credit="counterfactual", counterfactual_samples=2, counterfactual_update=update,
+                                      max_new_tokens=6, max_steps=1, eval_tasks=2, learning_rate=1e-2,
+                                      output_dir=str(tmp_path), report_to=("jsonl",), progress=False)
+    trainer = ExperimentalMAGRPOTrainer(SayNumberEnv(num_turns=2), team, config)
     before = lora_weights(team)
     trainer.train()
     after = lora_weights(team)

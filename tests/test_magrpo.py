@@ -16,7 +16,9 @@ from llm_marl.rollout import Expansion, RolloutEngine, joint_actions
 from llm_marl.team import Team
 from tests.toy_env import SayNumberEnv
 from trainers.common.checkpoint import latest_checkpoint, resolve_checkpoint
+from trainers.common.incentives import IncentiveWeights, incentive_shaped
 from trainers.common.logging import read_metrics
+from trainers.experimental import ExperimentalMAGRPOConfig, ExperimentalMAGRPOTrainer
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer, group_advantages
 from trainers.magrpo.trainer import TreeNode, sample_values
 
@@ -30,10 +32,14 @@ def team():
     return Team.shared_lora(model, tokenizer, 2)
 
 
-def small_config(tmp_path, **overrides) -> MAGRPOConfig:
+def small_config(tmp_path, config_cls=MAGRPOConfig, **overrides) -> MAGRPOConfig:
     values = dict(num_generations=3, max_new_tokens=6, max_steps=1, eval_tasks=2, learning_rate=1e-2,
                   output_dir=str(tmp_path), report_to=("jsonl",), progress=False)
-    return MAGRPOConfig(**{**values, **overrides})
+    return config_cls(**{**values, **overrides})
+
+
+def lever_config(tmp_path, **overrides) -> ExperimentalMAGRPOConfig:
+    return small_config(tmp_path, ExperimentalMAGRPOConfig, **overrides)
 
 
 # ----------------------------------------------------------------------------- advantages and returns
@@ -263,9 +269,9 @@ def two_agent_bonus(me_before, me_now, other_before, alpha0, alpha1, penalties):
 @pytest.mark.parametrize("penalties", [False, True])
 def test_incentives_add_the_mean_bonus_of_the_turn_to_each_joint_reward(tmp_path, team, penalties):
     env = EvenLengthEnv(num_turns=2)
-    config = small_config(tmp_path, num_generations=4, max_new_tokens=5, alpha0=0.3, alpha1=0.2,
+    config = lever_config(tmp_path, num_generations=4, max_new_tokens=5, alpha0=0.3, alpha1=0.2,
                           incentive_penalties=penalties, prompts_per_step=2)
-    trainer = MAGRPOTrainer(env, team, config)
+    trainer = ExperimentalMAGRPOTrainer(env, team, config)
     roots = trainer.collect()
     fired = 0
     for root in roots:
@@ -281,24 +287,21 @@ def test_incentives_add_the_mean_bonus_of_the_turn_to_each_joint_reward(tmp_path
 
 
 def test_incentives_need_a_correct_table_and_two_agents(tmp_path, team):
-    from trainers.magrpo.trainer import incentive_shaped
-    from trainers.mappo.rewards import IncentiveWeights
-
     bare = Expansion(None, {}, {}, [(0, 0)], [None], [{"agent_0": 1.0}], [False], [{"agent_0": {}}])
     with pytest.raises(ValueError, match="'correct' table"):
         incentive_shaped(bare, [1.0], IncentiveWeights(alpha0=0.1))
     solo_team = Team.shared_lora(*tiny_model(seed=0), 1)
     with pytest.raises(ValueError, match="at least 2 agents"):
-        MAGRPOTrainer(SayNumberEnv(num_agents=1), solo_team, small_config(tmp_path, alpha1=0.1))
+        ExperimentalMAGRPOTrainer(SayNumberEnv(num_agents=1), solo_team, lever_config(tmp_path, alpha1=0.1))
     with pytest.raises(ValueError, match="must be >= 0"):
-        small_config(tmp_path, alpha0=-0.1)
+        lever_config(tmp_path, alpha0=-0.1)
     with pytest.raises(ValueError, match="credit='counterfactual'"):
-        small_config(tmp_path, alpha0=0.1, credit="counterfactual")
+        lever_config(tmp_path, alpha0=0.1, credit="counterfactual")
 
 
 def test_final_turn_rewards_credit_the_first_answer_through_the_second_turn_only(tmp_path, team):
-    config = small_config(tmp_path, reward_turns="final", discount=0.5)
-    trainer = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config)
+    config = lever_config(tmp_path, reward_turns="final", discount=0.5)
+    trainer = ExperimentalMAGRPOTrainer(SayNumberEnv(num_turns=2), team, config)
     (root,) = trainer.collect()
     assert root.joint_rewards == [0.0] * config.num_generations
     assert any(sum(r.values()) > 0 for r in root.expansion.rewards)      # the env did reward the first answers
@@ -307,14 +310,14 @@ def test_final_turn_rewards_credit_the_first_answer_through_the_second_turn_only
     returns = trainer.compute_returns(root)
     assert returns == pytest.approx([0.5 * sum(child.joint_rewards) / len(child.joint_rewards)
                                      for child in root.children])
-    (logged,) = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config).train()
+    (logged,) = ExperimentalMAGRPOTrainer(SayNumberEnv(num_turns=2), team, config).train()
     assert logged["turn0/joint_reward_mean"] == 0.0           # zeroed: the step's headline is the episodes' ends
     assert logged["joint_reward_mean"] == pytest.approx(logged["turn1/joint_reward_mean"]) and logged[
         "joint_reward_mean"] > 0
     with pytest.raises(ValueError, match="reward_turns must be one of"):
-        small_config(tmp_path, reward_turns="last")
+        lever_config(tmp_path, reward_turns="last")
     with pytest.raises(ValueError, match="early termination stops"):
-        small_config(tmp_path, reward_turns="final", early_termination_threshold=0.5)
+        lever_config(tmp_path, reward_turns="final", early_termination_threshold=0.5)
 
 
 def test_no_repeat_ngram_keeps_every_training_sample_free_of_repeated_ngrams(tmp_path, team):
@@ -329,12 +332,13 @@ def test_no_repeat_ngram_keeps_every_training_sample_free_of_repeated_ngrams(tmp
     loose = dict(temperature=0.1, max_new_tokens=40)
     plain = MAGRPOTrainer(SayNumberEnv(), team, small_config(tmp_path / "plain", **loose))
     assert any(repeats(ids) for ids in sampled_ids(plain)), "the tiny model did not loop: nothing to guard against"
-    guarded = MAGRPOTrainer(SayNumberEnv(), team, small_config(tmp_path / "guarded", no_repeat_ngram=3, **loose))
+    guarded = ExperimentalMAGRPOTrainer(SayNumberEnv(), team, lever_config(tmp_path / "guarded", no_repeat_ngram=3,
+                                                                            **loose))
     assert guarded.sampling.no_repeat_ngram == 3
     samples = sampled_ids(guarded)
     assert all(len(ids) > 6 and repeats(ids) == 0 for ids in samples)
     with pytest.raises(ValueError, match="no_repeat_ngram must be >= 0"):
-        small_config(tmp_path, no_repeat_ngram=-1)
+        lever_config(tmp_path, no_repeat_ngram=-1)
 
 
 def test_agents_that_share_one_adapter_take_one_step_per_turn_on_all_their_samples(tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from trainers.common.incentives import IncentiveWeights, incentive_bonuses
 from trainers.mappo.critic import critic_context
 from trainers.mappo.ppo_math import (
     clipped_policy_loss,
@@ -15,7 +16,7 @@ from trainers.mappo.ppo_math import (
     token_rewards,
     whiten,
 )
-from trainers.mappo.rewards import IncentiveWeights, incentive_bonuses, influence_aware_returns, turn_rewards
+from trainers.mappo.rewards import influence_aware_returns, turn_rewards
 
 # ---------------------------------------------------------------- influence-aware returns
 SCORES_3_TURNS = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]    # s[t][i]; team means s̄ = 0.5, 0.5, 1.0
@@ -79,7 +80,8 @@ def test_return_bad_tables():
 
 # ---------------------------------------------------------------- incentives (3 agents: 2 others, ties possible)
 def bonuses(correct, **weights):
-    return incentive_bonuses(correct, IncentiveWeights(**weights)).tolist()
+    """The bonus table alone (the α penalties are tested in tests/test_paper_options.py)."""
+    return incentive_bonuses(correct, IncentiveWeights(**{"penalties": False, **weights})).tolist()
 
 
 def test_alpha0_critical_reasoning():

@@ -17,10 +17,11 @@ from llm_marl.models import tiny_model
 from llm_marl.team import Team, default_lora_config
 from tests.test_mappo_trainer import build_trainer
 from tests.toy_env import SayNumberEnv
+from trainers.common.incentives import IncentiveWeights, incentive_bonuses
+from trainers.experimental import ExperimentalMAGRPOConfig
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 from trainers.mappo.critic import CentralizedCritic, critic_context_parts
-from trainers.mappo.rewards import IncentiveWeights, incentive_bonuses
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -31,13 +32,15 @@ def test_alpha_penalties_fire_on_correct_to_incorrect_only_when_asked():
                [1, 1, 1], [0, 1, 1]]          # agent 0 right, others right -> agent 0 breaks its answer: -α1
     first, second = correct[:2], correct[2:]
     on = IncentiveWeights(alpha0=1.0, alpha1=2.0, penalties=True)
-    off = IncentiveWeights(alpha0=1.0, alpha1=2.0)
+    off = IncentiveWeights(alpha0=1.0, alpha1=2.0, penalties=False)
     assert incentive_bonuses(first, on).tolist() == [[0, 0, 0], [-1, 0, 0]]
     assert incentive_bonuses(second, on).tolist() == [[0, 0, 0], [-2, 0, 0]]
     assert incentive_bonuses(first, off).tolist() == [[0, 0, 0], [0, 0, 0]]
     assert incentive_bonuses(second, off).tolist() == [[0, 0, 0], [0, 0, 0]]
     assert MAPPOConfig().incentives.penalties is True            # the reference's behaviour is the default
     assert MAPPOConfig(incentive_penalties=False).incentives.penalties is False
+    # one default for every trainer that offers the incentives, the weights' own
+    assert IncentiveWeights().penalties is ExperimentalMAGRPOConfig().incentives.penalties is True
 
 
 def test_incentives_use_labels_even_with_a_learned_verifier(tmp_path):

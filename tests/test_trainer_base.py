@@ -1,4 +1,5 @@
-"""What MAGRPO and MAPPO share: the config base, the evaluation result, the log-prob path (tiny random models)."""
+"""What MAGRPO and MAPPO share: the config base, the evaluation result, the log-prob path, the trainer shell
+(seeding, resume, evaluate, optimizers); tiny random models."""
 import dataclasses
 import time
 
@@ -12,9 +13,11 @@ from llm_marl.models import tiny_model
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
 from llm_marl.team import Team
+from tests.toy_env import SayNumberEnv
 from trainers.common.config import TrainerConfig
 from trainers.common.evaluation import EvalResult, evaluate_episodes
 from trainers.common.losses import entropy_from_logits
+from trainers.common.trainer import initialise_adapters
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig, MAPPOTrainer
 from trainers.mappo.logprobs_entropy import token_logprobs_with_entropy
@@ -30,7 +33,8 @@ def test_shared_fields_are_declared_once_with_each_trainers_defaults():
     for config_cls in CONFIGS:
         assert shared <= {f.name for f in dataclasses.fields(config_cls)}
         own = set(vars(config_cls)["__annotations__"])
-        assert own & shared <= {"max_new_tokens", "learning_rate", "kl_coef", "max_steps", "eval_tasks", "output_dir"}
+        assert own & shared <= {"max_new_tokens", "learning_rate", "weight_decay", "kl_coef", "max_steps", "eval_tasks",
+                                "output_dir"}
     magrpo, mappo = MAGRPOConfig(), MAPPOConfig()
     assert (magrpo.max_new_tokens, magrpo.learning_rate, magrpo.kl_coef, magrpo.max_steps, magrpo.output_dir) == \
         (64, 5e-5, 0.0, 100, "outputs/magrpo")
@@ -161,3 +165,140 @@ def test_mappo_trains_with_the_entropy_bonus(tmp_path):
                          output_dir=str(tmp_path), report_to=(), progress=False, eval_tasks=1)
     history = MAPPOTrainer(debate_env(), shared_lora_team(), config).train()
     assert history[0]["entropy"] > 0
+
+
+# ----------------------------------------------------------------------------- one shell: seeding, resume, optimizers
+def lora_tensors(team: Team, adapter: str) -> dict[str, torch.Tensor]:
+    return team.policy(adapter).trainable_state_dict(adapter)
+
+
+def replay_child(out: str, rng_noise: int, seed: int) -> None:
+    """Entry of a fresh process: whatever the global RNG holds (``rng_noise``) when the team is built, train 2 steps
+    of MAGRPO and of MAPPO with ``seed``; write every trained adapter tensor to ``out/adapters.safetensors``."""
+    from safetensors.torch import save_file
+
+    torch.set_num_threads(1)
+    torch.manual_seed(rng_noise)
+    trained = {}
+    runs = {"magrpo": (MAGRPOTrainer, MAGRPOConfig(num_generations=2, **REPLAY_SETTINGS)),
+            "mappo": (MAPPOTrainer, MAPPOConfig(episodes_per_step=2, minibatch_size=4, ppo_epochs=1,
+                                                **REPLAY_SETTINGS))}
+    for name, (trainer_cls, config) in runs.items():
+        team = Team.shared_lora(*tiny_model(seed=0), 2)           # PEFT draws the adapters from the global RNG
+        config = dataclasses.replace(config, seed=seed, output_dir=f"{out}/{name}")
+        trainer_cls(SayNumberEnv(num_turns=2), team, config).train()
+        for agent in ("agent_0", "agent_1"):
+            trained.update({f"{name}/{key}": value for key, value in lora_tensors(team, agent).items()})
+    save_file(trained, f"{out}/adapters.safetensors")
+
+
+REPLAY_SETTINGS = dict(max_new_tokens=4, max_steps=2, eval_tasks=2, learning_rate=1e-2, report_to=(),
+                       progress=False)
+
+
+def train_in_a_fresh_process(out, rng_noise: int, seed: int) -> dict[str, torch.Tensor]:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    root = Path(__file__).resolve().parents[1]
+    child = subprocess.run(
+        [sys.executable, "-c", f"from tests.test_trainer_base import replay_child; "
+                               f"replay_child({str(out)!r}, {rng_noise}, {seed})"],
+        cwd=root, env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}, capture_output=True,
+        text=True, timeout=900)
+    assert child.returncode == 0, child.stderr[-3000:]
+    return load_file(str(out / "adapters.safetensors"))
+
+
+def test_two_fresh_processes_with_one_seed_train_bit_identical_adapters(tmp_path):
+    first = train_in_a_fresh_process(tmp_path / "first", rng_noise=1, seed=7)
+    again = train_in_a_fresh_process(tmp_path / "again", rng_noise=2, seed=7)
+    assert first.keys() == again.keys() and {k.split("/")[0] for k in first} == {"magrpo", "mappo"}
+    assert [k for k in first if not torch.equal(first[k], again[k])] == []
+    trained = [v for k, v in first.items() if "lora_B" in k]     # zero at initialisation: training moved them
+    assert trained and all(v.abs().sum() > 0 for v in trained)
+
+
+def test_a_fresh_run_draws_untrained_adapters_from_its_seed_and_leaves_trained_ones_alone():
+    def team_after_noise(noise: int) -> Team:
+        torch.manual_seed(noise)
+        return Team.shared_lora(*tiny_model(seed=0), 2)
+
+    a, b, c, d = (team_after_noise(noise) for noise in (1, 2, 3, 4))
+    assert not torch.equal(*(next(v for k, v in lora_tensors(t, "agent_0").items() if "lora_A" in k) for t in (a, b)))
+    agents = ["agent_0", "agent_1"]
+    assert initialise_adapters(a, agents, seed=5) == agents
+    initialise_adapters(b, agents, seed=5)
+    initialise_adapters(c, agents, seed=6)
+    for agent in agents:
+        drawn, same, other = (lora_tensors(t, agent) for t in (a, b, c))
+        assert all(torch.equal(drawn[k], same[k]) for k in drawn)               # the seed decides, not the RNG
+        assert any(not torch.equal(drawn[k], other[k]) for k in drawn if "lora_A" in k)
+        assert all(not v.any() for k, v in drawn.items() if "lora_B" in k)      # still the base's own function
+    # a later trainer on the same model (the next phase of a curriculum) starts where the first left the adapters
+    a.policy("agent_1").load_trainable_state_dict("agent_1", {k.replace(".agent_0.", ".agent_1."): v for k, v in
+                                                               lora_tensors(a, "agent_0").items()})
+    copied = lora_tensors(a, "agent_1")
+    assert initialise_adapters(a, agents, seed=9) == []
+    assert all(torch.equal(v, lora_tensors(a, "agent_1")[k]) for k, v in copied.items())
+    # an adapter that changes its base (trained, or loaded from a checkpoint) keeps its weights
+    with torch.no_grad():
+        next(p for n, p in d.policy("agent_1").model.named_parameters() if ".agent_1." in n and "lora_B" in n).add_(1)
+    trained = lora_tensors(d, "agent_1")
+    assert initialise_adapters(d, agents, seed=5) == ["agent_0"]
+    assert all(torch.equal(v, lora_tensors(d, "agent_1")[k]) for k, v in trained.items())
+
+
+def magrpo_trainer(tmp_path, team: Team, **overrides) -> MAGRPOTrainer:
+    values = dict(num_generations=2, max_new_tokens=4, max_steps=2, eval_tasks=2, save_every=1, learning_rate=1e-2,
+                  output_dir=str(tmp_path), report_to=("jsonl",), progress=False)
+    # the toy env's graded rewards: every step moves the adapters
+    return MAGRPOTrainer(SayNumberEnv(num_turns=2), team, MAGRPOConfig(**{**values, **overrides}))
+
+
+def test_a_trainer_built_to_resume_starts_at_the_checkpoint_with_its_records(tmp_path):
+    straight = magrpo_trainer(tmp_path, shared_lora_team())
+    history = straight.train()
+    assert [r["step"] for r in history] == [1, 2]
+    checkpoint = tmp_path / "checkpoints" / "step-000001"
+    resumed = magrpo_trainer(tmp_path, shared_lora_team(), resume_from_checkpoint=str(checkpoint))
+    assert resumed.step == 1 and resumed.history == history[:1]               # restored when built, as MAPPO
+    before = lora_tensors(resumed.team, "agent_0")
+    assert not all(torch.equal(v, lora_tensors(straight.team, "agent_0")[k]) for k, v in before.items())
+    again = resumed.train()
+    assert [r["step"] for r in again] == [2] and [r["step"] for r in resumed.history] == [1, 2]
+    assert again[0]["turn0/agent_0/loss"] == pytest.approx(history[1]["turn0/agent_0/loss"], rel=1e-6, abs=1e-9)
+    assert all(torch.equal(v, lora_tensors(straight.team, "agent_0")[k])
+               for k, v in lora_tensors(resumed.team, "agent_0").items())
+
+
+@pytest.mark.parametrize("trainer_cls", [MAGRPOTrainer, MAPPOTrainer])
+def test_evaluate_takes_a_number_of_held_out_tasks_the_same_way_in_both_trainers(tmp_path, trainer_cls):
+    config_cls = MAGRPOConfig if trainer_cls is MAGRPOTrainer else MAPPOConfig
+    trainer = trainer_cls(debate_env(), shared_lora_team(),
+                          config_cls(max_new_tokens=2, eval_tasks=3, output_dir=str(tmp_path), report_to=(),
+                                     progress=False))
+    assert trainer.evaluate().num_episodes == 3 and trainer.evaluate(1).num_episodes == 1
+    for bad in (0, 4):
+        with pytest.raises(ValueError, match="num_tasks must be between 1 and the 3 held-out tasks"):
+            trainer.evaluate(bad)
+
+
+def test_agents_sharing_one_adapter_share_one_optimizer_in_mappo_too(tmp_path):
+    torch.manual_seed(0)
+    team = Team.one_lora(*tiny_model(seed=0), 2)
+    config = MAPPOConfig(max_new_tokens=4, max_steps=1, episodes_per_step=1, ppo_epochs=1, minibatch_size=64,
+                         eval_tasks=1, output_dir=str(tmp_path), report_to=(), progress=False)
+    trainer = MAPPOTrainer(debate_env(), team, config)
+    assert trainer.update_groups == {"agent_0": ["agent_0", "agent_1"]}
+    assert trainer.optimizers["agent_0"] is trainer.optimizers["agent_1"]
+    trainer.train()
+    steps = {int(s["step"]) for s in trainer.optimizers["agent_0"].state_dict()["state"].values()}
+    assert steps == {1}                   # one minibatch: the shared adapter stepped once, not once per agent
+    for optimizer in (trainer.optimizers["agent_0"], trainer.critic_optimizer):
+        assert optimizer.param_groups[0]["weight_decay"] == config.weight_decay == 0.01
+    assert MAGRPOConfig().weight_decay == 0.0

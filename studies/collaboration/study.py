@@ -14,7 +14,7 @@ counted in every arm (:class:`SamplingCounter`) and reported beside the completi
 - ``magrpo``: one adapter per agent, MAGRPO with aligned joint actions; ``P`` task trees per step.
 - ``mappo``: one adapter per agent, MAPPO with a centralized critic; ``C / (N·T)`` debates per step.
 - ``counterfactual``: one adapter per agent, MAGRPO with counterfactual per-message credit
-  (:mod:`trainers.magrpo.counterfactual`); transcripts per step such that transcripts and replays make ``C``.
+  (:mod:`trainers.experimental.counterfactual`); transcripts per step such that transcripts and replays make ``C``.
 
 Levers, arms run only when named (``arms=(..., "magrpo_incentives")``):
 
@@ -66,7 +66,7 @@ from llm_marl.files import write_text_atomically
 from llm_marl.team_checkpoint import save_team
 from trainers.common.evaluation import HeldOutScores, paired_interval
 from trainers.common.experiment import plot_seed_points, seed_spread
-from trainers.magrpo.counterfactual import completions_per_transcript
+from trainers.experimental.counterfactual import completions_per_transcript
 
 ARMS = ("untrained", "solo", "shared", "magrpo", "mappo", "counterfactual")
 TRAINED_ARMS = ARMS[1:]
@@ -74,7 +74,7 @@ LEVERS = {"magrpo_incentives": {"alpha0": 0.2, "alpha1": 0.2, "incentive_penalti
           "magrpo_final_turn": {"reward_turns": "final"},
           "magrpo_one_adapter": {"reward_turns": "final"},
           "magrpo_after_solo": {"reward_turns": "final"},
-          "magrpo_after_solo_scores": {"reward_turns": "final"}}   # each lever's MAGRPOConfig settings over magrpo's
+          "magrpo_after_solo_scores": {"reward_turns": "final"}}   # each lever's ExperimentalMAGRPOConfig settings
 ONE_ADAPTER_ARMS = ("magrpo_one_adapter",)   # lever arms whose seats act and train with one shared LoRA adapter
 SOLO_FIRST_ARMS = ("magrpo_after_solo", "magrpo_after_solo_scores")   # the first half of their steps as solo
 DEBATE_SETTINGS = {"magrpo_after_solo_scores": {"show_scores": True},  # arms whose debate env differs from the
@@ -318,6 +318,7 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
         state = HFPolicy(trained, tokenizer, name="shared").trainable_state_dict("default")
         seat_states = {seat: rename_adapter(state, "default", seat) for seat in seats}
     else:
+        from trainers.experimental import ExperimentalMAGRPOConfig, ExperimentalMAGRPOTrainer
         from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
         common = _trainer_config_kwargs(config, out)
@@ -329,9 +330,9 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
 
         def debate_trainer(team: Any, **overrides: Any) -> Any:
             """MAGRPO of the whole debate (in the arm's own debate settings) with the arm's batch and lever."""
-            return MAGRPOTrainer(make_env(config, "train", **DEBATE_SETTINGS.get(arm, {})), team,
-                                 MAGRPOConfig(**{**common, **overrides}, **batch.settings, **LEVERS.get(arm, {}),
-                                              micro_batch_size=32))
+            return ExperimentalMAGRPOTrainer(make_env(config, "train", **DEBATE_SETTINGS.get(arm, {})), team,
+                                             ExperimentalMAGRPOConfig(**{**common, **overrides}, **batch.settings,
+                                                                      **LEVERS.get(arm, {}), micro_batch_size=32))
 
         if arm == "solo":
             team = Team.shared_lora(model, tokenizer, ["agent_0"], name=config.model)
@@ -355,11 +356,12 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
         elif arm == "counterfactual":
             team = Team.shared_lora(model, tokenizer, seats, name=config.model)
             settings = dict(batch.settings)
-            cf = MAGRPOConfig(**common, credit="counterfactual", prompts_per_step=settings["transcripts_per_step"],
-                              counterfactual_samples=settings["counterfactual_samples"],
-                              num_generations=config.num_generations, micro_batch_size=32,
-                              kl_placement="loss" if config.kl_coef else "reward")   # its credit takes no KL reward
-            trainer = MAGRPOTrainer(make_env(config, "train"), team, cf)
+            cf = ExperimentalMAGRPOConfig(**common, credit="counterfactual",
+                                          prompts_per_step=settings["transcripts_per_step"],
+                                          counterfactual_samples=settings["counterfactual_samples"],
+                                          num_generations=config.num_generations, micro_batch_size=32,
+                                          kl_placement="loss" if config.kl_coef else "reward")   # no KL reward here
+            trainer = ExperimentalMAGRPOTrainer(make_env(config, "train"), team, cf)
         elif arm == "mappo":
             from trainers.mappo import MAPPOConfig, MAPPOTrainer
 

@@ -24,7 +24,7 @@ from studies.collaboration.study import (
     setting_summary,
     train_arm,
 )
-from trainers.magrpo.counterfactual import completions_per_transcript
+from trainers.experimental.counterfactual import completions_per_transcript
 
 
 def batch_completions(arm: str, batch: ArmBatch, config: StudyConfig) -> int:

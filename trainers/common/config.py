@@ -27,7 +27,7 @@ class TrainerConfig:
     Parameters that control generation during training:
         max_new_tokens, temperature, top_p.
     Parameters that control training:
-        learning_rate, max_grad_norm, kl_coef, max_steps, seed.
+        learning_rate, weight_decay, max_grad_norm, kl_coef, max_steps, seed.
     Parameters that control evaluation:
         eval_every, eval_tasks, eval_temperature.
     Parameters that control checkpoints and logging:
@@ -53,6 +53,7 @@ class TrainerConfig:
     # --- training
     learning_rate: float = field(default=5e-5, metadata={
         "help": "AdamW learning rate of every agent's trainable weights."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay of every optimizer."})
     max_grad_norm: float | None = field(default=1.0, metadata={
         "help": "Gradient-norm clip per optimizer step (None: no clipping)."})
     kl_coef: float = field(default=0.0, metadata={
@@ -108,6 +109,7 @@ class TrainerConfig:
         )
         require(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
         require(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        require(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
         require(self.max_grad_norm is None or self.max_grad_norm > 0,
                 f"max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
         require(self.kl_coef >= 0, f"kl_coef must be >= 0, got {self.kl_coef}")

@@ -7,14 +7,16 @@ Reinforcement Learning*, ACL 2025, https://arxiv.org/abs/2502.18439.
     >>> trainer = MAPPOTrainer(env, team, MAPPOConfig(max_steps=10))
     >>> trainer.train(); trainer.evaluate()
 
-Modules: :mod:`.rewards` (turn rewards), :mod:`.ppo_math` (GAE and the clipped losses), :mod:`.critic`
-(centralized critic), :mod:`.logprobs_entropy` (log-probs with the entropy), :mod:`.config`, :mod:`.trainer`.
+Modules: :mod:`.rewards` (turn rewards; the incentives are :mod:`trainers.common.incentives`),
+:mod:`.ppo_math` (GAE and the clipped losses), :mod:`.critic` (centralized critic), :mod:`.logprobs_entropy`
+(log-probs with the entropy), :mod:`.config`, :mod:`.trainer`.
 The config imports no torch, so a command line can check a config before the trainer loads.
 """
 from typing import Any
 
+from ..common.incentives import IncentiveWeights, incentive_bonuses
 from .config import MAPPOConfig
-from .rewards import IncentiveWeights, incentive_bonuses, influence_aware_returns, turn_rewards
+from .rewards import influence_aware_returns, turn_rewards
 
 __all__ = ["MAPPOConfig", "MAPPOTrainer", "IncentiveWeights", "influence_aware_returns", "incentive_bonuses",
            "turn_rewards"]

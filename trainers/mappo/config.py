@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainers.common.config import KL_ESTIMATORS, TrainerConfig, require, trainer_default
+from trainers.common.incentives import IncentiveWeights, incentive_field
 
-from .rewards import FUTURE_MEANS, REWARD_RULES, IncentiveWeights
+from .rewards import FUTURE_MEANS, REWARD_RULES
 
 VERIFIERS = ("label", "learned")
 WHITEN_SCOPES = ("turn_agent", "all")
@@ -18,8 +19,8 @@ class MAPPOConfig(TrainerConfig):
     Parameters that control the rewards (MAPoRL):
         reward_rule, reward_gamma, future_mean: how verifier scores become turn rewards
             (:func:`trainers.mappo.rewards.influence_aware_returns`).
-        alpha0, alpha1, beta0, beta1, incentive_penalties: collaboration incentives
-            (:func:`trainers.mappo.rewards.incentive_bonuses`); they always read the env's answer labels.
+        alpha0, alpha1, beta0, beta1, incentive_penalties: collaboration incentives, each agent's bonus added to
+            its turn reward (:mod:`trainers.common.incentives`); they always read the env's answer labels.
         verifier, reward_model_path, reward_server_url: the env's answer label, or a learned verifier (its
             scores replace s_i^t; the incentives still use the labels, as MAPoRL does).
 
@@ -27,7 +28,7 @@ class MAPPOConfig(TrainerConfig):
         episodes_per_step, ppo_epochs, minibatch_size, critic_learning_rate, gae_gamma, gae_lambda,
         clip_eps, value_clip, vf_coef, entropy_coef, kl_estimator, recompute_old_logprobs, whiten_advantages,
         whiten_scope; and from
-        :class:`~trainers.common.config.TrainerConfig`: learning_rate, max_grad_norm, kl_coef.
+        :class:`~trainers.common.config.TrainerConfig`: learning_rate, weight_decay, max_grad_norm, kl_coef.
 
     Parameters that control the critic:
         critic_lora_r, critic_max_context_tokens.
@@ -51,24 +52,11 @@ class MAPPOConfig(TrainerConfig):
         "help": "γ of the influence-aware return across turns (0.3 in MAPoRL); 0 = current turn only."})
     future_mean: str = field(default="all", metadata={
         "help": f"Whose scores form the future team score s̄, one of {FUTURE_MEANS}: all agents, or the others only."})
-    alpha0: float = field(
-        default=0.0,
-        metadata={"help": "Incentive α0 (critical reasoning): right at t while the others' majority was wrong at t-1."},
-    )
-    alpha1: float = field(
-        default=0.0,
-        metadata={"help": "Incentive α1 (persuadability): wrong at t-1, others' majority right at t-1, right at t."},
-    )
-    beta0: float = field(
-        default=0.0,
-        metadata={"help": "Incentive β0 (useful wrong answer): wrong at t and more others right at t+1 than at t."},
-    )
-    beta1: float = field(
-        default=0.0, metadata={"help": "Incentive β1 (persuasion): right at t and more others right at t+1 than at t."}
-    )
-    incentive_penalties: bool = field(default=True, metadata={
-        "help": "Also subtract α0/α1 when an agent turns a correct answer wrong (MAPoRL's reference code does; "
-                "False: bonuses only). See trainers.mappo.rewards."})
+    alpha0: float = incentive_field("alpha0")
+    alpha1: float = incentive_field("alpha1")
+    beta0: float = incentive_field("beta0")
+    beta1: float = incentive_field("beta1")
+    incentive_penalties: bool = incentive_field("incentive_penalties")
     verifier: str = field(default="label", metadata={
         "help": f"Where scores come from, one of {VERIFIERS}: the env's answer-label verifier, or a learned reward "
                 "model (set reward_model_path or reward_server_url)."})
@@ -130,6 +118,7 @@ class MAPPOConfig(TrainerConfig):
     # ---------------------------------------------------------------- this trainer's defaults of shared fields
     max_new_tokens: int = trainer_default("max_new_tokens", 128)
     learning_rate: float = trainer_default("learning_rate", 1e-4)
+    weight_decay: float = trainer_default("weight_decay", 0.01)
     kl_coef: float = trainer_default("kl_coef", 0.05, help=(
         "β of the per-token KL penalty to the reference (the base with adapters disabled), folded into the rewards; "
         "0 skips the reference forward (and its kl_ref metric)."))

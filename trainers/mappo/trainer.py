@@ -16,7 +16,8 @@ One training step, top to bottom:
 5. **update** — ``ppo_epochs`` passes over shuffled minibatches of responses:
    ``L = L_clip(π) - entropy_coef · H + vf_coef · L_V``, each agent's policy loss on its own
    adapter, the value loss on the critic's adapter and head.
-6. **log / checkpoint**.
+6. **log / checkpoint** — the shell's (:class:`trainers.common.trainer.Trainer`: loop, evaluation,
+   checkpoints, seeding, optimizers); this module is the step (:meth:`MAPPOTrainer.run_step`).
 
 Everything random in a step is derived from ``(seed, step)``: task choice, sampling noise. So a
 run resumed from the checkpoint of step ``k`` replays step ``k + 1`` exactly.
@@ -33,31 +34,23 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from accelerate import Accelerator
 
 from llm_marl.episode import Episode
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
 from llm_marl.sharding import shard_optimizer_state
-from llm_marl_envs.core import render_messages
-from trainers.common.checkpoint import (
-    checkpoint_dir,
-    latest_checkpoint,
-    load_checkpoint,
-    resolve_checkpoint,
-    save_checkpoint,
-)
-from trainers.common.distributed import prepare_training
-from trainers.common.evaluation import EvalResult, eval_report_path, evaluate_episodes, held_out_tasks
-from trainers.common.logging import MetricsLogger
+from llm_marl.team import Team
+from llm_marl_envs.core import TextEnv, render_messages
 from trainers.common.losses import kl_per_token, masked_mean
+from trainers.common.trainer import Trainer, adamw, step_seed
 
 from .config import MAPPOConfig
 from .critic import CentralizedCritic, critic_context_parts
@@ -107,96 +100,55 @@ def _pad_with_mask(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Te
     return _pad(rows), mask
 
 
-def _step_seed(seed: int, step: int, salt: int = 0, process: int = 0) -> int:
-    """A deterministic 31-bit seed for ``(seed, step, salt)`` (and the process index, when not the main one)."""
-    entropy = [seed, step, salt] + ([process] if process else [])
-    return int(np.random.SeedSequence(entropy).generate_state(1)[0] & 0x7FFFFFFF)
-
-
-class MAPPOTrainer:
+class MAPPOTrainer(Trainer):
     """Multi-agent PPO with a centralized critic (see the module docstring)."""
 
-    def __init__(self, env: Any, team: Any, config: MAPPOConfig | None = None, *, eval_env: Any = None,
-                 verifier: Any = None, accelerator: Any = None) -> None:
-        self.config = config = config or MAPPOConfig()
-        self.env, self.eval_env, self.team = env, eval_env if eval_env is not None else env, team
-        self.train_tasks, self.eval_tasks = held_out_tasks(env, eval_env, config.eval_tasks)
-        self.agents = list(env.possible_agents)
-        team.check_covers(self.agents)
-        self.eval_engine = RolloutEngine(self.eval_env, team, progress=False)
-        for agent in self.agents:
-            policy = team.policy(agent)
-            if not hasattr(policy, "trainable_parameters"):
-                raise ValueError(f"{agent}'s policy {policy.name!r} cannot be trained (inference-only backend); "
-                                 "MAPPO needs HF policies (Team.shared_lora or Team.separate)")
-        if config.future_mean == "others" and len(self.agents) < 2:
+    name = "mappo"
+    batch_field = "episodes_per_step"
+    progress_metric = "reward_mean"
+
+    def __init__(self, env: TextEnv, team: Team, config: MAPPOConfig | None = None, *,
+                 eval_env: TextEnv | None = None, verifier: Any = None, accelerator: Accelerator | None = None) -> None:
+        config = config or MAPPOConfig()
+        if config.future_mean == "others" and len(env.possible_agents) < 2:
             raise ValueError("future_mean='others' needs at least 2 agents; use future_mean='all'")
-        torch.manual_seed(config.seed)
-        # the critic's adapter joins the actors' base before set-up: sharding (fsdp) wraps the model as it is then
-        self.critic = CentralizedCritic(
-            team.policy(self.agents[0]),
-            adapter=CRITIC_ADAPTER,
-            lora_r=config.critic_lora_r,
-            max_context_tokens=config.critic_max_context_tokens,
-            seed=config.seed,
-        )
+        self.verifier = verifier
+        super().__init__(env, team, config, eval_env=eval_env, accelerator=accelerator)
+
+    def build_models(self) -> list[torch.nn.Parameter]:
+        """The centralized critic (its own adapter on the first agent's base, and a value head) and the learned
+        verifier when one is configured; the critic's trainable parameters, synchronised with the agents'."""
+        config = self.config
+        self.critic = CentralizedCritic(self.team.policy(self.agents[0]), adapter=CRITIC_ADAPTER,
+                                        lora_r=config.critic_lora_r,
+                                        max_context_tokens=config.critic_max_context_tokens, seed=config.seed)
         for agent in self.agents:
-            self.critic.check_tokenizer(agent, team.policy(agent))
-        self.distributed = prepare_training(config, team, self.agents, config.episodes_per_step, "episodes_per_step",
-                                            accelerator, extra_parameters=self.critic.trainable_parameters())
-        self.accelerator = self.distributed.accelerator
-        self.verifier = verifier if verifier is not None else self._load_verifier()
-        self.critic.head.to(self.critic.policy.device)
-        self.actor_params = {a: team.policy(a).trainable_parameters(team.adapter(a)) for a in self.agents}
-        self.optimizers = {
-            a: torch.optim.AdamW(params, lr=config.learning_rate) for a, params in self.actor_params.items()
-        }
+            self.critic.check_tokenizer(agent, self.team.policy(agent))
+        if self.verifier is None:
+            self.verifier = self._load_verifier()
+        return self.critic.trainable_parameters()
+
+    def build_optimizers(self) -> None:
+        """The agents' optimizers and the critic's (adapter and value head) at ``critic_learning_rate``."""
+        self.critic.head.to(self.critic.policy.device)     # the value head is not in the team: it follows its base
+        self.add_agent_optimizers()
         self.critic_params = self.critic.trainable_parameters()
-        self.critic_optimizer = torch.optim.AdamW(self.critic_params, lr=config.critic_learning_rate)
-        self.step = 0
-        self.history: list[dict[str, float]] = []
-        if config.resume_from_checkpoint is not None:
-            self.load(resolve_checkpoint(config.resume_from_checkpoint, config.output_dir))
-        self.logger = MetricsLogger(config.output_dir, report_to=config.report_to, enabled=self.distributed.is_main,
-                                    run_config=config.to_dict())
+        self.critic_optimizer = adamw(self.critic_params, self.config.critic_learning_rate, self.config.weight_decay)
 
-    # ------------------------------------------------------------------ checkpoints (trainers.common.checkpoint)
-    def save(self) -> Path:
-        """Write the checkpoint of the current step atomically (agents' adapters, critic, optimizers, RNG).
+    # ------------------------------------------------------------------ checkpoints (the shell's, plus the critic)
+    def extra_state(self) -> dict[str, Any]:
+        """The critic's adapter, value head and optimizer."""
+        return {"critic": self.critic.trainable_state_dict(whole=False),
+                "critic_optimizer": self.critic_optimizer.state_dict()}
 
-        Every process calls it; the main process writes (with every process's RNG states).
-        """
-        process_rng = self.distributed.rng_states()
-        path = checkpoint_dir(self.config.output_dir, self.step)
-        critic = {"critic": self.critic.trainable_state_dict(whole=False),
-                  "critic_optimizer": self.critic_optimizer.state_dict()}
-        gathered = self.distributed.checkpoint_tensors(self.team, self.optimizers, extra=critic)   # every process
-        if self.distributed.is_main:
-            weights, optimizer_states, critic = gathered
-            path = save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, {},
-                                   self.config.to_dict(), {**critic, "history": self.history}, process_rng=process_rng,
-                                   tensors=(weights, optimizer_states), env=self.env)
-        self.distributed.barrier()
-        return path
-
-    def latest_checkpoint(self) -> Path | None:
-        """The newest checkpoint under ``output_dir`` (``None`` if none)."""
-        return latest_checkpoint(self.config.output_dir)
-
-    def load(self, path: str | Path) -> None:
-        """Restore a checkpoint written by :meth:`save`; training continues after its step."""
-        state = load_checkpoint(path, self.team, self.optimizers, {}, process_index=self.distributed.rank,
-                                num_processes=self.distributed.num_processes)
-        if "critic" not in state["extra"]:
+    def load_extra_state(self, extra: Mapping[str, Any], path: Path) -> None:
+        """Restore the critic and its optimizer."""
+        if "critic" not in extra:
             raise ValueError(
                 f"{path} is not a MAPPO checkpoint (no critic state); resume it with the trainer that wrote it"
             )
-        self.critic.load_trainable_state_dict(state["extra"]["critic"])
-        self.critic_optimizer.load_state_dict(
-            shard_optimizer_state(self.critic_optimizer, state["extra"]["critic_optimizer"])
-        )
-        self.history = list(state["extra"].get("history", []))
-        self.step = int(state["step"])
+        self.critic.load_trainable_state_dict(extra["critic"])
+        self.critic_optimizer.load_state_dict(shard_optimizer_state(self.critic_optimizer, extra["critic_optimizer"]))
 
     def _load_verifier(self) -> Any:
         if self.config.verifier == "label":
@@ -210,22 +162,18 @@ class MAPPOTrainer:
         return RewardModel.from_pretrained(self.config.reward_model_path)
 
     # ------------------------------------------------------------------ 1. collect
-    def sampling_params(self, step: int, temperature: float | None = None) -> SamplingParams:
+    def sampling_params(self, step: int) -> SamplingParams:
         """Sampling settings of ``step`` on this process (seeded by step and process, so a resumed run replays it)."""
         c = self.config
-        return SamplingParams(
-            max_new_tokens=c.max_new_tokens,
-            temperature=c.temperature if temperature is None else temperature,
-            top_p=c.top_p,
-            seed=_step_seed(c.seed, step, 1, self.distributed.rank),
-        )
+        return SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
+                              seed=step_seed(c.seed, step, 1, self.distributed.rank))
 
     def collect(self, step: int) -> list[Episode]:
         """Play this process's share of the step's episodes (tasks drawn from ``(seed, step)``) through the engine."""
-        rng = np.random.default_rng(_step_seed(self.config.seed, step, 2))
+        rng = np.random.default_rng(step_seed(self.config.seed, step, 2))
         draws = rng.integers(len(self.train_tasks), size=self.config.episodes_per_step)    # global, same everywhere
         tasks = [self.train_tasks[i] for i in draws]
-        seeds = [_step_seed(self.config.seed, step, 3 + i) for i in range(len(tasks))]
+        seeds = [step_seed(self.config.seed, step, 3 + i) for i in range(len(tasks))]
         engine = RolloutEngine(self.env, self.team, self.sampling_params(step), progress=False)
         with self.accelerator.autocast():
             return engine.collect(seeds=self.distributed.shard(seeds), task_indices=self.distributed.shard(tasks),
@@ -455,11 +403,11 @@ class MAPPOTrainer:
         # (process, local index, agent, tokens) of every response of the step, on every process
         shared = self.distributed.gather([(r.agent, len(r.completion_ids)) for r in responses])
         layout = [(rank, i, agent, n) for rank, part in enumerate(shared) for i, (agent, n) in enumerate(part)]
-        steps = [(self.optimizers[a], self.actor_params[a]) for a in self.agents]
+        steps = [(self.optimizers[a], self.parameters[a]) for a in self.update_groups]   # one per shared adapter
         steps.append((self.critic_optimizer, self.critic_params))
         totals: dict[str, list[float]] = {}
         for epoch in range(c.ppo_epochs):
-            for batch in self._minibatches(layout, shuffle_seed=_step_seed(c.seed, step, 1000 + epoch)):
+            for batch in self._minibatches(layout, shuffle_seed=step_seed(c.seed, step, 1000 + epoch)):
                 counts: dict[str, list[int]] = {}          # agent -> [responses, tokens] in the whole minibatch
                 for _, _, agent, n in batch:
                     counts.setdefault(agent, [0, 0])
@@ -509,10 +457,9 @@ class MAPPOTrainer:
                 done.append((stats, sum(len(r.completion_ids) for r in part)))
         return done
 
-    # ------------------------------------------------------------------ 6. the loop
-    def train_step(self) -> dict[str, float]:
-        """Collect, reward, advantage, update once; returns the step's metrics (merged over processes)."""
-        step = self.step + 1
+    # ------------------------------------------------------------------ 6. the step
+    def run_step(self, step: int) -> dict[str, float]:
+        """Collect, reward, advantage, update once; the step's metrics, merged over processes."""
         local: dict[str, float] = {}
         clock = PhaseClock()
         with self.distributed.full_weights():          # sharded weights are gathered for the gradient-free passes
@@ -532,45 +479,7 @@ class MAPPOTrainer:
         local["responses"] = float(len(responses))
         local.update(clock.metrics())
         # wall times: the slowest process's; response counts: summed over processes
-        metrics: dict[str, float] = {"step": step, **self.distributed.merge_metrics(local, sums=("responses",),
-                                                                            maxima=tuple(clock.keys()))}
-        self.step = step
-        self.history.append(metrics)
-        return metrics
-
-    def train(self) -> list[dict[str, float]]:
-        """Run steps until ``max_steps`` (continuing a resumed run); log and checkpoint; returns per-step metrics."""
-        c = self.config
-        with tqdm(total=c.max_steps, initial=self.step, desc="mappo",
-                  disable=not (c.progress and self.distributed.is_main)) as bar:
-            while self.step < c.max_steps:
-                metrics = self.train_step()
-                if c.eval_every and self.step % c.eval_every == 0:
-                    metrics.update({f"eval/{k}": v for k, v in self.evaluate().metrics().items()})
-                if self.step % c.logging_every == 0:
-                    self.logger.log(metrics, self.step)
-                if (c.save_every and self.step % c.save_every == 0) or self.step == c.max_steps:
-                    self.save()
-                bar.update(1)
-        return self.history
-
-    # ------------------------------------------------------------------ evaluation
-    @torch.no_grad()
-    def evaluate(self, num_episodes: int | None = None) -> EvalResult:
-        """Play the first ``n`` held-out tasks (``eval_temperature``, label verdicts); accuracy per turn with CIs.
-
-        Held out (:func:`~trainers.common.evaluation.held_out_tasks`): the eval env's tasks, else the
-        training env's last ``eval_tasks``, which training never draws. Under ``accelerate launch`` each
-        process plays its share; every process gets all episodes.
-        """
-        n = num_episodes or self.config.eval_tasks
-        if n > len(self.eval_tasks):
-            raise ValueError(f"eval asks for {n} episodes but there are {len(self.eval_tasks)} held-out tasks; "
-                             f"ask for fewer or raise eval_tasks")
-        params = self.sampling_params(0, temperature=self.config.eval_temperature)
-        return evaluate_episodes(self.eval_engine, self.distributed, self.accelerator, self.eval_tasks[:n],
-                                 [self.config.seed + i for i in range(n)], params, desc="eval",
-                                 report_path=eval_report_path(self.config.output_dir, self.step))
+        return self.distributed.merge_metrics(local, sums=("responses",), maxima=tuple(clock.keys()))
 
 
 class PhaseClock:

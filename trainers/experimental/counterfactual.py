@@ -1,4 +1,5 @@
-"""Counterfactual per-message credit (C3-style), the rollout behind ``MAGRPOConfig(credit="counterfactual")``.
+"""Counterfactual per-message credit (C3-style): the rollout behind
+``ExperimentalMAGRPOConfig(credit="counterfactual")``.
 
 For one sampled transcript of N agents over T turns, the message of agent i at turn t is scored by
 its effect on the team's outcome, measured by replaying the episode from the frozen transcript up
