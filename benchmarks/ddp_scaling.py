@@ -72,7 +72,7 @@ def worker(args: argparse.Namespace) -> None:
     def build():
         return tiny_model(seed=0) if args.model == "tiny" else load(args.model)
 
-    team = Team.separate([build(), build()]) if args.full_finetune else Team.shared_lora(*build(), 2)
+    team = Team.separate([build(), build()]) if args.full_finetune else Team.adapter_per_agent(*build(), 2)
     env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="train")
     out = Path(args.worker)
     config = MAGRPOConfig(num_generations=args.num_generations, max_new_tokens=args.max_new_tokens,

@@ -56,7 +56,7 @@ def run(name: str, precision: str, args: argparse.Namespace) -> dict:
 
     AcceleratorState._reset_state(reset_partial_state=True)       # a fresh accelerator for each precision
     model, tokenizer = build_model(name)
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     device = torch.device(args.device)
     steps = args.warmup + args.steps
     with tempfile.TemporaryDirectory() as out:

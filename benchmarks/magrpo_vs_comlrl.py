@@ -258,7 +258,7 @@ def memory_worker(kind: str, agents: int, new_tokens: int, generations: int) -> 
     torch.manual_seed(0)
     after_imports = peak_mib()
     model, tokenizer = load("smollm2-135m")
-    team = Team.shared_lora(model, tokenizer, agents) if kind == "team" else Team.separate([(model, tokenizer)])
+    team = Team.adapter_per_agent(model, tokenizer, agents) if kind == "team" else Team.separate([(model, tokenizer)])
     if kind == "team" and agents == 1:
         kind = "lora1"
     policy = team.policy(team.agents[0])

@@ -81,7 +81,7 @@ def build(args):
 
     torch.manual_seed(args.seed)
     model, tokenizer = tiny_model(seed=0) if args.tiny else load("smollm2-135m")
-    team = Team.shared_lora(model, tokenizer, agents=2, name="tiny" if args.tiny else "smollm2-135m")
+    team = Team.adapter_per_agent(model, tokenizer, agents=2, name="tiny" if args.tiny else "smollm2-135m")
     env = llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=2, split="train")
     eval_env = llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=2, split="test")
     config = MAPPOConfig(

@@ -58,7 +58,7 @@ def hf_team(model_name: str, num_agents: int, lora: bool, threads: int) -> Team:
     """The agents on one HF base (``"tiny"``: the random test model), one LoRA adapter each unless ``lora`` is off."""
     model, tokenizer = tiny_model(seed=0) if model_name == "tiny" else load(model_name, dtype=torch.float32)
     if lora:
-        return Team.shared_lora(model, tokenizer, num_agents)
+        return Team.adapter_per_agent(model, tokenizer, num_agents)
     policy = HFPolicy(model, tokenizer)                  # one policy for every seat: one batched call per turn
     return Team.from_policies({f"agent_{i}": policy for i in range(num_agents)})
 

@@ -192,7 +192,7 @@ def main() -> None:
     threads = args.threads or free_cores()
     torch.set_num_threads(threads)
     model, tokenizer = load("smollm2-135m", dtype=torch.float32)
-    team = Team.shared_lora(model, tokenizer, args.num_agents)
+    team = Team.adapter_per_agent(model, tokenizer, args.num_agents)
     policy = next(iter(team.policies()))
     policy.threads = threads
     env = llm_marl_envs.make(args.env, num_agents=args.num_agents, num_turns=args.num_turns, split="test")

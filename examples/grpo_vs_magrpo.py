@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # MAGRPO: one frozen base, one LoRA adapter per agent
     model, tokenizer = model_copy(args)
-    team = Team.shared_lora(model, tokenizer, train_env.possible_agents, name=args.model)
+    team = Team.adapter_per_agent(model, tokenizer, train_env.possible_agents, name=args.model)
     magrpo = MAGRPOTrainer(train_env, team, config, eval_env=eval_env)
     untrained = magrpo.evaluate()                           # adapters start at zero: the base model in every seat
     untrained.write_report(out / "untrained" / "report.html", title=f"untrained: {args.env}")

@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
     started, run_provenance = time.time(), provenance()
 
     model, tokenizer = model_and_tokenizer or load(args.model)
-    team = Team.shared_lora(model, tokenizer, agents=2,
+    team = Team.adapter_per_agent(model, tokenizer, agents=2,
                             lora_config=default_lora_config(r=args.lora_rank, alpha=2 * args.lora_rank))
     reward_config = without_quality_factor(TLDR_BANDS) if args.plain_reward else TLDR_BANDS
     env, monitor_env, eval_env = (llm_marl_envs.make(ENV_ID, split=split, semantic_judge=args.semantic_judge,

@@ -211,7 +211,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         team = Team.separate([load(args.model) for _ in agents], agents, names=[args.model] * len(agents))
     else:
         model, tokenizer = load(args.model)
-        team = Team.shared_lora(model, tokenizer, agents, name=args.model)
+        team = Team.adapter_per_agent(model, tokenizer, agents, name=args.model)
     trainer = trainer_class(args.algorithm)(env, team, config, eval_env=eval_env)
     trainer.train()
     if trainer.distributed.is_main:          # under `accelerate launch` every process runs this command

@@ -2,7 +2,7 @@
 
 Three layouts, one class:
 
-- ``Team.shared_lora(model, tokenizer, agents)``: one frozen base shared by every agent, one
+- ``Team.adapter_per_agent(model, tokenizer, agents)``: one frozen base shared by every agent, one
   PEFT LoRA adapter per agent (named after the agent). Memory of N agents ≈ one model; all
   agents are sampled in one mixed-adapter batch.
 - ``Team.separate([(model, tokenizer), ...], agents)``: one model per agent (full fine-tune,
@@ -78,16 +78,16 @@ class Team:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def shared_lora(cls, model, tokenizer, agents: int | Sequence[str] = 2, lora_config=None,
-                    name: str | None = None) -> Team:
+    def adapter_per_agent(cls, model, tokenizer, agents: int | Sequence[str] = 2, lora_config=None,
+                          name: str | None = None) -> Team:
         """One frozen base shared by all agents with one LoRA adapter per agent (adapter name = agent name)."""
         names = _agent_names(agents)
         policy = HFPolicy(with_adapters(model, names, lora_config), tokenizer, name=name)
         return cls({agent: Member(policy, agent) for agent in names})
 
     @classmethod
-    def one_lora(cls, model, tokenizer, agents: int | Sequence[str] = 2, lora_config=None, name: str | None = None,
-                 adapter: str = "shared") -> Team:
+    def shared_adapter(cls, model, tokenizer, agents: int | Sequence[str] = 2, lora_config=None,
+                       name: str | None = None, adapter: str = "shared") -> Team:
         """Parameter sharing: one frozen base and one LoRA adapter (``adapter``) that every agent acts and trains
         with; trainers step it once per turn on all the agents' samples."""
         names = _agent_names(agents)
@@ -109,7 +109,7 @@ class Team:
         if names is not None and len(names) != len(models):
             raise ValueError(f"got {len(names)} names for {len(models)} models; pass one name per model")
         if len({id(m) for m, _ in models}) != len(models):
-            raise ValueError("Team.separate needs distinct model objects; use Team.shared_lora to share one base")
+            raise ValueError("Team.separate needs distinct model objects; use Team.adapter_per_agent to share one base")
         members = {}
         for i, (agent, (model, tokenizer)) in enumerate(zip(agent_names, models)):
             name = names[i] if names is not None else None

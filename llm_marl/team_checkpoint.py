@@ -20,8 +20,8 @@ stored, so that the benchmark (which sits below the trainers) can load one::
 ``base_model`` is the base model as given to :func:`llm_marl.models.load`: an embedded model's name
 (also when the team was built from its cached conversion), a hub id or a local directory; the
 top-level one is the team's base, or the list of its bases. Members with the same ``policy`` index
-share one base (``Team.shared_lora``); ``weights`` is ``"lora"`` or ``"full"``; ``path`` is the
-agent's folder, relative to the checkpoint. Agents that share one adapter (``Team.one_lora``) each
+share one base (``Team.adapter_per_agent``); ``weights`` is ``"lora"`` or ``"full"``; ``path`` is the
+agent's folder, relative to the checkpoint. Agents that share one adapter (``Team.shared_adapter``) each
 get a copy of it, so every agent folder loads on its own. :func:`load_team` loads each base once,
 adds the adapters with their saved PEFT configs, loads every agent's tensors and seats the agents
 as they were trained. A checkpoint without ``team.json``, or of another format, is refused.

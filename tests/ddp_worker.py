@@ -64,7 +64,7 @@ def build_trainer(output_dir: str | Path, max_steps: int = 3, resume: bool = Fal
     torch.set_num_threads(1)
     model, tokenizer = tiny_model(seed=0)
     torch.manual_seed(rank() if init_seed is None else init_seed)   # LoRA A matrices differ per process
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     settings = dict(num_generations=3, max_new_tokens=6, max_steps=max_steps, prompts_per_step=3, micro_batch_size=4,
                     save_every=1, eval_tasks=2, learning_rate=5e-3, kl_coef=0.05, output_dir=str(output_dir),
                     report_to=("jsonl",), resume_from_checkpoint="latest" if resume else None, progress=False, seed=1)
@@ -108,7 +108,7 @@ def build_mappo(output_dir: str | Path, max_steps: int = 2, init_seed: int | Non
     torch.set_num_threads(1)
     model, tokenizer = tiny_model(seed=0)
     torch.manual_seed(rank() if init_seed is None else init_seed)
-    team = Team.shared_lora(model, tokenizer, agents=2)
+    team = Team.adapter_per_agent(model, tokenizer, agents=2)
     verifier_lm, verifier_tokenizer = tiny_model(seed=1)
     verifier = RewardModel.from_causal_lm(verifier_lm, verifier_tokenizer, seed=1, max_length=96)
     if env is None:

@@ -120,7 +120,7 @@ def run_magrpo(output_dir: str) -> None:
 
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     config = MAGRPOConfig(num_generations=3, max_new_tokens=6, max_steps=MAX_STEPS, save_every=1, eval_tasks=2,
                           learning_rate=5e-3, kl_coef=0.05, output_dir=output_dir, report_to=("jsonl",),
                           resume_from_checkpoint="latest" if latest_checkpoint(output_dir) else None,
@@ -140,7 +140,7 @@ def run_mappo(output_dir: str) -> None:
 
     torch.manual_seed(0)           # PEFT initialises the LoRA adapters from the global RNG
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, agents=2)
+    team = Team.adapter_per_agent(model, tokenizer, agents=2)
     verifier = RewardModel.from_causal_lm(*tiny_model(seed=1), seed=1, max_length=96)
     env = llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=2, num_tasks=20, split="train")
     config = MAPPOConfig(max_new_tokens=6, episodes_per_step=2, minibatch_size=4, ppo_epochs=2, learning_rate=1e-3,

@@ -17,7 +17,7 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     config = MAGRPOConfig(num_generations=3, max_new_tokens=6, max_steps=max_steps, save_every=1, eval_tasks=2,
                           learning_rate=5e-3, kl_coef=0.05, output_dir=output_dir, report_to=("jsonl",),
                           resume_from_checkpoint="latest" if resume else None, progress=False, seed=1)

@@ -38,7 +38,7 @@ def perturb(team: Team, seed: int) -> None:
 def trained(tiny_model_dir, tmp_path_factory):
     """A shared-LoRA team on the tiny model, perturbed, then one MAGRPO step; the trainer (it saved at the end)."""
     model, tokenizer = load(str(tiny_model_dir))
-    team = Team.shared_lora(model, tokenizer, AGENTS, name=str(tiny_model_dir))
+    team = Team.adapter_per_agent(model, tokenizer, AGENTS, name=str(tiny_model_dir))
     perturb(team, seed=0)
     config = MAGRPOConfig(num_generations=2, max_new_tokens=8, max_steps=1, eval_tasks=2, eval_every=1,
                           report_to=("jsonl",), progress=False, seed=SEED,
@@ -222,7 +222,7 @@ def test_weights_that_do_not_fit_the_base_are_refused(tmp_path, capsys):
     model.save_pretrained(small)
     tokenizer.save_pretrained(small)
     model, tokenizer = tiny_model(hidden_size=64)       # trained on another model than the one it names
-    team = Team.shared_lora(model, tokenizer, AGENTS, name=str(small))
+    team = Team.adapter_per_agent(model, tokenizer, AGENTS, name=str(small))
     optimizers = {a: torch.optim.AdamW(team.policy(a).trainable_parameters(a)) for a in AGENTS}
     step = save_checkpoint(tmp_path / "run", 1, team, optimizers, {}, {})
     err = refused(capsys, "--checkpoint", str(step), "--num-turns", "1")
@@ -236,7 +236,7 @@ def test_a_checkpoint_whose_base_directory_moved_is_pointed_at_its_new_place(tin
     base, moved = tmp_path / "base", tmp_path / "elsewhere" / "base"
     shutil.copytree(tiny_model_dir, base)
     model, tokenizer = load(str(base))
-    team = Team.shared_lora(model, tokenizer, AGENTS, name=str(base))
+    team = Team.adapter_per_agent(model, tokenizer, AGENTS, name=str(base))
     perturb(team, seed=2)
     optimizers = {a: torch.optim.AdamW(team.policy(a).trainable_parameters(a)) for a in AGENTS}
     step = save_checkpoint(tmp_path / "run", 1, team, optimizers, {}, {}, env=make(ENV, num_agents=2, num_turns=1))
@@ -296,7 +296,7 @@ def test_team_json_names_the_base_and_holds_no_absolute_path(tiny_model_dir, tmp
     shutil.copytree(tiny_model_dir, cache / "models" / "smollm2-135m")
     monkeypatch.setenv("LLM_MARL_CACHE", str(cache))
     model, tokenizer = load("smollm2-135m")
-    team = Team.shared_lora(model, tokenizer, AGENTS)
+    team = Team.adapter_per_agent(model, tokenizer, AGENTS)
     assert team.policy("agent_0").name == str(cache / "models" / "smollm2-135m")      # what the policy knows
     perturb(team, seed=4)
     optimizers = {a: torch.optim.AdamW(team.policy(a).trainable_parameters(a)) for a in AGENTS}
@@ -319,7 +319,7 @@ def test_a_team_sharing_one_adapter_round_trips(tiny_model_dir, tmp_path, one_to
     from peft import PeftModel
 
     model, tokenizer = load(str(tiny_model_dir))
-    team = Team.one_lora(model, tokenizer, AGENTS, name=str(tiny_model_dir))
+    team = Team.shared_adapter(model, tokenizer, AGENTS, name=str(tiny_model_dir))
     perturb(team, seed=5)
     optimizer = torch.optim.AdamW(team.policy("agent_0").trainable_parameters("shared"))
     step = save_checkpoint(tmp_path / "run", 1, team, {a: optimizer for a in AGENTS}, {}, {})
@@ -369,7 +369,7 @@ def test_export_card_of_an_embedded_base_names_its_hub_model(tiny_model_dir, tmp
     shutil.copytree(tiny_model_dir, cache / "models" / "smollm2-135m")
     monkeypatch.setenv("LLM_MARL_CACHE", str(cache))
     model, tokenizer = load("smollm2-135m")
-    team = Team.shared_lora(model, tokenizer, AGENTS)
+    team = Team.adapter_per_agent(model, tokenizer, AGENTS)
     optimizers = {a: torch.optim.AdamW(team.policy(a).trainable_parameters(a)) for a in AGENTS}
     save_checkpoint(tmp_path / "run", 3, team, optimizers, {}, {}, env=make(ENV, num_agents=2, num_turns=2))
     assert main(["export", str(tmp_path / "run"), str(tmp_path / "out")]) == 0

@@ -256,7 +256,7 @@ def test_bad_counterfactual_settings_are_clear_errors():
 def team():
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
-    return Team.shared_lora(model, tokenizer, 2)
+    return Team.adapter_per_agent(model, tokenizer, 2)
 
 
 def lora_weights(team):

@@ -164,9 +164,9 @@ def test_agent_devices_place_separate_models_and_explain_the_shared_base_restric
     assert place_team(separate, agents, {"agent_0": "cpu", "agent_1": "cpu"}, torch.device("cpu")) == \
         {"agent_0": torch.device("cpu"), "agent_1": torch.device("cpu")}
     model, tokenizer = tiny_model(seed=0)
-    shared = Team.shared_lora(model, tokenizer, 2)
+    shared = Team.adapter_per_agent(model, tokenizer, 2)
     with pytest.raises(
-        ValueError, match=r"share one base model \(Team.shared_lora.*Team.separate \(one model per agent\)"
+        ValueError, match=r"share one base model \(Team.adapter_per_agent.*Team.separate \(one model per agent\)"
     ):
         place_team(shared, agents, {"agent_0": "cuda:0", "agent_1": "cuda:1"}, torch.device("cpu"))
     with pytest.raises(ValueError, match=r"unknown agent\(s\) \['agent_7'\]"):
@@ -204,7 +204,7 @@ def layer_calls_and_grads(policy, prompts, completions):
 def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradients(tmp_path, one_torch_thread):
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     policy = team.policy("agent_0")
     with torch.no_grad():                           # nonzero B: gradients reach every LoRA matrix
         for name, p in policy.model.named_parameters():
@@ -244,7 +244,7 @@ def test_bf16_runs_the_loss_forward_in_bfloat16(tmp_path, one_torch_thread):
     try:
         torch.manual_seed(0)
         model, tokenizer = tiny_model(seed=0)
-        team = Team.shared_lora(model, tokenizer, 2)
+        team = Team.adapter_per_agent(model, tokenizer, 2)
         trainer = MAGRPOTrainer(
             SayNumberEnv(),
             team,
@@ -271,7 +271,7 @@ def test_bf16_runs_the_loss_forward_in_bfloat16(tmp_path, one_torch_thread):
 # ----------------------------------------------------------------------------- checkpoints
 def test_checkpoints_hold_every_process_rng_and_each_process_gets_its_own_back(tmp_path):
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, 1)
+    team = Team.adapter_per_agent(model, tokenizer, 1)
     params = team.policy("agent_0").trainable_parameters("agent_0")
     optimizer = {"agent_0": torch.optim.AdamW(params)}
     states = []

@@ -136,7 +136,7 @@ def test_one_summary_shape_for_a_setting_and_its_arrays_read_back():
 def trainer(tmp_path):
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     config = MAGRPOConfig(num_generations=2, max_new_tokens=4, max_steps=1, eval_tasks=3, learning_rate=5e-2,
                           temperature=1.0, output_dir=str(tmp_path / "run"), report_to=("jsonl",), progress=False)
     return MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config, eval_env=SayNumberEnv(num_turns=2, num_tasks=5))
@@ -196,7 +196,7 @@ def test_train_and_compare_resumed_at_max_steps_only_evaluates_the_checkpoint(tr
 
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     config = MAGRPOConfig(num_generations=2, max_new_tokens=4, max_steps=1, eval_tasks=3, learning_rate=5e-2,
                           temperature=1.0, output_dir=str(tmp_path / "evaluate"), report_to=("jsonl",), progress=False)
     fresh = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config, eval_env=SayNumberEnv(num_turns=2, num_tasks=5))

@@ -20,7 +20,7 @@ GREEDY = SamplingParams(max_new_tokens=10, temperature=0)
 @pytest.fixture()
 def team(one_torch_thread):
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():                      # both adapters differ from the base and from each other
         for name, param in team.policy("agent_0").model.named_parameters():

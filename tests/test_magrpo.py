@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def team():
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
-    return Team.shared_lora(model, tokenizer, 2)
+    return Team.adapter_per_agent(model, tokenizer, 2)
 
 
 def small_config(tmp_path, config_cls=MAGRPOConfig, **overrides) -> MAGRPOConfig:
@@ -290,7 +290,7 @@ def test_incentives_need_a_correct_table_and_two_agents(tmp_path, team):
     bare = Expansion(None, {}, {}, [(0, 0)], [None], [{"agent_0": 1.0}], [False], [{"agent_0": {}}])
     with pytest.raises(ValueError, match="'correct' table"):
         incentive_shaped(bare, [1.0], IncentiveWeights(alpha0=0.1))
-    solo_team = Team.shared_lora(*tiny_model(seed=0), 1)
+    solo_team = Team.adapter_per_agent(*tiny_model(seed=0), 1)
     with pytest.raises(ValueError, match="at least 2 agents"):
         ExperimentalMAGRPOTrainer(SayNumberEnv(num_agents=1), solo_team, lever_config(tmp_path, alpha1=0.1))
     with pytest.raises(ValueError, match="must be >= 0"):
@@ -344,7 +344,7 @@ def test_no_repeat_ngram_keeps_every_training_sample_free_of_repeated_ngrams(tmp
 def test_agents_that_share_one_adapter_take_one_step_per_turn_on_all_their_samples(tmp_path, monkeypatch):
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
-    team = Team.one_lora(model, tokenizer, 2)
+    team = Team.shared_adapter(model, tokenizer, 2)
     assert team.adapter("agent_0") == team.adapter("agent_1") == "shared"
     config = small_config(tmp_path, save_every=1)
     trainer = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, config)
@@ -363,10 +363,10 @@ def test_agents_that_share_one_adapter_take_one_step_per_turn_on_all_their_sampl
     assert {int(s["step"]) for s in state.values()} == {2}          # one optimiser step per turn, not per agent
     after = team.policy("agent_0").trainable_state_dict("shared")
     assert any(not torch.equal(before[k], after[k]) for k in before)
-    resumed = MAGRPOTrainer(SayNumberEnv(num_turns=2), Team.one_lora(*tiny_model(seed=0), 2), config)
+    resumed = MAGRPOTrainer(SayNumberEnv(num_turns=2), Team.shared_adapter(*tiny_model(seed=0), 2), config)
     resumed.load(trainer.latest_checkpoint())
     assert all(torch.equal(after[k], v) for k, v in resumed.team.policy("agent_1").trainable_state_dict("shared")
                .items())
     with pytest.raises(ValueError, match="share one adapter"):
-        MAGRPOTrainer(SayNumberEnv(), Team.one_lora(*tiny_model(seed=0), 2), small_config(
+        MAGRPOTrainer(SayNumberEnv(), Team.shared_adapter(*tiny_model(seed=0), 2), small_config(
             tmp_path, agent_learning_rates={"agent_1": 1e-3}))

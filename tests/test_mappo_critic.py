@@ -12,7 +12,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def team_and_critic():
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, agents=2)
+    team = Team.adapter_per_agent(model, tokenizer, agents=2)
     critic = CentralizedCritic(team.policy("agent_0"), max_context_tokens=32, seed=0)
     return team, critic
 

@@ -29,7 +29,7 @@ def build_trainer(output_dir, **overrides):
     """2 agents x 2 turns of arithmetic debate, scored by a tiny (random) learned verifier: nonzero, varied rewards."""
     torch.manual_seed(0)          # PEFT initialises the LoRA adapters from the global RNG
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, agents=2)
+    team = Team.adapter_per_agent(model, tokenizer, agents=2)
     verifier_lm, verifier_tokenizer = tiny_model(seed=1)
     verifier = RewardModel.from_causal_lm(verifier_lm, verifier_tokenizer, seed=1, max_length=96)
     env = llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=2, num_tasks=20, split="train")

@@ -84,7 +84,7 @@ def test_advantages_are_whitened_per_turn_and_agent_by_default(tmp_path):
 def critic():
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     return CentralizedCritic(team.policy("agent_0"), max_context_tokens=60, seed=0)
 
 
@@ -120,7 +120,7 @@ def test_critic_refuses_agents_whose_tokenizer_differs():
 def team():
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
-    return Team.shared_lora(model, tokenizer, 2)
+    return Team.adapter_per_agent(model, tokenizer, 2)
 
 
 def magrpo(tmp_path, team, env=None, **overrides):

@@ -14,7 +14,7 @@ CONVERSATIONS = [[{"role": "user", "content": "say 3"}], [{"role": "user", "cont
 def team(one_torch_thread):
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     with torch.no_grad():                      # make agent_1's adapter differ from the base (LoRA B starts at 0)
         for name, param in team.policy("agent_0").model.named_parameters():
             if ".agent_1." in name and "lora_B" in name:

@@ -65,7 +65,7 @@ def echo_model(seed: int = 0):
 @pytest.mark.parametrize("reuse", [False, True])
 def test_greedy_tokens_and_logprobs_are_the_same_with_and_without_drafts(one_torch_thread, reuse):
     model, tokenizer = echo_model()
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     policy = team.policy("agent_0")
     policy.reuse_cache = reuse
     env = llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=3)
@@ -110,7 +110,7 @@ def test_draft_tokens_must_not_be_negative():
 @pytest.mark.ci_slow
 def test_real_model_greedy_debates_are_the_same_with_and_without_drafts(one_torch_thread):
     model, tokenizer = load(DEFAULT_MODEL, dtype=torch.float32)
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     policy = team.policy("agent_0")
     env = llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=2, split="test")
     engine = RolloutEngine(env, team, SamplingParams(max_new_tokens=32, temperature=0), progress=False)

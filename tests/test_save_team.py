@@ -27,7 +27,7 @@ def perturbed_team(tiny_model_dir) -> Team:
     """A LoRA team on the tiny model whose adapters differ from each other and from a fresh adapter."""
     torch.manual_seed(0)
     model, tokenizer = load(str(tiny_model_dir))
-    team = Team.shared_lora(model, tokenizer, AGENTS, name=str(tiny_model_dir))
+    team = Team.adapter_per_agent(model, tokenizer, AGENTS, name=str(tiny_model_dir))
     with torch.no_grad():
         for agent, scale in zip(AGENTS, (0.01, 0.02)):
             for p in team.policy(agent).trainable_parameters(agent):

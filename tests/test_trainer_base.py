@@ -70,10 +70,10 @@ def debate_env():
     return llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=2, num_tasks=20, split="train")
 
 
-def shared_lora_team() -> Team:
+def adapter_per_agent_team() -> Team:
     torch.manual_seed(0)
     model, tokenizer = tiny_model(seed=0)
-    return Team.shared_lora(model, tokenizer, agents=2)
+    return Team.adapter_per_agent(model, tokenizer, agents=2)
 
 
 def assert_eval_result(result, num_episodes: int, num_turns: int) -> None:
@@ -90,9 +90,9 @@ def assert_eval_result(result, num_episodes: int, num_turns: int) -> None:
 
 def test_both_trainers_evaluate_to_the_same_shape_and_log_it_every_eval_every_steps(tmp_path):
     common = dict(max_new_tokens=4, max_steps=1, eval_every=1, eval_tasks=2, report_to=("jsonl",), progress=False)
-    magrpo = MAGRPOTrainer(debate_env(), shared_lora_team(),
+    magrpo = MAGRPOTrainer(debate_env(), adapter_per_agent_team(),
                            MAGRPOConfig(num_generations=2, output_dir=str(tmp_path / "magrpo"), **common))
-    mappo = MAPPOTrainer(debate_env(), shared_lora_team(),
+    mappo = MAPPOTrainer(debate_env(), adapter_per_agent_team(),
                          MAPPOConfig(episodes_per_step=1, ppo_epochs=1, output_dir=str(tmp_path / "mappo"), **common))
     results = {}
     for name, trainer in (("magrpo", magrpo), ("mappo", mappo)):
@@ -109,7 +109,7 @@ def test_both_trainers_evaluate_to_the_same_shape_and_log_it_every_eval_every_st
 
 def test_a_batched_evaluation_gives_each_episode_its_share_of_the_batch_and_reports_the_real_total(tmp_path):
     env = debate_env()
-    engine = RolloutEngine(env, shared_lora_team(), progress=False, env_name="arithmetic_debate-v0")
+    engine = RolloutEngine(env, adapter_per_agent_team(), progress=False, env_name="arithmetic_debate-v0")
     params = SamplingParams(max_new_tokens=4, temperature=0.0)
     began = time.perf_counter()
     result = evaluate_episodes(engine, None, None, list(range(6)), [0] * 6, params, parallel=3,
@@ -145,7 +145,7 @@ def test_eval_result_pads_early_stopped_episodes_and_has_no_accuracy_without_cor
 # ----------------------------------------------------------------------------- one log-prob path
 @pytest.mark.parametrize("shared_prompt", [False, True])     # one forward, or a prompt pass reused by both rows
 def test_entropy_path_gives_the_policys_log_probs_and_the_distributions_entropy(shared_prompt):
-    team = shared_lora_team()
+    team = adapter_per_agent_team()
     policy, adapter = team.policy("agent_0"), team.adapter("agent_0")
     prompt = policy.encode([{"role": "user", "content": "2 + 2?"}])
     prompts, completions = [prompt, prompt if shared_prompt else prompt[:-1]], [[18, 19, 20], [21]]
@@ -163,7 +163,7 @@ def test_entropy_path_gives_the_policys_log_probs_and_the_distributions_entropy(
 def test_mappo_trains_with_the_entropy_bonus(tmp_path):
     config = MAPPOConfig(max_new_tokens=4, max_steps=1, episodes_per_step=1, ppo_epochs=1, entropy_coef=0.01,
                          output_dir=str(tmp_path), report_to=(), progress=False, eval_tasks=1)
-    history = MAPPOTrainer(debate_env(), shared_lora_team(), config).train()
+    history = MAPPOTrainer(debate_env(), adapter_per_agent_team(), config).train()
     assert history[0]["entropy"] > 0
 
 
@@ -184,7 +184,7 @@ def replay_child(out: str, rng_noise: int, seed: int) -> None:
             "mappo": (MAPPOTrainer, MAPPOConfig(episodes_per_step=2, minibatch_size=4, ppo_epochs=1,
                                                 **REPLAY_SETTINGS))}
     for name, (trainer_cls, config) in runs.items():
-        team = Team.shared_lora(*tiny_model(seed=0), 2)           # PEFT draws the adapters from the global RNG
+        team = Team.adapter_per_agent(*tiny_model(seed=0), 2)           # PEFT draws the adapters from the global RNG
         config = dataclasses.replace(config, seed=seed, output_dir=f"{out}/{name}")
         trainer_cls(SayNumberEnv(num_turns=2), team, config).train()
         for agent in ("agent_0", "agent_1"):
@@ -226,7 +226,7 @@ def test_two_fresh_processes_with_one_seed_train_bit_identical_adapters(tmp_path
 def test_a_fresh_run_draws_untrained_adapters_from_its_seed_and_leaves_trained_ones_alone():
     def team_after_noise(noise: int) -> Team:
         torch.manual_seed(noise)
-        return Team.shared_lora(*tiny_model(seed=0), 2)
+        return Team.adapter_per_agent(*tiny_model(seed=0), 2)
 
     a, b, c, d = (team_after_noise(noise) for noise in (1, 2, 3, 4))
     assert not torch.equal(*(next(v for k, v in lora_tensors(t, "agent_0").items() if "lora_A" in k) for t in (a, b)))
@@ -261,11 +261,11 @@ def magrpo_trainer(tmp_path, team: Team, **overrides) -> MAGRPOTrainer:
 
 
 def test_a_trainer_built_to_resume_starts_at_the_checkpoint_with_its_records(tmp_path):
-    straight = magrpo_trainer(tmp_path, shared_lora_team())
+    straight = magrpo_trainer(tmp_path, adapter_per_agent_team())
     history = straight.train()
     assert [r["step"] for r in history] == [1, 2]
     checkpoint = tmp_path / "checkpoints" / "step-000001"
-    resumed = magrpo_trainer(tmp_path, shared_lora_team(), resume_from_checkpoint=str(checkpoint))
+    resumed = magrpo_trainer(tmp_path, adapter_per_agent_team(), resume_from_checkpoint=str(checkpoint))
     assert resumed.step == 1 and resumed.history == history[:1]               # restored when built, as MAPPO
     before = lora_tensors(resumed.team, "agent_0")
     assert not all(torch.equal(v, lora_tensors(straight.team, "agent_0")[k]) for k, v in before.items())
@@ -279,7 +279,7 @@ def test_a_trainer_built_to_resume_starts_at_the_checkpoint_with_its_records(tmp
 @pytest.mark.parametrize("trainer_cls", [MAGRPOTrainer, MAPPOTrainer])
 def test_evaluate_takes_a_number_of_held_out_tasks_the_same_way_in_both_trainers(tmp_path, trainer_cls):
     config_cls = MAGRPOConfig if trainer_cls is MAGRPOTrainer else MAPPOConfig
-    trainer = trainer_cls(debate_env(), shared_lora_team(),
+    trainer = trainer_cls(debate_env(), adapter_per_agent_team(),
                           config_cls(max_new_tokens=2, eval_tasks=3, output_dir=str(tmp_path), report_to=(),
                                      progress=False))
     assert trainer.evaluate().num_episodes == 3 and trainer.evaluate(1).num_episodes == 1
@@ -290,7 +290,7 @@ def test_evaluate_takes_a_number_of_held_out_tasks_the_same_way_in_both_trainers
 
 def test_agents_sharing_one_adapter_share_one_optimizer_in_mappo_too(tmp_path):
     torch.manual_seed(0)
-    team = Team.one_lora(*tiny_model(seed=0), 2)
+    team = Team.shared_adapter(*tiny_model(seed=0), 2)
     config = MAPPOConfig(max_new_tokens=4, max_steps=1, episodes_per_step=1, ppo_epochs=1, minibatch_size=64,
                          eval_tasks=1, output_dir=str(tmp_path), report_to=(), progress=False)
     trainer = MAPPOTrainer(debate_env(), team, config)

@@ -38,7 +38,7 @@ def test_a_cpu_float32_policy_stores_its_linear_weights_input_major(one_torch_th
 
 def test_lora_adapters_stay_row_major_and_the_bases_move(one_torch_thread):
     model, tokenizer = tiny_model(seed=0)
-    team = Team.shared_lora(model, tokenizer, 2)
+    team = Team.adapter_per_agent(model, tokenizer, 2)
     peft_model = team.policies()[0].model
     bases, adapters = linear_weights(peft_model), linear_weights(peft_model, lora=True)
     assert bases and adapters

@@ -26,7 +26,7 @@ Levers, arms run only when named (``arms=(..., "magrpo_incentives")``):
 - ``magrpo_after_solo``: the first half of the steps as the ``solo`` arm (one adapter, single answers,
   its batch), then both seats start from that adapter and train as ``magrpo_final_turn`` for the rest.
 - ``magrpo_one_adapter``: ``magrpo_final_turn`` with parameter sharing: both seats act with one LoRA
-  adapter (``Team.one_lora``), stepped once per turn on both agents' samples; the same batch as ``magrpo``.
+  adapter (``Team.shared_adapter``), stepped once per turn on both agents' samples; the same batch as ``magrpo``.
 - ``magrpo_after_solo_scores``: ``magrpo_after_solo`` in a debate with ``show_scores=True`` (each agent
   reads the verifier's score of the other agent's previous answer), in training and in evaluation.
 - ``solo_scores``: the ``solo`` arm's trained adapter (nothing trains again) seated in that
@@ -335,10 +335,10 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
                                                                       **LEVERS.get(arm, {}), micro_batch_size=32))
 
         if arm == "solo":
-            team = Team.shared_lora(model, tokenizer, ["agent_0"], name=config.model)
+            team = Team.adapter_per_agent(model, tokenizer, ["agent_0"], name=config.model)
             trainer = solo_trainer(team, batch.settings)
         elif arm in SOLO_FIRST_ARMS:
-            team = Team.shared_lora(model, tokenizer, seats, name=config.model)
+            team = Team.adapter_per_agent(model, tokenizer, seats, name=config.model)
             policy, first = team.policy(seats[0]), config.steps // 2
             if first:       # phase 1: the solo arm's batches, one adapter; then every seat starts from it
                 solo = solo_trainer(Team.from_policies({seats[0]: (policy, seats[0])}),
@@ -350,11 +350,11 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
                     policy.copy_adapter(seats[0], seat)
             trainer = debate_trainer(team, max_steps=config.steps - first, output_dir=str(out / "debate"))
         elif arm in ("magrpo", *LEVERS):
-            team = (Team.one_lora(model, tokenizer, seats, name=config.model) if arm in ONE_ADAPTER_ARMS
-                    else Team.shared_lora(model, tokenizer, seats, name=config.model))
+            team = (Team.shared_adapter(model, tokenizer, seats, name=config.model) if arm in ONE_ADAPTER_ARMS
+                    else Team.adapter_per_agent(model, tokenizer, seats, name=config.model))
             trainer = debate_trainer(team)
         elif arm == "counterfactual":
-            team = Team.shared_lora(model, tokenizer, seats, name=config.model)
+            team = Team.adapter_per_agent(model, tokenizer, seats, name=config.model)
             settings = dict(batch.settings)
             cf = ExperimentalMAGRPOConfig(**common, credit="counterfactual",
                                           prompts_per_step=settings["transcripts_per_step"],
@@ -365,7 +365,7 @@ def train_arm(arm: str, config: StudyConfig, batch: ArmBatch, out: Path) -> Trai
         elif arm == "mappo":
             from trainers.mappo import MAPPOConfig, MAPPOTrainer
 
-            team = Team.shared_lora(model, tokenizer, seats, name=config.model)
+            team = Team.adapter_per_agent(model, tokenizer, seats, name=config.model)
             mappo = MAPPOConfig(**common, **batch.settings, ppo_epochs=1, minibatch_size=16,
                                 critic_learning_rate=1e-4, reward_gamma=0.3, alpha1=0.2, beta1=0.2)
             trainer = MAPPOTrainer(make_env(config, "train"), team, mappo)
@@ -392,7 +392,7 @@ class Evaluator:
         self.config = config
         self.seats = [f"agent_{i}" for i in range(config.num_agents)]
         model, tokenizer = base_model(config)
-        self.team = Team.shared_lora(model, tokenizer, self.seats, name=config.model)
+        self.team = Team.adapter_per_agent(model, tokenizer, self.seats, name=config.model)
         self.policy = self.team.policy(self.seats[0])
         self.untrained = {seat: self.policy.trainable_state_dict(seat) for seat in self.seats}
         self._envs_by_debate: dict[str, dict[str, Any]] = {}

@@ -91,9 +91,9 @@ class TrainerConfig:
         default=None,
         metadata={
             "help": "Place agents on devices in one process, e.g. {agent_0: cuda:0, agent_1: cuda:1}; "
-            "needs one model per "
-            "agent (Team.separate): agents sharing a base (Team.shared_lora) must share its device. Unlisted agents "
-            "use the process's device. Not combinable with several processes per machine."
+            "needs one model per agent (Team.separate): agents sharing a base (Team.adapter_per_agent) must "
+            "share its device. Unlisted agents use the process's device. Not combinable with several processes "
+            "per machine."
         },
     )
     fsdp: bool = field(default=False, metadata={

@@ -322,7 +322,7 @@ def debate_team_and_envs(config: Any, args: argparse.Namespace) -> tuple[Any, An
         torch.set_num_threads(args.threads)
     torch.manual_seed(config.seed)
     model, tokenizer = load(args.model)
-    team = Team.shared_lora(model, tokenizer, agents=2, name=args.model)
+    team = Team.adapter_per_agent(model, tokenizer, agents=2, name=args.model)
     env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="train")
     eval_env = llm_marl_envs.make(args.env, num_agents=2, num_turns=args.num_turns, split="test")
     return team, env, eval_env

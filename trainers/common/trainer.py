@@ -116,7 +116,7 @@ def check_trainable(team: Team, agents: Sequence[str], kl_coef: float) -> None:
         policy = team.policy(agent)
         if not isinstance(policy, HFPolicy):
             raise ValueError(f"{agent}'s policy {policy.name!r} cannot be trained (inference-only backend); "
-                             f"train HFPolicy members (Team.shared_lora / Team.separate)")
+                             f"train HFPolicy members (Team.adapter_per_agent / Team.separate)")
         if kl_coef > 0 and not policy.is_peft:
             raise ValueError(f"kl_coef={kl_coef} needs a LoRA policy (the reference is the base with the adapter "
                              f"disabled); {agent} is fully fine-tuned: set kl_coef=0 or use LoRA")

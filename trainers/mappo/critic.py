@@ -65,7 +65,7 @@ class CentralizedCritic(torch.nn.Module):
         super().__init__()
         if not getattr(policy, "is_peft", False):
             raise ValueError(f"the centralized critic shares a LoRA base; policy {policy.name!r} is a plain model. "
-                             "Build the team with Team.shared_lora(...) or Team.separate(..., lora_config=...)")
+                             "Build the team with Team.adapter_per_agent(...) or Team.separate(..., lora_config=...)")
         if max_context_tokens < 1:
             raise ValueError(f"max_context_tokens must be >= 1, got {max_context_tokens}")
         from llm_marl.team import default_lora_config

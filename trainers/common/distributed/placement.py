@@ -16,7 +16,7 @@ def place_team(team: Team, agents: Sequence[str], agent_devices: Mapping[str, st
     """Move every trainable policy of ``team`` to its device; returns ``{agent: device}``.
 
     Agents listed in ``agent_devices`` go there, the others to ``default`` (the process's device).
-    Agents that share a policy (``Team.shared_lora``: one base, one adapter each) share its device.
+    Agents that share a policy (``Team.adapter_per_agent``: one base, one adapter each) share its device.
     """
     agent_devices = dict(agent_devices or {})
     unknown = sorted(set(agent_devices) - set(agents))
@@ -35,7 +35,7 @@ def place_team(team: Team, agents: Sequence[str], agent_devices: Mapping[str, st
     for by_agent in wanted.values():
         if len(set(by_agent.values())) > 1:
             raise ValueError(
-                f"agents {sorted(by_agent)} share one base model (Team.shared_lora: one frozen base, one LoRA "
+                f"agents {sorted(by_agent)} share one base model (Team.adapter_per_agent: one frozen base, one LoRA "
                 f"adapter each), so they live on one device, but agent_devices asks for "
                 f"{dict(sorted(by_agent.items()))}; give them the same device, or build the team with "
                 f"Team.separate (one model per agent) to spread agents over devices"
