@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check: the `gpu` tests (tests/test_gpu.py) and the bf16-vs-float32 MAGRPO step time
+# The GPU check: the `gpu` tests (tests/runtime/test_gpu.py) and the bf16-vs-float32 MAGRPO step time
 # (benchmarks/gpu_precision.py) on a CUDA machine that has PyTorch, transformers, PEFT and accelerate but
 # no network and not the rest of the project's dependencies. Run from the repository root, in two places:
 #
@@ -70,7 +70,7 @@ for name in ("transformers", "peft", "accelerate", "tokenizers", "numpy", "pytes
 PY
 } 2>&1 | tee "$OUT/versions.txt"
 
-timeout 270 python3 -m pytest -m gpu tests/test_gpu.py -v -rA -p no:cacheprovider --junitxml="$OUT/gpu.xml" 2>&1 \
+timeout 270 python3 -m pytest -m gpu tests/runtime/test_gpu.py -v -rA -p no:cacheprovider --junitxml="$OUT/gpu.xml" 2>&1 \
     | tee "$OUT/gpu.log"
 status=${PIPESTATUS[0]}
 # shellcheck disable=SC2086  # word splitting intended: extra arguments (a dry run: --device cpu --models tiny)

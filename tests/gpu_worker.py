@@ -1,4 +1,4 @@
-"""Entry point of the launched GPU test (tests/test_gpu.py), run under ``accelerate launch``:
+"""Entry point of the launched GPU test (tests/runtime/test_gpu.py), run under ``accelerate launch``:
 
     accelerate launch --multi_gpu --num_processes 1 tests/gpu_worker.py OUT plain fsdp
 

@@ -7,7 +7,7 @@ from llm_marl.benchmark import summarize
 from llm_marl.compare import comparison, comparison_meta, parse_baselines, team_score
 from llm_marl.report import RunView, counted
 from llm_marl_envs.metrics import paired_difference
-from tests.test_report import debate_records, single_records
+from tests.runtime.test_report import debate_records, single_records
 
 
 def test_parse_baselines_names_the_bad_one():

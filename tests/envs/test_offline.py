@@ -17,7 +17,7 @@ from llm_marl import model_sources
 from llm_marl_envs import data, hub
 from llm_marl_envs.data import DataNotFoundError, load_records
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 

@@ -80,7 +80,7 @@ def test_return_bad_tables():
 
 # ---------------------------------------------------------------- incentives (3 agents: 2 others, ties possible)
 def bonuses(correct, **weights):
-    """The bonus table alone (the α penalties are tested in tests/test_paper_options.py)."""
+    """The bonus table alone (the α penalties are tested in tests/trainers/test_paper_options.py)."""
     return incentive_bonuses(correct, IncentiveWeights(**{"penalties": False, **weights})).tolist()
 
 

@@ -15,8 +15,8 @@ import torch
 
 from llm_marl.models import tiny_model
 from llm_marl.team import Team, default_lora_config
-from tests.test_mappo_trainer import build_trainer
 from tests.toy_env import SayNumberEnv
+from tests.trainers.test_mappo_trainer import build_trainer
 from trainers.common.incentives import IncentiveWeights, incentive_bonuses
 from trainers.experimental import ExperimentalMAGRPOConfig
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer

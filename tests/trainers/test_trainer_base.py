@@ -204,9 +204,9 @@ def train_in_a_fresh_process(out, rng_noise: int, seed: int) -> dict[str, torch.
 
     from safetensors.torch import load_file
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     child = subprocess.run(
-        [sys.executable, "-c", f"from tests.test_trainer_base import replay_child; "
+        [sys.executable, "-c", f"from tests.trainers.test_trainer_base import replay_child; "
                                f"replay_child({str(out)!r}, {rng_noise}, {seed})"],
         cwd=root, env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}, capture_output=True,
         text=True, timeout=900)

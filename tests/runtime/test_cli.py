@@ -24,7 +24,7 @@ def test_help_everywhere(argv, capsys):
 
 def test_console_script_entry_point_runs():
     result = subprocess.run([sys.executable, "-m", "llm_marl.cli", "envs"], capture_output=True, text=True,
-                            timeout=120, cwd=Path(__file__).resolve().parents[1])
+                            timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0, result.stderr
     assert "gsm_symbolic_debate-v0" in result.stdout
 
@@ -46,7 +46,7 @@ print(json.dumps(sorted(sys.modules)))
                                   ["info", "--help"]])
 def test_help_and_the_env_table_import_no_heavy_package_and_no_env_module(argv):
     result = subprocess.run([sys.executable, "-c", IMPORTS_AFTER, *argv], capture_output=True, text=True, timeout=120,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0, result.stderr
     modules = json.loads(result.stdout.splitlines()[-1])
     assert "llm_marl.cli" in modules
@@ -202,7 +202,7 @@ def test_train_usage_errors_are_one_line_exit_2_and_load_no_torch(argv, message,
     else:
         argv = ["train", "magrpo", "arithmetic_debate-v0", *[a.format(recipe=recipe) for a in argv]]
     result = subprocess.run([sys.executable, "-c", USAGE_ERROR, *argv], capture_output=True, text=True, timeout=120,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=Path(__file__).resolve().parents[2])
     outcome = json.loads(result.stdout.splitlines()[-1])
     assert outcome["code"] == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("usage:")]

@@ -20,7 +20,7 @@ from trainers.mappo import MAPPOConfig, MAPPOTrainer
 from verifiers.reward_model import RewardModel
 from verifiers.reward_server import RewardClient, RewardServer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -164,7 +164,7 @@ def test_resume_after_sigkill_reproduces_the_next_step_loss(tmp_path):
 
     killed = tmp_path / "killed"
     child = subprocess.Popen(
-        [sys.executable, "-c", f"from tests.test_mappo_trainer import run_child; run_child({str(killed)!r})"],
+        [sys.executable, "-c", f"from tests.trainers.test_mappo_trainer import run_child; run_child({str(killed)!r})"],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
         stdout=subprocess.DEVNULL,

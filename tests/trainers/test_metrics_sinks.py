@@ -15,7 +15,7 @@ from trainers.common.logging import MetricsLogger, read_metrics
 from trainers.magrpo import MAGRPOConfig
 from trainers.mappo import MAPPOConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("config_cls", [MAGRPOConfig, MAPPOConfig])

@@ -17,7 +17,7 @@ from trainers.common.arguments import build_config, read_recipe
 from trainers.magrpo import MAGRPOConfig
 from trainers.mappo import MAPPOConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # the fields each script set away from its config class's defaults, and its own flags' defaults
 RECORDED = {

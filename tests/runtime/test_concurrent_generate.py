@@ -3,13 +3,13 @@ import threading
 
 import pytest
 import torch
-from toy_env import SayNumberEnv
 
 from llm_marl.backends.hf import HFPolicy, concurrent_threads, generate_all
 from llm_marl.models import tiny_model
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
 from llm_marl.team import Team
+from tests.toy_env import SayNumberEnv
 
 PROMPTS = [[{"role": "user", "content": "say 3"}], [{"role": "user", "content": "write a longer line, please"}]]
 

@@ -228,6 +228,6 @@ def test_numeric_answers_never_import_sympy() -> None:
         "    verify_answer(response, '72')\n"
         "print(sorted(name for name in ('sympy', 'math_verify') if name in sys.modules))\n"
     )
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, check=True)
     assert result.stdout.strip() == "[]"

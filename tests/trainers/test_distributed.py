@@ -39,7 +39,7 @@ from trainers.common.distributed import (
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 from trainers.mappo import MAPPOConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------- config fields

@@ -22,7 +22,7 @@ from trainers.experimental import ExperimentalMAGRPOConfig, ExperimentalMAGRPOTr
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer, group_advantages
 from trainers.magrpo.trainer import TreeNode, sample_values
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture()

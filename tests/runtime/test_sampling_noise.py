@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from toy_env import SayNumberEnv
 
 from llm_marl.backends.hf import HFPolicy
 from llm_marl.backends.prefix_cache import CacheStats
@@ -11,6 +10,7 @@ from llm_marl.models import tiny_model
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import RolloutEngine
 from llm_marl.team import Team
+from tests.toy_env import SayNumberEnv
 
 
 class RecordingPolicy:

@@ -24,7 +24,7 @@ from trainers.common.arguments import (
 from trainers.magrpo.config import MAGRPOConfig
 from trainers.mappo.config import MAPPOConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "datasets", "peft", "trl", "accelerate", "llama_cpp")
 
 

@@ -32,7 +32,7 @@ from safetensors.torch import load_file
 
 from tests.fault_worker import MAX_STEPS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEED = int(os.environ.get("LLM_MARL_FAULT_SEED", "16"))
 RUN_TIMEOUT_S = 600
 

@@ -2,7 +2,7 @@
 
 Marked ``gpu`` and deselected by default; run them on a machine with a CUDA GPU with
 
-    python -m pytest -m gpu tests/test_gpu.py
+    python -m pytest -m gpu tests/runtime/test_gpu.py
 
 (``benchmarks/gpu_check.sh`` does that and more). Without CUDA every test skips, saying so.
 ``LLM_MARL_GPU_TEST_DEVICE=cpu`` runs the same bodies on the CPU instead: a dry run of this file's
@@ -37,7 +37,7 @@ from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
 
 pytestmark = pytest.mark.gpu
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEVICE_ENV = "LLM_MARL_GPU_TEST_DEVICE"
 
 # Log-probs of the same float32 model on the CPU and on CUDA differ by rounding only: the tiny model's logits

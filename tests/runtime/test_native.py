@@ -19,7 +19,7 @@ from llm_marl.native_probe import PROBE_ENV, probe_llamacpp
 XEON_AMX = "fpu sse2 avx avx2 fma avx512f avx512_bf16 avx512_vnni amx_bf16 amx_tile amx_int8".split()
 EPYC_AVX512 = "fpu sse2 avx avx2 fma avx512f avx512_bf16 avx512_vnni".split()
 AVX2_ONLY = "fpu sse2 avx avx2 fma f16c".split()
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("flags, expected", [(XEON_AMX, False), (EPYC_AVX512, True), (AVX2_ONLY, True), ([], True),

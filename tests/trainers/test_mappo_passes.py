@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from tests.test_mappo_trainer import build_trainer
+from tests.trainers.test_mappo_trainer import build_trainer
 from trainers.common.logging import read_metrics
 from trainers.common.losses import kl_per_token
 from trainers.mappo import trainer as mappo_trainer
