@@ -1,4 +1,4 @@
-"""Experimental training levers: usable, tested, but not part of the algorithms (yet).
+"""Experimental training options: usable, tested, but not part of the algorithms (yet).
 
 .. warning::
    The API of this package may change or disappear in any release, without a deprecation
@@ -12,13 +12,13 @@ What is here (TRL keeps its own in ``trl/experimental/`` on the same terms):
   :mod:`trainers.experimental.counterfactual`), MAPoRL's α incentives on the tree's joint rewards
   (``alpha0``, ``alpha1``, ``incentive_penalties``; :mod:`trainers.common.incentives`),
   final-turn rewards (``reward_turns="final"``) and n-gram-free training samples
-  (``no_repeat_ngram``). With every lever at its default the trainer is
+  (``no_repeat_ngram``). With every option at its default the trainer is
   :class:`~trainers.magrpo.MAGRPOTrainer`.
 
-How a lever leaves this package for an algorithm's config: it shows a held-out gain over the
+How an option leaves this package for an algorithm's config: it shows a held-out gain over the
 algorithm without it, with a paired 95% confidence interval above zero, on a results page of
 ``docs/results/`` (command, seeds, commit, machine); it has tests that fail without it; and its
-config field, help text and a section of ``docs/training.md`` describe it. A lever that shows no
+config field, help text and a section of ``docs/training.md`` describe it. An option that shows no
 such gain stays here or is removed.
 """
 from .magrpo import ExperimentalMAGRPOConfig, ExperimentalMAGRPOTrainer

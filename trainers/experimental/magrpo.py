@@ -1,4 +1,4 @@
-"""MAGRPO with the experimental levers: counterfactual credit, incentives, final-turn rewards, n-gram-free samples.
+"""MAGRPO with the experimental options: counterfactual credit, incentives, final-turn rewards, n-gram-free samples.
 
 :class:`ExperimentalMAGRPOTrainer` is :class:`~trainers.magrpo.MAGRPOTrainer` with these hooks
 filled in (the numbers are MAGRPO's steps):
@@ -44,7 +44,7 @@ COUNTERFACTUAL_UPDATES = ("all", "transcript")
 
 @dataclass
 class ExperimentalMAGRPOConfig(MAGRPOConfig):
-    """:class:`~trainers.magrpo.MAGRPOConfig` plus the experimental levers (see the module docstring).
+    """:class:`~trainers.magrpo.MAGRPOConfig` plus the experimental options (see the module docstring).
 
     Parameters that control sampling:
         no_repeat_ngram.
@@ -121,7 +121,7 @@ class ExperimentalMAGRPOConfig(MAGRPOConfig):
 
 
 class ExperimentalMAGRPOTrainer(MAGRPOTrainer):
-    """:class:`~trainers.magrpo.MAGRPOTrainer` with the levers of :class:`ExperimentalMAGRPOConfig`."""
+    """:class:`~trainers.magrpo.MAGRPOTrainer` with the options of :class:`ExperimentalMAGRPOConfig`."""
 
     def __init__(self, env: TextEnv, team: Team, config: ExperimentalMAGRPOConfig | None = None, *,
                  eval_env: TextEnv | None = None, accelerator: Accelerator | None = None) -> None:

@@ -30,7 +30,7 @@ class MAGRPOConfig(TrainerConfig):
 
     Where CoMLRL's implementations differ, the default follows CoMLRL and the other choice is a named
     option (``kl_placement``, ``early_termination``, ``update_order``); the README lists every
-    remaining difference. Levers that are not (yet) part of the algorithm (counterfactual credit,
+    remaining difference. Options that are not (yet) part of the algorithm (counterfactual credit,
     MAPoRL's incentives on the tree, final-turn rewards, n-gram-free sampling) are configured with
     :class:`trainers.experimental.ExperimentalMAGRPOConfig`.
 

@@ -10,7 +10,7 @@ One training step:
    With ``early_termination_threshold`` set, a node whose mean joint reward exceeds it is not
    expanded further (CoMLRL; ``early_termination="joint_action"`` stops branch by branch).
 2. **compute_returns** — joint reward r = mean over agents of the env rewards (:meth:`MAGRPOTrainer.shape_rewards`
-   is where the experimental levers change it); bottom-up ``R = r + γ · mean(R of the child's joint actions)``
+   is where the experimental options change it); bottom-up ``R = r + γ · mean(R of the child's joint actions)``
    (leaves: R = r).
 3. **compute_advantages** — per node and agent, the value of sample k is the mean return of
    the joint actions containing it (aligned: R_k itself), minus ``β · Σ_t k3`` of the sample
@@ -25,7 +25,7 @@ One training step:
 
 The loop, evaluation, checkpoints, seeding and optimizers are the shell's
 (:class:`trainers.common.trainer.Trainer`); this module is the step (:meth:`MAGRPOTrainer.run_step`).
-Experimental levers (counterfactual credit, incentives on the tree, final-turn rewards, n-gram-free
+Experimental options (counterfactual credit, incentives on the tree, final-turn rewards, n-gram-free
 sampling) subclass it in :mod:`trainers.experimental`.
 
 Every step logs what it sampled: ``completions_sampled`` and ``answer_tokens_sampled`` (over all processes).
