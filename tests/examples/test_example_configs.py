@@ -14,6 +14,7 @@ import pytest
 
 from tests.scripts import load_script
 from trainers.common.arguments import build_config, read_recipe
+from trainers.experimental import ExperimentalMAGRPOConfig
 from trainers.magrpo import MAGRPOConfig
 from trainers.mappo import MAPPOConfig
 
@@ -32,7 +33,7 @@ RECORDED = {
         "beta1": 0.2, "episodes_per_step": 10, "ppo_epochs": 1, "minibatch_size": 16},
         {"env": "arithmetic_debate-v0", "num_turns": 2, "samples": 4, "threads": None, "seeds": None,
          "model": "smollm2-135m", "greedy": True, "resume": None}),
-    "examples/magrpo_tldr.py": (MAGRPOConfig, {
+    "examples/magrpo_tldr.py": (ExperimentalMAGRPOConfig, {
         "temperature": 0.8, "learning_rate": 0.0002, "kl_coef": 0.02, "max_steps": 20, "eval_tasks": 40,
         "output_dir": "outputs/magrpo_tldr", "save_every": 10, "prompts_per_step": 2},
         {"train_minutes": None, "no_repeat_ngram": 3, "lora_rank": 8, "plain_reward": False, "semantic_judge": False,
