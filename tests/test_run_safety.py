@@ -189,3 +189,57 @@ def test_train_ends_with_the_held_out_score_its_ci_and_the_report(tiny_model_dir
     summary = out.split("team reward ")[1].split(" (95% CI)")[0]           # e.g. "0.125 [0.000, 0.250]"
     mean, low, high = (float(x) for x in summary.replace("[", "").replace("]", "").replace(",", "").split())
     assert low <= mean <= high
+
+
+# ----------------------------------------------------------------------------- checkpoints that bound the loss
+def toy_trainer(tmp_path, **overrides):
+    import torch
+
+    from llm_marl.models import tiny_model
+    from llm_marl.team import Team
+    from tests.toy_env import SayNumberEnv
+    from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
+
+    torch.manual_seed(0)
+    model, tokenizer = tiny_model(seed=0)
+    values = dict(num_generations=2, max_new_tokens=4, max_steps=4, eval_tasks=2, output_dir=str(tmp_path),
+                  report_to=("jsonl",), progress=False)
+    return MAGRPOTrainer(SayNumberEnv(), Team.adapter_per_agent(model, tokenizer, agents=2),
+                         MAGRPOConfig(**{**values, **overrides}))
+
+
+def checkpoints(out: Path) -> list[str]:
+    return sorted(p.name for p in (out / "checkpoints").iterdir())
+
+
+def test_default_configs_checkpoint_by_time_and_keep_the_newest_three():
+    from trainers.magrpo import MAGRPOConfig
+    from trainers.mappo import MAPPOConfig
+
+    for config in (MAGRPOConfig(), MAPPOConfig()):
+        assert 0 < config.save_every_minutes <= 15 and config.save_total_limit == 3
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_checkpoint_follows_every_step_ending_save_every_minutes_after_the_last_and_old_ones_go(tmp_path):
+    toy_trainer(tmp_path / "timed", save_every_minutes=1e-9, save_total_limit=2).train()
+    assert checkpoints(tmp_path / "timed") == ["step-000003", "step-000004"]
+    toy_trainer(tmp_path / "end", save_every_minutes=0, save_total_limit=0).train()
+    assert checkpoints(tmp_path / "end") == ["step-000004"]
+    toy_trainer(tmp_path / "all", save_every=1, save_total_limit=0).train()
+    assert checkpoints(tmp_path / "all") == [f"step-00000{n}" for n in (1, 2, 3, 4)]
+
+
+def test_pruning_keeps_the_newest_complete_checkpoints_and_ignores_unfinished_ones(tmp_path):
+    from trainers.common.checkpoint import prune_checkpoints
+
+    root = tmp_path / "checkpoints"
+    for step in (1, 2, 3):
+        (root / f"step-00000{step}").mkdir(parents=True)
+        (root / f"step-00000{step}" / "trainer_state.pt").write_bytes(b"x")
+    (root / "step-000004").mkdir()                       # not complete: no trainer_state.pt
+    (root / ".tmp-step-000005.abc").mkdir()              # a writer killed mid-way
+    assert [p.name for p in prune_checkpoints(tmp_path, 1)] == ["step-000001", "step-000002"]
+    assert sorted(p.name for p in root.iterdir()) == [".tmp-step-000005.abc", "step-000003", "step-000004"]
+    with pytest.raises(ValueError, match="keep must be >= 1"):
+        prune_checkpoints(tmp_path, 0)
