@@ -198,9 +198,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = config_from_args(train_configs()[args.algorithm], args, recipe=args.config,
                               overrides=parse_overrides(args.set or []))
     spec(args.env)                           # an unknown env id is refused before anything heavy loads
+    env, eval_env = train_and_eval_envs(args)
     config = prepare_output_dir(args, config)
     args.run_output_dir = config.output_dir          # for the message of an interrupted run
-    env, eval_env = train_and_eval_envs(args)
     agents = env.possible_agents
     if args.threads:
         import torch
