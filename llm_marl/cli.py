@@ -199,6 +199,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                               overrides=parse_overrides(args.set or []))
     spec(args.env)                           # an unknown env id is refused before anything heavy loads
     env, eval_env = train_and_eval_envs(args)
+    config = prepare_output_dir(args, config)
+    args.run_output_dir = config.output_dir          # for the message of an interrupted run
     agents = env.possible_agents
     if args.threads:
         import torch
@@ -214,13 +216,52 @@ def cmd_train(args: argparse.Namespace) -> int:
         team = Team.adapter_per_agent(model, tokenizer, agents, name=args.model)
     trainer = trainer_class(args.algorithm)(env, team, config, eval_env=eval_env)
     trainer.train()
+    result = None if args.no_eval else trainer.evaluate()
     if trainer.distributed.is_main:          # under `accelerate launch` every process runs this command
         from llm_marl.report import counted
 
         print(f"trained {args.algorithm} on {args.env} ({counted(len(agents), 'agent')}, "
               f"{counted(env.num_turns, 'turn')}); "
               f"outputs in {config.output_dir}")
+        if result is not None:
+            print(format_held_out(result, args.eval_split, config.output_dir, trainer.step))
     return 0
+
+
+def prepare_output_dir(args: argparse.Namespace, config: Any) -> Any:
+    """Resume the run in ``config.output_dir`` when it is this command's, refuse when it is another's, clear it on
+    ``--overwrite`` (:func:`trainers.common.run_dir.prepare_run_dir`); the config to train with."""
+    import dataclasses
+    import os
+
+    from trainers.common.run_dir import prepare_run_dir, resume_command
+
+    record = {"command": resume_command(args.argv), "algorithm": args.algorithm, "env": args.env,
+              "model": args.model, "full_finetune": args.full_finetune, "eval_split": args.eval_split,
+              "env_args": env_arguments(args), "config": config.to_dict()}
+    main_process = os.environ.get("RANK", "0") == "0"      # under `accelerate launch`, one process writes
+    plan = prepare_run_dir(config.output_dir, record, overwrite=args.overwrite, write=main_process,
+                           resume_given=config.resume_from_checkpoint is not None)
+    if plan.message and main_process:
+        print(f"llm-marl train: {plan.message}", file=sys.stderr)
+    if plan.resume is not None:
+        config = dataclasses.replace(config, resume_from_checkpoint=str(plan.resume))
+    return config
+
+
+def format_held_out(result: Any, split: str, output_dir: str, step: int) -> str:
+    """The held-out score of a trained team, with its 95% CIs and the evaluation report's path."""
+    from trainers.common.evaluation import eval_report_path
+
+    low, high = result.team_reward_ci
+    lines = [f"held-out ({split} split, {result.num_episodes} episodes, step {step}): team reward "
+             f"{result.team_reward:.3f} [{low:.3f}, {high:.3f}] (95% CI)"]
+    if result.accuracy_per_turn is not None:
+        turns = ", ".join(f"{m:.3f} [{lo:.3f}, {hi:.3f}]"
+                          for m, (lo, hi) in zip(result.accuracy_per_turn, result.accuracy_per_turn_ci))
+        lines.append(f"  accuracy per turn: {turns}")
+    lines.append(f"  report: {eval_report_path(output_dir, step)}")
+    return "\n".join(lines)
 
 
 def train_and_eval_envs(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -329,6 +370,12 @@ def add_train_parser(sub: Any) -> None:
         add_env_arguments(parser, split_help="dataset split to train on (default: train)")
         parser.add_argument("--eval-split", default="test", help="dataset split evaluate() plays, held out from "
                             "training (default: test)")
+        parser.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation at the end (by "
+                            "default the trained team plays eval_tasks tasks of --eval-split and the command prints "
+                            "its score with a 95%% CI and the report's path)")
+        parser.add_argument("--overwrite", action="store_true", help="delete the run already in --out (checkpoints, "
+                            "metrics, logs) and start over. Without it, the same command on a directory holding its "
+                            "run resumes from the newest checkpoint, and a command with another config is refused")
         parser.set_defaults(func=cmd_train)
 
 
@@ -425,7 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``llm-marl`` console script."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     if ":" in str(getattr(args, "env", "")) and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))  # "my_module:MyEnv-v0" finds my_module here, as `python -m` would
     try:
@@ -435,8 +484,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"llm-marl {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"llm-marl {args.command}: interrupted; re-run the same command to resume", file=sys.stderr)
+        print(f"llm-marl {args.command}: {interrupted_message(args)}", file=sys.stderr)
         return 130
+
+
+def interrupted_message(args: argparse.Namespace) -> str:
+    """What an interrupted command says: for ``train``, the exact command that resumes it and from where."""
+    if args.command != "train":
+        return "interrupted; re-run the same command to resume"
+    from trainers.common.run_dir import newest_checkpoint, resume_command
+
+    out = getattr(args, "run_output_dir", None)
+    if out is None:
+        return "interrupted before the run started"
+    command, checkpoint = resume_command(args.argv), newest_checkpoint(out)
+    if checkpoint is None:
+        return f"interrupted before the first checkpoint in {out}; this command starts the run again:\n  {command}"
+    return f"interrupted; {out} keeps the run up to {checkpoint.name}; this command resumes it from there:\n  {command}"
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from llm_marl_envs import metrics
 from . import report
 from .benchmark import BASELINES, BenchConfig, load_policies, make_env, run_benchmark, run_view, write_report
 from .files import write_text_atomically
-from .report import RunView, Table, counted, format_ci
+from .report import RunView, Table, counted, format_batch_share, format_ci
 
 COMPARE_FILE, COMPARISON_FILE = "compare.json", "comparison.json"
 COMPARISON_REPORT, COMPARISON_PLOT = "comparison.md", "comparison.png"
@@ -170,9 +170,12 @@ def comparison_meta(result: dict[str, Any], run: dict[str, Any]) -> list[str]:
                "baselines run its untrained base model"] if result.get("checkpoint") else []
     views = {"own_view": f"own_view: each of the {n} roles alone with its own view, 1 turn",
              "full_view": "full_view: 1 agent with every view, 1 turn"}
+    ran = result["baselines"]
+    shapes = {"debate": f"debate: {shape}", "team": f"team: {shape}",
+              "majority": f"majority: vote over {counted(n * t, 'independent sample')} (the debate's token budget)",
+              "single": "single: 1 agent, 1 turn"}
     return [f"models: {', '.join(dict.fromkeys(result['models']))} (backend {result['backend']})",
-            f"debate: {shape}; majority: vote over {counted(n * t, 'independent sample')} (the debate's "
-            "token budget); single: 1 agent, 1 turn",
+            "; ".join(line for name, line in shapes.items() if name in ran),
             *(line for name, line in views.items() if name in result["baselines"]),
             *trained,
             f"{result['num_paired_tasks']} paired tasks, seed {result['seed']}; sampling: max_new_tokens="
@@ -183,14 +186,14 @@ def comparison_meta(result: dict[str, Any], run: dict[str, Any]) -> list[str]:
 def comparison_tables(result: dict[str, Any]) -> list[Table]:
     """The side-by-side table and the paired-difference table."""
     header = ["baseline", "agents × turns", "first answer", "final turn", "team answer (vote)", "fix rate",
-              "break rate", "tokens / episode", "wall s / episode"]
+              "break rate", "tokens / episode", "wall s / episode (batch share)"]
     rows = []
     for name, row in result["baselines"].items():
         rows.append([name, "{} × {}".format(*row["env_shape"]), format_ci(row["first_answer_accuracy"]),
                      format_ci(row["final_turn_accuracy"]), format_ci(row["team_answer_accuracy"]),
                      format_ci(row["fix_rate"]), format_ci(row["break_rate"]),
                      format_ci(row["tokens_per_episode"], digits=0),
-                     format_ci(row["wall_time_per_episode_s"], digits=2)])
+                     format_batch_share(row["wall_time_per_episode_s"], digits=2)])
     side = Table("Baselines on the same tasks (mean [95% CI])", header, rows,
                  note="first answer: per-sample accuracy at turn 0; final turn: mean over agents at the last turn; "
                       "team answer: majority vote of the final answers; fix rate: I→C ÷ (I→C + I→I), the share of an "
@@ -252,8 +255,10 @@ def format_comparison(result: dict[str, Any], out: Path) -> str:
     """A few lines for the terminal: one line per baseline, the paired differences and where the reports are."""
     n, t = result["debate_shape"]
     models = ", ".join(dict.fromkeys(result["models"]))
-    lines = [f"{result['env_id']} | {models} | {result['num_paired_tasks']} tasks | seed {result['seed']} | "
-             f"debate {n}x{t}, majority of {n * t}"]
+    shapes = [f"debate {n}x{t}"] if {"debate", "team", "checkpoint"} & set(result["baselines"]) else []
+    shapes += [f"majority of {n * t}"] if "majority" in result["baselines"] else []
+    lines = [" | ".join([f"{result['env_id']}", models, f"{result['num_paired_tasks']} tasks",
+                         f"seed {result['seed']}", *([", ".join(shapes)] if shapes else [])])]
     width = max(len(name) for name in result["baselines"])
     for name, row in result["baselines"].items():
         lines.append(f"  {name:<{width}}  first {format_ci(row['first_answer_accuracy'])}  "

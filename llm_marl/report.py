@@ -97,6 +97,15 @@ def format_ci(entry: dict[str, Any] | None, scale: float = 1.0, digits: int = 3)
     return f"{entry['mean'] * scale:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+def format_batch_share(entry: dict[str, Any] | None, digits: int = 2) -> str:
+    """A per-episode share of batch wall times: ``mean [low, high]``, or the mean alone when every episode got the
+    same share (one batch: the interval says nothing)."""
+    if entry is None or entry.get("mean") is None:
+        return "n/a"
+    low, high = entry["ci95"]
+    return f"{entry['mean']:.{digits}f}" if low == high else format_ci(entry, digits=digits)
+
+
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """``(metric, value [95% CI])`` rows of one run's summary (shared by report.md and report.html)."""
     label = "accuracy" if summary["metric"] == "accuracy" else "mean score"
@@ -107,7 +116,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
           if "transitions" in summary),
         ("consensus rate (final turn)", format_ci(summary["consensus_rate"])),
         ("tokens generated per episode", format_ci(summary["tokens_per_episode"], digits=1)),
-        ("wall time per episode (s)", format_ci(summary["wall_time_per_episode_s"], digits=2)),
+        ("wall time per episode (s; its share of its batch)", format_batch_share(summary["wall_time_per_episode_s"])),
         ("tokens generated (total)", str(summary["tokens_total"])),
         ("wall time (total, s)", f"{summary['wall_time_total_s']:.1f}"),
     ]

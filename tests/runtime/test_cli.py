@@ -157,7 +157,7 @@ def test_train_config_comes_from_defaults_yaml_flags_then_set(tiny_model_dir, tm
     try:
         code = main(["train", "magrpo", "arithmetic_debate-v0", "--model", str(tiny_model_dir), "--config", str(recipe),
                      "--max-steps", "9", "--seed", "4", "--set", "seed=5", "--set", "top_p=0.5", "--threads", "1",
-                     "--out", str(tmp_path / "out"), "--num-agents", "2"])
+                     "--out", str(tmp_path / "out"), "--num-agents", "2", "--no-eval"])
     finally:
         torch.set_num_threads(threads)
     assert code == 0, capsys.readouterr().err
@@ -294,9 +294,9 @@ def test_train_trains_on_the_train_split_and_evaluates_on_test(tiny_model_dir, t
             return []
 
     monkeypatch.setattr(trainers.mappo, "MAPPOTrainer", RecordingTrainer)
-    base = ["train", "mappo", "anli_debate-v1", "--model", str(tiny_model_dir), "--out", str(tmp_path)]
+    base = ["train", "mappo", "anli_debate-v1", "--model", str(tiny_model_dir), "--out", str(tmp_path), "--no-eval"]
     assert main(base) == 0, capsys.readouterr().err
-    assert main(base + ["--split", "dev", "--eval-split", "test"]) == 0
+    assert main(base + ["--split", "dev", "--eval-split", "test", "--overwrite"]) == 0
     assert built == [("train", "test"), ("dev", "test")]
     assert main(base + ["--split", "test"]) == 2
     assert "--split and --eval-split are both 'test'" in capsys.readouterr().err

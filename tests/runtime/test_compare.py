@@ -51,7 +51,7 @@ def test_comparison_pairs_baselines_on_the_same_tasks():
 def test_counts_read_in_the_right_number():
     assert (counted(1, "turn"), counted(2, "turn"), counted(0, "agent")) == ("1 turn", "2 turns", "0 agents")
     result = {"debate_shape": [1, 1], "models": ["m"], "backend": "hf", "num_paired_tasks": 3, "seed": 0,
-              "baselines": ["single", "debate"]}
+              "baselines": {"debate": {}, "majority": {}}}
     run = {"config": {"max_new_tokens": 8, "temperature": 0.7, "top_p": 0.9}}
     meta = comparison_meta(result, run)[1]
     assert meta.startswith("debate: 1 agent × 1 turn; majority: vote over 1 independent sample (")

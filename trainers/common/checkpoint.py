@@ -131,6 +131,24 @@ def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimi
     return target
 
 
+def prune_checkpoints(output_dir: str | os.PathLike, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` (>= 1) complete checkpoints under ``output_dir/checkpoints``; those deleted.
+
+    Each goes in one rename to a hidden ``.stale-*`` dir before it is removed (a crash leaves a complete
+    checkpoint or none, and the next save clears the leftover); the newest is never touched.
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    root = Path(output_dir) / "checkpoints"
+    complete = sorted(p for p in root.glob(f"{PREFIX}*") if p.is_dir() and (p / "trainer_state.pt").is_file())
+    removed = complete[:-keep]
+    for path in removed:
+        stale = path.with_name(f".stale-{path.name}")
+        os.rename(path, stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    return removed
+
+
 def load_checkpoint(path: str | os.PathLike, team: Team, optimizers: Mapping[str, Any],
                     schedulers: Mapping[str, Any], process_index: int = 0, num_processes: int = 1) -> dict[str, Any]:
     """Restore weights, optimizer/scheduler states and this process's RNG states; returns ``{"step", "extra"}``.

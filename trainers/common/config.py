@@ -31,7 +31,10 @@ class TrainerConfig:
     Parameters that control evaluation:
         eval_every, eval_tasks, eval_temperature.
     Parameters that control checkpoints and logging:
-        output_dir, save_every, resume_from_checkpoint, report_to, logging_every, progress.
+        output_dir, save_every, save_every_minutes, save_total_limit, resume_from_checkpoint, report_to,
+        logging_every, progress. A run checkpoints every ``save_every`` steps, after any step that ends
+        ``save_every_minutes`` or more after the last checkpoint (so an interrupted run loses at most about
+        that long) and at its last step; only the newest ``save_total_limit`` checkpoints are kept.
     Parameters that control precision, memory and device placement:
         mixed_precision: "no", "bf16" or "fp16" — forward passes (rollouts and losses) run under
             accelerate's autocast; weights and optimizer states stay in their own dtype.
@@ -71,7 +74,14 @@ class TrainerConfig:
     eval_temperature: float = field(default=0.0, metadata={"help": "Sampling temperature of evaluate() (0: greedy)."})
     # --- checkpoints and logging
     output_dir: str = field(default="outputs", metadata={"help": "Checkpoints, metrics.jsonl and TensorBoard logs."})
-    save_every: int = field(default=0, metadata={"help": "Write a checkpoint every N steps (0: only at the end)."})
+    save_every: int = field(default=0, metadata={
+        "help": "Write a checkpoint every N steps (0: by time, save_every_minutes, and at the end)."})
+    save_every_minutes: float = field(default=10.0, metadata={
+        "help": "Also write a checkpoint after the first step that ends this many minutes after the last checkpoint "
+                "(or the start), bounding what an interrupted run loses (0: no time-based checkpoints)."})
+    save_total_limit: int = field(default=3, metadata={
+        "help": "Keep only the newest N checkpoints under output_dir/checkpoints, deleting older ones after each "
+                "save (0: keep all)."})
     resume_from_checkpoint: str | None = field(default=None, metadata={
         "help": "A checkpoint directory (output_dir/checkpoints/step-*), or 'latest' for the newest one under "
                 "output_dir/checkpoints."})
@@ -115,7 +125,7 @@ class TrainerConfig:
         require(self.kl_coef >= 0, f"kl_coef must be >= 0, got {self.kl_coef}")
         for name in ("max_steps", "logging_every"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_every", "eval_tasks", "save_every"):
+        for name in ("eval_every", "eval_tasks", "save_every", "save_every_minutes", "save_total_limit"):
             require(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
         require(self.eval_temperature >= 0, f"eval_temperature must be >= 0, got {self.eval_temperature}")
         if isinstance(self.report_to, str):

@@ -23,13 +23,17 @@ class MetricsLogger:
     ``ValueError`` naming the pip command, raised before anything is written.
 
     A run resumed from a checkpoint replays the steps after it: the first record this logger
-    writes, at step ``s``, replaces every record of step ``s`` or later already in the file (logged
-    by the killed run after its last checkpoint), and a last line torn by a crash is dropped, so
-    the file reads as if the run had never stopped.
+    writes, at step ``s`` (or ``first_step``, when given: the first step the run will train), replaces
+    every record of step ``s`` or later already in the file (logged by the killed run after its last
+    checkpoint), and a last line torn by a crash is dropped, so the file reads as if the run had never
+    stopped; the records before ``s`` are kept as they are. TensorBoard is told the same step
+    (``purge_step``), so its readers drop the killed run's events from ``first_step`` on and no step
+    shows twice.
     """
 
     def __init__(self, output_dir: str | os.PathLike, report_to: Sequence[str] = ("jsonl", "tensorboard"),
-                 enabled: bool = True, run_config: Mapping[str, Any] | None = None) -> None:
+                 enabled: bool = True, run_config: Mapping[str, Any] | None = None,
+                 first_step: int | None = None) -> None:
         self.output_dir = Path(output_dir)
         self.enabled = enabled
         self._jsonl = self._tensorboard = self._wandb = self._trackio = None
@@ -40,10 +44,12 @@ class MetricsLogger:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         if "jsonl" in report_to:
             self._jsonl = open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8")
+            if first_step is not None and self.path.stat().st_size:
+                self._drop_records_from(first_step)
         if "tensorboard" in report_to:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tensorboard = SummaryWriter(str(self.output_dir / "tensorboard"))
+            self._tensorboard = SummaryWriter(str(self.output_dir / "tensorboard"), purge_step=first_step)
         if "wandb" in report_to:
             try:
                 import wandb

@@ -13,7 +13,8 @@ update, return the step's metrics) and its own state; the shell does the rest (a
    one resume point: a trainer built to resume starts at the checkpoint's step) and open the
    metric sinks.
 2. **train** — :meth:`Trainer.train_step` until ``max_steps``: evaluate every ``eval_every`` steps,
-   log every ``logging_every``, checkpoint every ``save_every`` and at the last step.
+   log every ``logging_every``, checkpoint every ``save_every`` steps, every ``save_every_minutes`` and at
+   the last step (:meth:`Trainer.checkpoint_due`), keeping the newest ``save_total_limit``.
 3. **evaluate, save, load** — the same for every algorithm; an algorithm adds its own checkpoint
    state with :meth:`Trainer.extra_state` and :meth:`Trainer.load_extra_state`.
 
@@ -25,6 +26,7 @@ python, numpy and torch with ``seed + process index`` (its own sampling noise).
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,7 +45,14 @@ from llm_marl.rollout import RolloutEngine
 from llm_marl.team import Team
 from llm_marl_envs.core import TextEnv
 
-from .checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
+from .checkpoint import (
+    checkpoint_dir,
+    latest_checkpoint,
+    load_checkpoint,
+    prune_checkpoints,
+    resolve_checkpoint,
+    save_checkpoint,
+)
 from .config import TrainerConfig
 from .distributed import build_accelerator, prepare_training
 from .evaluation import EvalResult, eval_report_path, evaluate_episodes, held_out_tasks
@@ -160,7 +169,8 @@ class Trainer:
         if config.resume_from_checkpoint is not None:
             self.load(resolve_checkpoint(config.resume_from_checkpoint, config.output_dir))
         self.logger = MetricsLogger(config.output_dir, config.report_to, enabled=self.distributed.is_main,
-                                    run_config=config.to_dict())
+                                    run_config=config.to_dict(), first_step=self.step + 1)
+        self._last_save = time.monotonic()
 
     # ------------------------------------------------------------------ set-up
     def seed_run(self, process_index: int) -> None:
@@ -236,9 +246,19 @@ class Trainer:
                 if self.progress_metric in record:
                     bar.set_postfix({self.progress_metric: f"{record[self.progress_metric]:.3f}"})
                 bar.update(1)
-                if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == cfg.max_steps:
+                if self.checkpoint_due():
                     self.save()
         return self.history[first:]
+
+    def checkpoint_due(self) -> bool:
+        """Whether the step just trained is checkpointed: every ``save_every`` steps, at the last step, and after a
+        step that ends ``save_every_minutes`` or more after the last checkpoint (the main process's clock decides
+        for every process)."""
+        cfg = self.config
+        if (cfg.save_every and self.step % cfg.save_every == 0) or self.step >= cfg.max_steps:
+            return True
+        late = bool(cfg.save_every_minutes) and time.monotonic() - self._last_save >= 60 * cfg.save_every_minutes
+        return bool(self.distributed.max(int(late and self.distributed.is_main)))
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -288,7 +308,10 @@ class Trainer:
             path = save_checkpoint(self.config.output_dir, self.step, self.team, self.optimizers, self.schedulers,
                                    self.config.to_dict(), {**extra, "history": self.history},
                                    process_rng=process_rng, tensors=(weights, optimizer_states), env=self.env)
+            if self.config.save_total_limit:
+                prune_checkpoints(self.config.output_dir, self.config.save_total_limit)
         self.distributed.barrier()
+        self._last_save = time.monotonic()
         return path
 
     def load(self, path: str | os.PathLike) -> None:

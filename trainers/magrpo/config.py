@@ -35,8 +35,9 @@ class MAGRPOConfig(TrainerConfig):
     :class:`trainers.experimental.ExperimentalMAGRPOConfig`.
 
     Parameters that control evaluation, checkpoints, logging and scaling out (all from ``TrainerConfig``):
-        eval_every, eval_tasks, eval_temperature, output_dir, save_every, resume_from_checkpoint,
-        report_to, logging_every, progress, mixed_precision, gradient_checkpointing, agent_devices, fsdp.
+        eval_every, eval_tasks, eval_temperature, output_dir, save_every, save_every_minutes,
+        save_total_limit, resume_from_checkpoint, report_to, logging_every, progress, mixed_precision,
+        gradient_checkpointing, agent_devices, fsdp.
 
     Batch semantics under ``accelerate launch`` with N processes: ``prompts_per_step`` is GLOBAL
     (the step's tasks are split over the processes, so a step trains on the same number of trees

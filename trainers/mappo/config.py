@@ -35,8 +35,8 @@ class MAPPOConfig(TrainerConfig):
 
     Parameters that control generation, the run, evaluation, logging and scaling out (all from ``TrainerConfig``):
         max_new_tokens, temperature, top_p, max_steps, seed, eval_every, eval_tasks, eval_temperature,
-        output_dir, save_every, resume_from_checkpoint, report_to, logging_every, progress,
-        mixed_precision, gradient_checkpointing, agent_devices, fsdp.
+        output_dir, save_every, save_every_minutes, save_total_limit, resume_from_checkpoint, report_to,
+        logging_every, progress, mixed_precision, gradient_checkpointing, agent_devices, fsdp.
 
     Batch semantics under ``accelerate launch`` with N processes: ``episodes_per_step`` and
     ``minibatch_size`` are GLOBAL (episodes are split over the processes, N must not exceed
