@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads of each job (default: the cores divided among the jobs)")
     args = parser.parse_args(argv)
-    settings = {name: getattr(args, name) for name in fields if name not in ("arms", "env_kwargs")}
+    settings = {name: getattr(args, name) for name in fields if name != "arms" and hasattr(args, name)}
     config = StudyConfig(**settings, arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     jobs = args.jobs or max(1, min(cores, len(config.arms)))
