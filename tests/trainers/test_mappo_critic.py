@@ -61,3 +61,23 @@ def test_critic_refuses_a_plain_model():
     team = Team.separate([(model, tokenizer)], agents=["agent_0"])
     with pytest.raises(ValueError, match="shares a LoRA base"):
         CentralizedCritic(team.policy("agent_0"))
+
+
+def test_the_critic_reads_every_agents_private_view_and_a_debate_question_once():
+    import llm_marl_envs
+    from llm_marl_envs.core import render_messages
+    from trainers.mappo.critic import critic_task_text
+
+    env = llm_marl_envs.make("split_arithmetic-v0")
+    _, infos = env.reset(options={"task_index": 0})
+    openings = {agent: infos[agent]["messages"] for agent in env.possible_agents}
+    text = critic_task_text(openings, "agent_0")
+    for role in (0, 1):          # both views, though agent_0's own prompt holds only the first
+        assert env.view_text(env.task, role) in text
+    assert env.view_text(env.task, 1) not in render_messages(openings["agent_0"])
+    debate = llm_marl_envs.make("arithmetic_debate-v0")
+    _, infos = debate.reset(options={"task_index": 0})
+    openings = {agent: infos[agent]["messages"] for agent in debate.possible_agents}
+    assert critic_task_text(openings, "agent_1") == render_messages(openings["agent_1"])
+    with pytest.raises(ValueError, match="no opening prompt"):
+        critic_task_text(openings, "agent_7")

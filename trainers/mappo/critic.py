@@ -5,7 +5,9 @@ influence-aware return of agent ``i`` at turn ``t`` depends on what the OTHER ag
 next, which in turn depends on what they have already said. The critic of agent ``i``'s answer
 at turn ``t`` sees:
 
-* the task (agent ``i``'s opening prompt, rendered as text),
+* the task (agent ``i``'s opening prompt, rendered as text, followed by every other agent's opening
+  user messages that differ from agent ``i``'s: on an env where each agent holds a private view the
+  critic reads every view, :func:`critic_task_text`),
 * every agent's answers of turns ``0 .. t-1`` (the history the debate has produced),
 * the OTHER agents' answers of turn ``t`` (answered simultaneously with ``i``), and
 * agent ``i``'s answer of turn ``t``, whose tokens receive the per-token values.
@@ -22,7 +24,24 @@ from typing import Any
 
 import torch
 
+from llm_marl_envs.core import render_messages
+
 SEPARATOR = "\n\n"          # between the parts of a critic context
+
+
+def critic_task_text(openings: Mapping[str, Sequence[Mapping[str, str]]], agent: str) -> str:
+    """The task the critic of ``agent`` reads: its opening prompt, then each other agent's opening user messages
+    that ``agent``'s opening lacks (none when every agent reads the same question, as in a debate)."""
+    if agent not in openings:
+        raise ValueError(f"agent {agent!r} has no opening prompt; agents are {sorted(openings)}")
+    own = openings[agent]
+    seen = {m["content"] for m in own if m.get("role") == "user"}
+    parts = [render_messages(own)]
+    for other, messages in openings.items():
+        extra = [m for m in messages if m.get("role") == "user" and m["content"] not in seen]
+        if other != agent and extra:
+            parts.append(f"{other}'s view:\n" + "\n".join(m["content"] for m in extra))
+    return SEPARATOR.join(parts)
 
 
 def critic_context(task_text: str, answers: Sequence[Mapping[str, str]], agent: str, turn: int) -> str:
@@ -149,4 +168,4 @@ class CentralizedCritic(torch.nn.Module):
         self.head.load_state_dict({k[len("head."):]: v for k, v in state.items() if k.startswith("head.")})
 
 
-__all__ = ["critic_context", "critic_context_parts", "CentralizedCritic"]
+__all__ = ["critic_context", "critic_context_parts", "critic_task_text", "CentralizedCritic"]

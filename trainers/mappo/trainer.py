@@ -53,7 +53,7 @@ from trainers.common.losses import kl_per_token, masked_mean
 from trainers.common.trainer import Trainer, adamw, step_seed
 
 from .config import MAPPOConfig
-from .critic import CentralizedCritic, critic_context_parts
+from .critic import CentralizedCritic, critic_context_parts, critic_task_text
 from .logprobs_entropy import token_logprobs_with_entropy
 from .ppo_math import clipped_policy_loss, clipped_value_loss, generalized_advantages, token_rewards, whiten
 from .rewards import turn_rewards
@@ -220,12 +220,13 @@ class MAPPOTrainer(Trainer):
             rewards = turn_rewards(outcome.scores, outcome.correct, gamma=c.reward_gamma, rule=c.reward_rule,
                                    future_mean=c.future_mean, incentives=c.incentives)
             answers = [{a: turn[a].text for a in self.agents} for turn in episode.turns]
+            openings = {a: episode.turns[0][a].messages for a in self.agents}
             for t, turn in enumerate(episode.turns):
                 for i, agent in enumerate(self.agents):
                     act = turn[agent]
                     if not act.completion_ids:
                         continue            # nothing was generated: no token to credit
-                    task_text = render_messages(episode.turns[0][agent].messages)   # the agent's opening prompt
+                    task_text = critic_task_text(openings, agent)    # its opening prompt and the others' views
                     context = critic_context_parts(task_text, answers, agent, t)
                     responses.append(Response(agent, t, list(act.prompt_ids), list(act.completion_ids),
                                               self.critic.context_ids(context), float(rewards[t, i]),

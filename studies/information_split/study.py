@@ -1,0 +1,567 @@
+"""An information-split study: does a trained team learn to communicate what only it holds?
+
+On an information-split env (``split_arithmetic-v0``, ``reference_game-v0``, ``hidden_profile-v0``: each role
+holds a private view and only the views together determine the answer) every arm starts from the same base
+model, seed, learning rate, steps, sampling settings and KL weight, and samples **the same number of completions
+per training step**, ``C = P·N·(G + G² + … + G^T)`` (MAGRPO's tree of ``P`` tasks, N roles, T turns, G samples per
+node). The batches come from the collaboration study's :func:`studies.collaboration.study.matched_batches`; the
+completions and answer tokens actually sampled are counted with its
+:class:`~studies.collaboration.study.SamplingCounter`.
+
+- ``untrained``: the base model in every seat of the team (``view="split"``).
+- ``own_view_solo``: one LoRA adapter per role, each trained alone on its own view only (``view="own"``,
+  ``num_agents=1``, ``seat=k``, ``solo_turns`` turns: 1, the answer, by default), ``C / (N·G)`` prompts × G
+  answers per role per step (``C`` together), then seated each in its role of the team. One adapter per role,
+  rather than one adapter cycling over the seats, gives the control the team's own shape (one adapter per agent)
+  without team training: what each role can learn from its view alone.
+- ``full_view_solo``: one agent trained alone with every view (``view="full"``, ``num_agents=1``), ``C / G``
+  prompts × G answers per step; played alone with the full view (the upper bound of a team).
+- ``magrpo``, ``mappo``, ``counterfactual``: the team trained with one adapter per role
+  (``Team.adapter_per_agent``): MAGRPO's aligned tree, MAPPO with a centralized critic that reads every role's view
+  and the ``last_turn`` reward rule (the env pays only the last turn), and MAGRPO with counterfactual per-message
+  credit (:mod:`trainers.experimental.counterfactual`).
+
+Evaluation, greedy on the same ``eval_tasks`` held-out test tasks: each team's final-turn accuracy (mean over
+seats, and per seat), the same team again with ``mask_messages=True`` (**the communication ablation**: every
+partner's message replaced by an empty one), ``own_view_solo`` seated in the team and ``full_view_solo`` alone.
+The untrained team is played once. Paired differences by task with 95% bootstrap intervals: team − untrained,
+team − ``own_view_solo``, team − its masked self, team − ``full_view_solo``, and the share of the gap from
+``own_view_solo`` (and from the untrained team) to ``full_view_solo`` that the team closes. The turn-0 messages of
+the first ``transcripts`` tasks, before (untrained) and after training, are kept: the protocol the team learned.
+
+Each arm's record is stored as it finishes (``arms/<arm>/arm.json``), so an interrupted study resumes at the next
+arm. The command is :mod:`studies.information_split.run`; the log of what it found is its README.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llm_marl.files import write_text_atomically
+from llm_marl.team_checkpoint import save_team
+from studies.collaboration import study as collaboration
+from studies.collaboration.study import SamplingCounter, TrainedArm, base_model
+from trainers.common.evaluation import HeldOutScores, paired_interval, seat_summary
+from trainers.common.experiment import plot_seed_points, seed_spread
+
+ARMS = ("untrained", "own_view_solo", "full_view_solo", "magrpo", "mappo", "counterfactual")
+TEAM_ARMS = ("magrpo", "mappo", "counterfactual")
+SOLO_ARMS = ("own_view_solo", "full_view_solo")
+# what each arm plays on the held-out tasks: "team" (view="split"), "masked" (the same with mask_messages=True),
+# "full" (one agent with every view)
+PLAYS = {"untrained": ("team",), "own_view_solo": ("team",), "full_view_solo": ("full",),
+         **{arm: ("team", "masked") for arm in TEAM_ARMS}}
+# expected cost, dearest first: parallel jobs start these first so the cheap arms fill in around them
+ARM_COST_ORDER = ("mappo", "counterfactual", "magrpo", "own_view_solo", "full_view_solo", "untrained")
+
+
+@dataclass
+class StudyConfig:
+    """Settings shared by every arm of the study (see the module docstring for the arms)."""
+
+    env: str = "split_arithmetic-v0"
+    model: str = "smollm2-135m"
+    num_turns: int = 2                # the team's turns: tell, then answer
+    solo_turns: int = 1               # the solo arms' turns (1: answer at once)
+    num_generations: int = 4          # G: MAGRPO's samples per agent per tree node; sets C, the completions per step
+    prompts_per_step: int = 1         # P: MAGRPO's task trees per step
+    steps: int = 20
+    learning_rate: float = 2e-4
+    kl_coef: float = 0.0
+    temperature: float = 0.7
+    top_p: float = 0.9
+    max_new_tokens: int = 40
+    counterfactual_samples: int = 2   # K: alternatives replayed per message by the counterfactual arm
+    eval_tasks: int = 200
+    transcripts: int = 5              # tasks whose turn-0 messages are kept, before and after training
+    seed: int = 0
+    arms: tuple[str, ...] = ARMS
+    env_kwargs: dict[str, Any] = field(default_factory=dict)   # more make() arguments of the env (e.g. operators)
+
+    def __post_init__(self) -> None:
+        self.arms = tuple(dict.fromkeys(self.arms))
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown:
+            raise ValueError(f"unknown arm(s) {unknown}; choose from {ARMS}")
+        if "untrained" not in self.arms:
+            self.arms = ("untrained", *self.arms)     # every comparison is paired against the untrained team
+        for name in ("num_turns", "solo_turns", "prompts_per_step", "steps", "max_new_tokens", "eval_tasks",
+                     "counterfactual_samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_turns < 2:
+            raise ValueError(f"a team must talk before it answers: num_turns >= 2, got {self.num_turns}")
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations must be >= 2 (a group-relative baseline needs two samples), got "
+                             f"{self.num_generations}")
+        if self.transcripts < 0 or self.kl_coef < 0 or not self.temperature > 0:
+            raise ValueError(f"need transcripts >= 0, kl_coef >= 0 and temperature > 0, got {self.transcripts}, "
+                             f"{self.kl_coef}, {self.temperature}")
+        import llm_marl_envs
+        from llm_marl_envs.envs.information_split import InformationSplitEnv
+
+        probe = llm_marl_envs.make(self.env, split="test", **self.env_kwargs)
+        if not isinstance(probe, InformationSplitEnv):
+            raise ValueError(f"{self.env} is not an information-split env (view='split'|'full'|'own'); choose "
+                             f"split_arithmetic-v0, reference_game-v0 or hidden_profile-v0")
+
+        self._roles = len(probe.role_names)
+
+    @property
+    def num_agents(self) -> int:
+        """N: one agent per role of the env."""
+        return self._roles
+
+    @property
+    def num_tasks(self) -> int:
+        return max(500, self.eval_tasks)
+
+    @property
+    def completions_per_step(self) -> int:
+        """C: what MAGRPO's tree samples per step, and so what every trained arm samples per step."""
+        g = self.num_generations
+        return self.prompts_per_step * self.num_agents * sum(g ** k for k in range(1, self.num_turns + 1))
+
+    def make_env(self, split: str, *, view: str = "split", agents: int | None = None, turns: int | None = None,
+                 **kwargs: Any) -> Any:
+        """The study's env: ``view="split"`` with one agent per role unless told otherwise."""
+        import llm_marl_envs
+
+        n = agents if agents is not None else (self.num_agents if view == "split" else 1)
+        return llm_marl_envs.make(self.env, view=view, split=split, num_agents=n, num_turns=turns or self.num_turns,
+                                  num_tasks=self.num_tasks, **self.env_kwargs, **kwargs)
+
+    def key(self) -> str:
+        """A digest of every setting that changes what an arm learns or how it is played (resuming checks it)."""
+        settings = {k: v for k, v in asdict(self).items() if k != "arms"}
+        return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------------ matching
+def matched_batches(config: StudyConfig) -> dict[str, collaboration.ArmBatch]:
+    """Each trained arm's per-step batch, all sampling ``config.completions_per_step`` completions per step.
+
+    The team arms' batches are the collaboration study's; a shape that cannot be matched is a ``ValueError``.
+    """
+    n, g = config.num_agents, config.num_generations
+    shape = collaboration.StudyConfig(num_agents=n, num_turns=config.num_turns, num_generations=g,
+                                      prompts_per_step=config.prompts_per_step, steps=config.steps,
+                                      counterfactual_samples=config.counterfactual_samples,
+                                      arms=("solo", "magrpo", "mappo", "counterfactual"))
+    shared = collaboration.matched_batches(shape)
+    c = config.completions_per_step
+    if c % (n * g):
+        raise ValueError(f"own_view_solo cannot be matched: C={c} is not a multiple of N·G={n * g}")
+    batches = {arm: shared[arm] for arm in TEAM_ARMS}
+    batches["full_view_solo"] = replace(shared["solo"], arm="full_view_solo",
+                                        how=f"{c // g} prompts x G={g} answers (1 agent with every view, "
+                                            f"{config.solo_turns} turn(s))")
+    batches["own_view_solo"] = collaboration.ArmBatch(
+        "own_view_solo", c, {"prompts_per_step": c // (n * g), "num_generations": g},
+        f"{n} roles x {c // (n * g)} prompts x G={g} answers (one adapter per role, its own view only, "
+        f"{config.solo_turns} turn(s))")
+    return {arm: batches[arm] for arm in config.arms if arm in batches}
+
+
+# ------------------------------------------------------------------------------------------------ training
+def train_arm(arm: str, config: StudyConfig, batch: collaboration.ArmBatch, out: Path) -> TrainedArm:
+    """Train one arm from the base model; its seats' adapter tensors come back named ``agent_0 … agent_{N-1}``."""
+    import torch
+
+    from llm_marl.backends.hf import rename_adapter
+    from llm_marl.team import Team
+    from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
+
+    torch.manual_seed(config.seed)
+    seats = [f"agent_{i}" for i in range(config.num_agents)]
+    model, tokenizer = base_model(config)
+    team = Team.adapter_per_agent(model, tokenizer, seats, name=config.model)
+    policy = team.policy(seats[0])
+    common = collaboration._trainer_config_kwargs(config, out)
+    counter = SamplingCounter()
+    started = time.perf_counter()
+    history: list[dict[str, Any]] = []
+    if arm in SOLO_ARMS:
+        roles = range(config.num_agents) if arm == "own_view_solo" else [0]
+        for role in roles:        # own view: role k's adapter on role k's view; full view: agent_0's adapter
+            env = (config.make_env("train", view="own", seat=role, turns=config.solo_turns) if arm == "own_view_solo"
+                   else config.make_env("train", view="full", turns=config.solo_turns))
+            solo = MAGRPOTrainer(env, Team.from_policies({"agent_0": (policy, seats[role])}),
+                                 MAGRPOConfig(**{**common, "output_dir": str(out / f"role_{role}")}, **batch.settings,
+                                              micro_batch_size=32))
+            with counter.active():
+                history += [{**row, "role": role} for row in solo.train()]
+        trained = seats if arm == "own_view_solo" else [seats[0]] * len(seats)
+        seat_states = {seat: rename_adapter(policy.trainable_state_dict(source), source, seat)
+                       for seat, source in zip(seats, trained)}
+        return TrainedArm(seat_states, counter.to_dict(), time.perf_counter() - started, history)
+    env = config.make_env("train")
+    if arm == "magrpo":
+        trainer = MAGRPOTrainer(env, team, MAGRPOConfig(**common, **batch.settings, micro_batch_size=32))
+    elif arm == "counterfactual":
+        from trainers.experimental import ExperimentalMAGRPOConfig, ExperimentalMAGRPOTrainer
+
+        cf = ExperimentalMAGRPOConfig(**common, credit="counterfactual",
+                                      prompts_per_step=batch.settings["transcripts_per_step"],
+                                      counterfactual_samples=batch.settings["counterfactual_samples"],
+                                      num_generations=config.num_generations, micro_batch_size=32,
+                                      kl_placement="loss" if config.kl_coef else "reward")
+        trainer = ExperimentalMAGRPOTrainer(env, team, cf)
+    elif arm == "mappo":
+        from trainers.mappo import MAPPOConfig, MAPPOTrainer
+
+        trainer = MAPPOTrainer(env, team, MAPPOConfig(**common, **batch.settings, ppo_epochs=1, minibatch_size=16,
+                                                      critic_learning_rate=1e-4, reward_rule="last_turn"))
+    else:
+        raise ValueError(f"unknown trained arm {arm!r}; choose from {ARMS[1:]}")
+    with counter.active():
+        history = list(trainer.train())
+    seat_states = {seat: policy.trainable_state_dict(seat) for seat in seats}
+    return TrainedArm(seat_states, counter.to_dict(), time.perf_counter() - started, history)
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+class Evaluator:
+    """One base model with one adapter per role: every arm's seats are loaded into it and played greedily."""
+
+    def __init__(self, config: StudyConfig) -> None:
+        from llm_marl.team import Team
+
+        self.config = config
+        self.seats = [f"agent_{i}" for i in range(config.num_agents)]
+        model, tokenizer = base_model(config)
+        self.team = Team.adapter_per_agent(model, tokenizer, self.seats, name=config.model)
+        self.policy = self.team.policy(self.seats[0])
+        self.untrained = {seat: self.policy.trainable_state_dict(seat) for seat in self.seats}
+        self.envs = {"team": config.make_env("test"), "masked": config.make_env("test", mask_messages=True),
+                     "full": config.make_env("test", view="full", turns=config.solo_turns)}
+        if len(self.envs["team"].tasks) < config.eval_tasks:
+            raise ValueError(f"{config.env}'s test split has {len(self.envs['team'].tasks)} tasks, fewer than "
+                             f"eval_tasks={config.eval_tasks}")
+
+    def load(self, seats: dict[str, dict[str, Any]]) -> None:
+        """Put an arm's adapter tensors on the seats."""
+        for seat in self.seats:
+            self.policy.load_trainable_state_dict(seat, seats[seat])
+
+    def play(self, setting: str, out: Path, label: str = "") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Greedy per-task scores of one setting (:meth:`HeldOutScores.to_arrays`, with its report.html under
+        ``out/<setting>``) and the episode records."""
+        from llm_marl.policy import SamplingParams
+        from llm_marl.rollout import RolloutEngine
+        from llm_marl.team import Team
+        from trainers.common.evaluation import evaluate_episodes, scores_from
+
+        c, env = self.config, self.envs[setting]
+        team = Team.from_policies({agent: (self.policy, self.seats[j]) for j, agent in enumerate(env.possible_agents)})
+        tasks = list(range(c.eval_tasks))
+        params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=0.0, top_p=c.top_p, seed=c.seed)
+        self.policy.model.eval()
+        result = evaluate_episodes(RolloutEngine(env, team), None, None, tasks, [c.seed + 1_000 * i for i in tasks],
+                                   params, desc=f"{label} {setting}".strip(), report_path=out / setting / "report.html")
+        return scores_from(result, tasks, 1, 0.0).to_arrays(), result.episodes
+
+
+def transcripts(episodes: Sequence[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """The first ``count`` episodes' turn-0 messages, final answers and whether each seat was right."""
+    return [{"task_id": e["task_id"], "gold": e["gold"], "turn0_messages": e["responses"][0],
+             "final_answers": e["answers"][-1], "final_correct": e["correct"][-1]} for e in episodes[:count]]
+
+
+def finished_arm(config: StudyConfig, out: Path, arm: str) -> dict[str, Any] | None:
+    """The stored record of ``arm`` in ``out`` if it was run with these settings, else ``None``."""
+    path = out / "arms" / arm / "arm.json"
+    if path.is_file():
+        record = json.loads(path.read_text())
+        if record.get("key") == config.key():
+            return record
+    return None
+
+
+def run_arm(arm: str, config: StudyConfig, out: Path, evaluator: Evaluator, log: Any = print) -> dict[str, Any]:
+    """Train (unless ``untrained``) and evaluate one arm; its record, also written to ``out/arms/<arm>/arm.json``."""
+    arm_dir = out / "arms" / arm
+    started = time.perf_counter()
+    batch = matched_batches(config).get(arm)
+    if arm == "untrained":
+        trained = TrainedArm(evaluator.untrained, {"completions": 0, "answer_tokens": 0, "generate_calls": 0}, 0.0, [])
+    else:
+        log(f"{arm}: training ({batch.how})")
+        trained = train_arm(arm, config, batch, arm_dir / "train")
+    evaluator.load(trained.seats)
+    checkpoint = None
+    if arm != "untrained":
+        checkpoint = str(save_team(arm_dir / "team", config.steps, evaluator.team, env=evaluator.envs["team"]))
+    eval_started = time.perf_counter()
+    scores, kept = {}, []
+    for setting in PLAYS[arm]:
+        scores[setting], episodes = evaluator.play(setting, arm_dir, label=arm)
+        if setting in ("team", "full"):
+            kept = transcripts(episodes, config.transcripts)
+    record = {"key": config.key(), "arm": arm, "counts": trained.counts, "train_seconds": trained.seconds,
+              "eval_seconds": time.perf_counter() - eval_started, "checkpoint": checkpoint,
+              "matching": asdict(batch) if batch else None, "history": trained.history, "transcripts": kept,
+              "scores": scores}
+    write_text_atomically(arm_dir / "arm.json", json.dumps(record, default=str))
+    main = scores["team" if "team" in scores else "full"]
+    log(f"{arm}: done in {(time.perf_counter() - started) / 60:.1f} min; sampled {trained.counts}; greedy final "
+        f"turn {np.mean(main['final']):.3f}" + (f", masked {np.mean(scores['masked']['final']):.3f}"
+                                                if "masked" in scores else ""))
+    return record
+
+
+# ------------------------------------------------------------------------------------------------ summaries
+def arm_summary(scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per setting played: accuracy per turn, final turn, team answer (with 95% CIs) and per seat."""
+    out = {}
+    for setting, arrays in scores.items():
+        held = HeldOutScores.from_arrays(arrays)
+        out[setting] = {**held.to_dict(), "seats": seat_summary(held) if held.agent_turns is not None else None}
+    return out
+
+
+def main_scores(arm_scores: dict[str, dict[str, Any]], arm: str) -> np.ndarray | None:
+    """An arm's final-turn accuracy per task in its headline setting (the team's, or full_view_solo alone)."""
+    if arm not in arm_scores:
+        return None
+    scores = arm_scores[arm]
+    return np.asarray(scores["team" if "team" in scores else "full"]["final"], dtype=float)
+
+
+def gap_closed(team: np.ndarray, base: np.ndarray, full: np.ndarray) -> float | None:
+    """(team − base) / (full − base) of the mean accuracies; ``None`` when full is not above base."""
+    denominator = float(full.mean() - base.mean())
+    return float((team.mean() - base.mean()) / denominator) if denominator > 0 else None
+
+
+def comparisons(arm_scores: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Paired differences by task of the final-turn accuracy (95% bootstrap intervals) and the gap shares."""
+    out: dict[str, Any] = {}
+    final = {arm: main_scores(arm_scores, arm) for arm in ARMS}
+    for arm in SOLO_ARMS:
+        if final[arm] is not None:
+            out[f"{arm} - untrained"] = paired_interval(final[arm], final["untrained"])
+    for arm in (a for a in TEAM_ARMS if final[a] is not None):
+        out[f"{arm} - untrained"] = paired_interval(final[arm], final["untrained"])
+        out[f"{arm} - masked {arm}"] = paired_interval(final[arm], arm_scores[arm]["masked"]["final"])
+        for control in SOLO_ARMS:
+            if final[control] is not None:
+                out[f"{arm} - {control}"] = paired_interval(final[arm], final[control])
+        if final["full_view_solo"] is not None:
+            shares = {"from_untrained": gap_closed(final[arm], final["untrained"], final["full_view_solo"])}
+            if final["own_view_solo"] is not None:
+                shares["from_own_view_solo"] = gap_closed(final[arm], final["own_view_solo"], final["full_view_solo"])
+            out[f"{arm} gap to full_view_solo closed"] = shares
+    return out
+
+
+def research_bar(paired: dict[str, Any]) -> dict[str, Any]:
+    """Issue's bar per team (greedy): above the untrained team, ``own_view_solo`` and its masked self, CI lows > 0."""
+    out = {}
+    for arm in TEAM_ARMS:
+        keys = {"above_untrained": f"{arm} - untrained", "above_own_view_solo": f"{arm} - own_view_solo",
+                "above_masked": f"{arm} - masked {arm}"}
+        if all(k in paired for k in keys.values()):
+            checks = {name: paired[key]["low"] > 0 for name, key in keys.items()}
+            out[arm] = {**checks, "met": all(checks.values())}
+    return out
+
+
+def summary_figure(summaries: dict[str, Any], path: Path) -> Path:
+    """Arms side by side: greedy final-turn accuracy with 95% CIs, each team's masked play beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = list(summaries)
+    fig, ax = plt.subplots(figsize=(1.6 * len(arms) + 2, 4.2))
+    for offset, (setting, label, color) in enumerate((("main", "as played", "C0"), ("masked", "messages masked",
+                                                                                     "0.6"))):
+        xs, entries = [], []
+        for i, arm in enumerate(arms):
+            s = summaries[arm]
+            entry = (s.get("team") or s.get("full")) if setting == "main" else s.get("masked")
+            if entry is not None:
+                xs.append(i + (offset - 0.5) * 0.38)
+                entries.append(entry["final_turn_accuracy"])
+        means = np.array([e["mean"] for e in entries])
+        errors = [means - [e["low"] for e in entries], np.array([e["high"] for e in entries]) - means]
+        ax.bar(xs, means, 0.38, yerr=errors, capsize=3, color=color, label=label)
+    ax.set_xticks(np.arange(len(arms)), arms, rotation=15)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("final-turn accuracy, greedy (95% CI)")
+    ax.set_title("held-out tasks: each team, own_view_solo seated in the team, full_view_solo alone")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def format_table(summaries: dict[str, Any], paired: dict[str, Any]) -> str:
+    """A Markdown table: one row per arm, its accuracy, its masked accuracy and its paired differences."""
+    def ci(e: dict[str, Any] | None) -> str:
+        return "" if e is None else f"{e['mean']:+.3f} [{e['low']:+.3f}, {e['high']:+.3f}]"
+
+    lines = ["| arm | final turn | masked | − untrained | − own_view_solo | − masked | gap closed (from own view) |",
+             "|---|---|---|---|---|---|---|"]
+    for arm, s in summaries.items():
+        main = (s.get("team") or s.get("full"))["final_turn_accuracy"]
+        masked = s.get("masked", {}).get("final_turn_accuracy")
+        share = paired.get(f"{arm} gap to full_view_solo closed", {}).get("from_own_view_solo")
+        lines.append(f"| {arm} | {main['mean']:.3f} [{main['low']:.3f}, {main['high']:.3f}] | "
+                     f"{'' if masked is None else format(masked['mean'], '.3f')} | "
+                     f"{ci(paired.get(f'{arm} - untrained'))} | {ci(paired.get(f'{arm} - own_view_solo'))} | "
+                     f"{ci(paired.get(f'{arm} - masked {arm}'))} | {'' if share is None else format(share, '.2f')} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ the study
+def _run_arm_in_worker(arm: str, config: StudyConfig, out: str, threads: int) -> str:
+    """One arm in a worker process of ``run_study(jobs=...)`` with ``threads`` torch threads; returns its log."""
+    import torch
+
+    torch.set_num_threads(threads)
+    lines: list[str] = []
+    run_arm(arm, config, Path(out), Evaluator(config), log=lines.append)
+    return "\n".join(lines)
+
+
+def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, jobs: int = 1,
+              threads_per_job: int = 1, command: str | None = None) -> dict[str, Any]:
+    """Train and evaluate every arm of ``config`` (reusing arms done in ``out``); write results.json and the figure.
+
+    ``jobs > 1`` runs that many arms at once, each in its own process with ``threads_per_job`` torch threads (the
+    dearest first); every arm's result is the same as in one process (each arm seeds itself).
+    """
+    if jobs < 1 or threads_per_job < 1:
+        raise ValueError(f"jobs and threads_per_job must be >= 1, got jobs={jobs}, threads_per_job={threads_per_job}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    batches = matched_batches(config)
+    log(f"study: {config.env}, {config.num_agents} roles x {config.num_turns} turns, {config.steps} steps, "
+        f"C = {config.completions_per_step} completions per step for every trained arm")
+    for batch in batches.values():
+        log(f"  {batch.arm:>15}: {batch.how}")
+    pending = [arm for arm in config.arms if finished_arm(config, out, arm) is None]
+    if jobs > 1 and len(pending) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        order = sorted(pending, key=ARM_COST_ORDER.index)
+        log(f"running {len(order)} arms, {jobs} at a time with {threads_per_job} thread(s) each: {', '.join(order)}")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_run_arm_in_worker, arm, config, str(out), threads_per_job) for arm in order]
+            for future in as_completed(futures):
+                log(future.result())
+    evaluator = None
+    arm_scores, records = {}, {}
+    for arm in config.arms:
+        record = finished_arm(config, out, arm)
+        if record is not None:
+            log(f"{arm}: already done ({out / 'arms' / arm / 'arm.json'}), reused")
+        else:
+            evaluator = evaluator or Evaluator(config)
+            record = run_arm(arm, config, out, evaluator, log=log)
+        arm_scores[arm], records[arm] = record.pop("scores"), record
+    summaries = {arm: arm_summary(arm_scores[arm]) for arm in config.arms}
+    paired = comparisons(arm_scores)
+    results = {
+        "study": "information-split study", "command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                     time.gmtime()),
+        "commit": _commit(), "config": asdict(config), "completions_per_step": config.completions_per_step,
+        "matching": {arm: {**asdict(b), "sampled_in_training": records[arm]["counts"]} for arm, b in batches.items()},
+        "arms": {arm: {**summaries[arm], "train_seconds": records[arm]["train_seconds"],
+                       "eval_seconds": records[arm]["eval_seconds"], "checkpoint": records[arm]["checkpoint"]}
+                 for arm in config.arms},
+        "paired_differences": paired, "research_bar": research_bar(paired),
+        "protocol": {arm: records[arm]["transcripts"] for arm in config.arms},
+        "accuracy": "greedy; final-turn accuracy: fraction of the seats right at the last turn (one seat for "
+                    "full_view_solo), per task; masked: the same team with every partner's message replaced by an "
+                    "empty one; intervals: 95% percentile bootstrap over tasks, paired by task; gap closed: (team − "
+                    "base) / (full_view_solo − base) of the mean accuracies",
+        "machine": {"processor": collaboration._processor(), "python": platform.python_version(),
+                    "cores": os.cpu_count()},
+        "jobs": jobs, "threads_per_job": threads_per_job,
+        "wall_time_s": {"this_call": time.perf_counter() - started,
+                        "all_arms": sum(r["train_seconds"] + r["eval_seconds"] for r in records.values())},
+    }
+    write_text_atomically(out / "results.json", json.dumps(results, indent=2, default=str))
+    summary_figure(summaries, out / "summary.png")
+    log(format_table(summaries, paired))
+    for arm, bar in results["research_bar"].items():
+        log(f"research bar, {arm}: {'met' if bar['met'] else 'not met'} ({bar})")
+    log(f"time: {results['wall_time_s']['all_arms'] / 60:.1f} min of training + evaluation summed over arms, this "
+        f"call {results['wall_time_s']['this_call'] / 60:.1f} min wall with {jobs} job(s); wrote "
+        f"{out / 'results.json'} and {out / 'summary.png'}")
+    return results
+
+
+def run_seeds(config: StudyConfig, out: str | os.PathLike, seeds: Sequence[int], *, log: Any = print,
+              jobs: int = 1, threads_per_job: int = 1, command: str | None = None) -> dict[str, Any]:
+    """The study once per seed in ``out/seed-<s>``, then the spread over seeds of each team − ``own_view_solo`` and
+    of each arm's final-turn accuracy: ``seeds.json`` and ``seeds.png`` in ``out``."""
+    seeds = list(dict.fromkeys(int(s) for s in seeds))
+    if len(seeds) < 2:
+        raise ValueError(f"a seed repeat needs at least two distinct seeds, got {seeds}")
+    out = Path(out)
+    per_seed = {seed: run_study(replace(config, seed=seed), out / f"seed-{seed}", log=log, jobs=jobs,
+                                threads_per_job=threads_per_job, command=command) for seed in seeds}
+    spread: dict[str, Any] = {}
+    for arm in config.arms:
+        rows = {"final_turn_accuracy": [(per_seed[s]["arms"][arm].get("team") or per_seed[s]["arms"][arm]["full"])
+                                        ["final_turn_accuracy"] for s in seeds]}
+        for key in (f"{arm} - own_view_solo", f"{arm} - masked {arm}"):
+            values = [per_seed[s]["paired_differences"].get(key) for s in seeds]
+            if all(values):
+                rows[key.replace(f"{arm} - ", "minus ")] = values
+        spread[arm] = {name: seed_spread(seeds, values) for name, values in rows.items()}
+    results = {"seeds": seeds, "config": {**asdict(config), "seed": None}, "arms": spread, "command": command,
+               "spread": "per seed: mean and paired 95% CI over the held-out tasks; over seeds: mean, sample standard "
+                         "deviation, min and max of the per-seed means"}
+    write_text_atomically(out / "seeds.json", json.dumps(results, indent=2, default=str))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    teams = [a for a in TEAM_ARMS if "minus own_view_solo" in spread.get(a, {})]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for i, arm in enumerate(teams):
+        plot_seed_points(ax, i, spread[arm]["minus own_view_solo"]["per_seed"], seeds, width=0.15, label=i == 0)
+    ax.axhline(0, color="0.5", lw=0.8)
+    ax.set_xticks(range(len(teams)), teams)
+    ax.set_ylabel("team − own_view_solo (95% CI)")
+    if teams:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "seeds.png", dpi=120)
+    plt.close(fig)
+    log(f"wrote {out / 'seeds.json'} and {out / 'seeds.png'}")
+    return results
+
+
+def _commit() -> str | None:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+__all__ = ["ARMS", "Evaluator", "StudyConfig", "TEAM_ARMS", "arm_summary", "comparisons", "finished_arm",
+           "format_table", "matched_batches", "research_bar", "run_arm", "run_seeds", "run_study", "summary_figure",
+           "train_arm", "transcripts"]

@@ -1,0 +1,240 @@
+"""The information-split study (studies/information_split): compute matching of its arms, the communication
+ablation's masking, the own-view control never seeing another view, and a tiny end-to-end run that resumes."""
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+import torch
+
+import llm_marl_envs
+from llm_marl_envs.envs.split_arithmetic import SplitArithmeticEnv
+from llm_marl_envs.testing import mentions
+from studies.information_split.study import (
+    ARMS,
+    Evaluator,
+    StudyConfig,
+    matched_batches,
+    train_arm,
+)
+from trainers.experimental.counterfactual import completions_per_transcript
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+TRAINED = ARMS[1:]
+TINY = dict(steps=1, max_new_tokens=6, eval_tasks=3, num_generations=2, counterfactual_samples=1, transcripts=2)
+
+
+def tiny_config(model_dir, **overrides) -> StudyConfig:
+    return StudyConfig(model=str(model_dir), **{**TINY, **overrides})
+
+
+@contextlib.contextmanager
+def received_conversations():
+    """Every conversation any HF policy is asked to continue inside the block (the real generate runs)."""
+    from llm_marl.backends.hf import HFPolicy
+
+    original, seen = HFPolicy.generate, []
+
+    def recording(policy, conversations, params, **kwargs):
+        seen.extend([dict(m) for m in conversation] for conversation in conversations)
+        return original(policy, conversations, params, **kwargs)
+
+    HFPolicy.generate = recording
+    try:
+        yield seen
+    finally:
+        HFPolicy.generate = original
+
+
+# ------------------------------------------------------------------ matching
+def batch_completions(arm, batch, config):
+    """What an arm's batch samples per step, computed from its settings alone."""
+    n, t, s = config.num_agents, config.num_turns, batch.settings
+    if arm == "magrpo":
+        return s["prompts_per_step"] * n * sum(s["num_generations"] ** k for k in range(1, t + 1))
+    if arm == "own_view_solo":
+        return n * s["prompts_per_step"] * s["num_generations"]     # one trainer per role
+    if arm == "full_view_solo":
+        return s["prompts_per_step"] * s["num_generations"]
+    if arm == "mappo":
+        return s["episodes_per_step"] * n * t
+    return s["transcripts_per_step"] * completions_per_transcript(n, t, s["counterfactual_samples"])
+
+
+@pytest.mark.parametrize("env", ["split_arithmetic-v0", "reference_game-v0", "hidden_profile-v0"])
+@pytest.mark.parametrize("shape", [{}, {"prompts_per_step": 2}, {"num_generations": 2, "counterfactual_samples": 1}])
+def test_every_trained_arm_samples_the_same_completions_per_step(env, shape):
+    config = StudyConfig(env=env, **shape)
+    batches = matched_batches(config)
+    assert set(batches) == set(TRAINED)
+    for arm, batch in batches.items():
+        assert batch.completions_per_step == config.completions_per_step
+        assert batch_completions(arm, batch, config) == config.completions_per_step, arm
+
+
+@pytest.mark.parametrize("bad", [{"env": "arithmetic_debate-v0"}, {"arms": ("solo",)}, {"num_turns": 1},
+                                 {"num_generations": 1}, {"steps": 0}])
+def test_bad_settings_are_refused(bad):
+    with pytest.raises(ValueError):
+        StudyConfig(**bad)
+
+
+@pytest.mark.parametrize("arm", TRAINED)
+def test_each_arm_samples_the_matched_completions_in_a_real_step(arm, tiny_model_dir, tmp_path):
+    config = tiny_config(tiny_model_dir, arms=(arm,))
+    trained = train_arm(arm, config, matched_batches(config)[arm], tmp_path)
+    assert trained.counts["completions"] == config.completions_per_step * config.steps
+    assert 0 < trained.counts["answer_tokens"] <= config.completions_per_step * config.max_new_tokens
+    assert set(trained.seats) == {"agent_0", "agent_1"}
+    for seat, state in trained.seats.items():
+        assert state and all(f".{seat}." in name for name in state)
+
+
+# ------------------------------------------------------------------ the own-view control sees its view only
+def first_prompt_index(env):
+    """The first user message of every task and agent of ``env`` -> the (env, task, role) that produce it."""
+    index = {}
+    for task_index in range(len(env.tasks)):
+        _, infos = env.reset(options={"task_index": task_index})
+        for agent in env.possible_agents:
+            content = next(m["content"] for m in infos[agent]["messages"] if m["role"] == "user")
+            roles = env.agent_roles(env.agent_index(agent))
+            index.setdefault(content, []).append((env, env.task, roles))
+    return index
+
+
+def other_view_facts_in(conversation, index):
+    """Private facts of a view the conversation's agent lacks that its first prompt (system and first user message)
+    holds; the conversation's task and roles are looked up by its first user message (KeyError: not a prompt of
+    these envs)."""
+    opening = conversation[:next(i for i, m in enumerate(conversation) if m["role"] == "user") + 1]
+    text = "\n".join(m["content"] for m in opening)
+    leaked = set()
+    for env, task, roles in index[opening[-1]["content"]]:
+        allowed = "\n".join([env.task_statement(task), *(f for r in roles for f in env.private_facts(task, r))])
+        leaked |= {fact for r in range(len(env.role_names)) if r not in roles for fact in env.private_facts(task, r)
+                   if not mentions(allowed, fact) and mentions(text, fact)}
+    return sorted(leaked)
+
+
+def own_view_prompts(config, tmp_path):
+    """Every conversation the own_view_solo arm's policy receives in training and in its evaluation, and the index of
+    the envs' first prompts (each role alone on the train split; the team on the test split)."""
+    from studies.information_split.study import run_arm
+
+    with received_conversations() as seen:
+        run_arm("own_view_solo", config, tmp_path, Evaluator(config), log=lambda line: None)
+    index = {}
+    for seat in range(config.num_agents):
+        index.update(first_prompt_index(config.make_env("train", view="own", seat=seat, turns=config.solo_turns)))
+    index.update(first_prompt_index(config.make_env("test")))
+    return seen, index
+
+
+def test_the_own_view_agent_never_sees_another_view_in_training_or_evaluation(tiny_model_dir, tmp_path):
+    config = tiny_config(tiny_model_dir, arms=("own_view_solo",))
+    seen, index = own_view_prompts(config, tmp_path)
+    # training: both roles' trainers (C / (N·G) prompts x G each); evaluation: 3 tasks x 2 seats x 2 turns
+    assert len(seen) >= 2 + config.eval_tasks * 2 * 2
+    roles_seen = {next(m["content"] for m in c if m["role"] == "user").split("What you know (as the ")[1][:30]
+                  for c in seen}
+    assert len(roles_seen) == 2                     # both roles' views were given (to their own agents)
+    for conversation in seen:
+        assert other_view_facts_in(conversation, index) == [], conversation
+
+
+def test_the_own_view_check_fails_when_a_prompt_leaks_the_other_view(tiny_model_dir, tmp_path, monkeypatch):
+    def leaky_view(self, task, role):
+        hint = f" (the other number is {task['b']})" if role == 0 else ""
+        return f"The first number is {task['a']}.{hint}" if role == 0 else original(self, task, role)
+
+    original = SplitArithmeticEnv.view_text
+    monkeypatch.setattr(SplitArithmeticEnv, "view_text", leaky_view)
+    config = tiny_config(tiny_model_dir, arms=("own_view_solo",), eval_tasks=2)
+    seen, index = own_view_prompts(config, tmp_path)
+    leaks = [other_view_facts_in(c, index) for c in seen]
+    assert any(leaks)
+    assert all(leak == [] for c, leak in zip(seen, leaks) if "holder of the first number" not in c[1]["content"])
+
+
+# ------------------------------------------------------------------ the communication ablation
+def test_a_masked_partners_text_never_reaches_a_prompt_of_the_ablation(tiny_model_dir, tmp_path):
+    config = tiny_config(tiny_model_dir, arms=("magrpo",), eval_tasks=4)
+    evaluator = Evaluator(config)
+    # random adapters, so that each seat writes distinctive text (the tiny base alone writes only newlines)
+    noise = torch.Generator().manual_seed(0)
+    evaluator.load({seat: {name: torch.randn(t.shape, generator=noise) * 2 for name, t in state.items()}
+                    for seat, state in evaluator.untrained.items()})
+    agents = evaluator.envs["masked"].possible_agents
+    assert evaluator.envs["masked"].mask_messages and not evaluator.envs["team"].mask_messages
+
+    def played(setting):
+        with received_conversations() as seen:
+            _, episodes = evaluator.play(setting, tmp_path, label="test")
+        partner_texts = [(e["responses"][0][j], agents[j]) for e in episodes for j in range(len(agents))]
+        user_texts = [m["content"] for c in seen for m in c if m["role"] == "user"]
+        return [text.strip() for text, _ in partner_texts if len(text.strip()) >= 4], user_texts
+
+    texts, prompts = played("team")
+    assert texts and any(text in prompt for text in texts for prompt in prompts)   # unmasked: the messages arrive
+    texts, prompts = played("masked")
+    assert texts
+    assert not any(text in prompt for text in texts for prompt in prompts)
+    assert any("Message from Agent 1:" in prompt for prompt in prompts)    # the message's place is there, empty
+
+
+# ------------------------------------------------------------------ the command, end to end
+def test_the_command_runs_every_arm_writes_results_and_resumes(tiny_model_dir, tmp_path):
+    from llm_marl.team_checkpoint import load_team
+    from studies.information_split import run
+
+    argv = ["--env", "split_arithmetic-v0", "--out", str(tmp_path), "--model", str(tiny_model_dir), "--steps", "1",
+            "--eval-tasks", "3", "--max-new-tokens", "6", "--num-generations", "2", "--counterfactual-samples", "1",
+            "--transcripts", "2", "--jobs", "1", "--threads", "1"]
+    run.main(argv)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["arms"]) == set(ARMS)
+    assert results["command"].startswith("python -m studies.information_split.run --env split_arithmetic-v0")
+    assert results["date"] and results["machine"]["processor"]
+    c = results["completions_per_step"]
+    assert {arm: m["sampled_in_training"]["completions"] for arm, m in results["matching"].items()} == \
+        dict.fromkeys(ARMS[1:], c)
+    for arm in ("magrpo", "mappo", "counterfactual"):
+        assert set(results["arms"][arm]) >= {"team", "masked"}
+        assert results["arms"][arm]["team"]["tasks"] == 3 and len(results["arms"][arm]["team"]["seats"]) == 2
+        assert {f"{arm} - untrained", f"{arm} - own_view_solo", f"{arm} - masked {arm}"} <= \
+            set(results["paired_differences"])
+        assert set(results["research_bar"][arm]) == {"above_untrained", "above_own_view_solo", "above_masked",
+                                                     "met"}
+        assert (tmp_path / "arms" / arm / "masked" / "report.html").is_file()
+        assert load_team(tmp_path / "arms" / arm / "team").agents == ["agent_0", "agent_1"]
+    assert "full" in results["arms"]["full_view_solo"] and "team" not in results["arms"]["full_view_solo"]
+    assert list(results["arms"]["untrained"]) == ["team", "train_seconds", "eval_seconds", "checkpoint"]
+    protocol = results["protocol"]
+    assert len(protocol["untrained"]) == 2 and len(protocol["untrained"][0]["turn0_messages"]) == 2
+    assert protocol["magrpo"][0]["task_id"] == protocol["untrained"][0]["task_id"]
+    assert (tmp_path / "summary.png").stat().st_size > 0
+    stamps = {arm: (tmp_path / "arms" / arm / "arm.json").stat().st_mtime_ns for arm in ARMS}
+    lines = []
+    from studies.information_split.study import run_study
+
+    run_study(StudyConfig(**{**TINY, "max_new_tokens": 6}, model=str(tiny_model_dir), env="split_arithmetic-v0"),
+              tmp_path, log=lines.append)
+    assert sum("already done" in line for line in lines) == len(ARMS)
+    assert stamps == {arm: (tmp_path / "arms" / arm / "arm.json").stat().st_mtime_ns for arm in ARMS}
+
+
+def test_an_arm_with_other_settings_is_run_again(tiny_model_dir, tmp_path):
+    from studies.information_split.study import finished_arm, run_study
+
+    config = tiny_config(tiny_model_dir, arms=("untrained",), eval_tasks=2)
+    run_study(config, tmp_path, log=lambda line: None)
+    assert finished_arm(config, tmp_path, "untrained") is not None
+    assert finished_arm(tiny_config(tiny_model_dir, arms=("untrained",), eval_tasks=3), tmp_path, "untrained") is None
+
+
+def test_the_env_kwargs_reach_every_env_of_the_study():
+    config = StudyConfig(env_kwargs={"operators": "+-"}, eval_tasks=10)
+    assert config.make_env("train", view="own", seat=1, turns=1).operators == "+-"
+    assert llm_marl_envs.make("split_arithmetic-v0").operators == "+"
