@@ -78,7 +78,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -178,13 +178,25 @@ def _test_source(test: str | Sequence[str]) -> str:
     raise ValueError(f"test must be a str or a list of assert strings, got {type(test).__name__}")
 
 
-_INERT_NODES = (ast.expr_context, ast.Constant, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp,
-                ast.BoolOp, ast.Compare, ast.IfExp, ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
-
-
-def _inert(node: ast.AST) -> bool:
+def _inert(node: ast.expr) -> bool:
     """Whether ``node`` is built from constants only (no name, call or attribute: it cannot reach the program)."""
-    return all(isinstance(n, _INERT_NODES) for n in ast.walk(node))
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return all(_inert(item) for item in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(_inert(item) for item in node.values) and all(key is None or _inert(key) for key in node.keys)
+    if isinstance(node, ast.UnaryOp):
+        return _inert(node.operand)
+    if isinstance(node, ast.BinOp):
+        return _inert(node.left) and _inert(node.right)
+    if isinstance(node, ast.BoolOp):
+        return all(_inert(item) for item in node.values)
+    if isinstance(node, ast.Compare):
+        return _inert(node.left) and all(_inert(item) for item in node.comparators)
+    if isinstance(node, ast.IfExp):
+        return _inert(node.test) and _inert(node.body) and _inert(node.orelse)
+    return False
 
 
 def _literal(node: ast.AST) -> tuple[bool, Any]:
@@ -235,9 +247,9 @@ def _calls_ahead(body: list[ast.stmt], name: str | None) -> tuple[str, tuple] | 
             continue
         if not isinstance(stmt, ast.Assert) or not (stmt.msg is None or isinstance(stmt.msg, ast.Constant)):
             break
-        if _inert(stmt.test):
-            continue
         call = _only_call(stmt.test)
+        if call is None and _inert(stmt.test):
+            continue
         if call is None or call.func.id != (name or call.func.id) or any(isinstance(a, ast.Starred) for a in call.args):
             break
         values = [_literal(arg) for arg in call.args] + [_literal(kw.value) for kw in call.keywords]
@@ -253,13 +265,18 @@ def _calls_ahead(body: list[ast.stmt], name: str | None) -> tuple[str, tuple] | 
 def _test_calls_ahead(tree: ast.Module) -> tuple[str, tuple] | None:
     """:func:`_calls_ahead` of the body of ``check(candidate)`` (HumanEval style: one plain ``def check``, the
     only top-level binding of that name) or of the module (top-level asserts)."""
-    binds_check = [node for node in tree.body if "check" in _top_level_names(node)]
-    if not binds_check:
-        return _calls_ahead(tree.body, None)
-    check = binds_check[0]
-    if len(binds_check) > 1 or not isinstance(check, ast.FunctionDef) or check.decorator_list or not check.args.args:
+    try:
+        binds_check = [node for node in tree.body if "check" in _top_level_names(node)]
+        if not binds_check:
+            return _calls_ahead(tree.body, None)
+        check = binds_check[0]
+        if len(binds_check) > 1 or not isinstance(check, ast.FunctionDef) or check.decorator_list:
+            return None
+        if not check.args.args:
+            return None
+        return _calls_ahead(check.body, check.args.args[0].arg)
+    except RecursionError:  # a literal nested too deep to look at: the test runs without calls sent ahead
         return None
-    return _calls_ahead(check.body, check.args.args[0].arg)
 
 
 def _top_level_names(stmt: ast.stmt) -> set[str]:
@@ -281,7 +298,8 @@ def _top_level_names(stmt: ast.stmt) -> set[str]:
 
 @lru_cache(maxsize=4096)
 def instrument_test(test: str) -> InstrumentedTest:
-    """Parse ``test`` and rewrite its asserts to report individually (cached per test text)."""
+    """Parse ``test``, rewrite its asserts to report individually and find the calls its opening asserts
+    make (:func:`_calls_ahead`); cached per test text."""
     try:
         tree = _python_ast.parse(test)
     except SyntaxError as err:
@@ -477,6 +495,11 @@ class Sandbox:
         in the test process before the test, so the test's own references to those helpers (e.g.
         ``encode_cyclic`` in a ``decode_cyclic`` test) reach the task's definitions, not the program's.
         """
+        return self._execute(self._prepare(program, test, entry_point, timeout_s, task_code))
+
+    def _prepare(self, program: str, test: str | Sequence[str], entry_point: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 task_code: str = "") -> _PreparedCheck:
+        """Check the arguments, instrument the test and encode both requests (no zygote needed yet)."""
         if not isinstance(program, str):
             raise ValueError(f"program must be a str, got {type(program).__name__}")
         if not isinstance(entry_point, str) or (entry_point and not entry_point.isidentifier()):
@@ -495,26 +518,62 @@ class Sandbox:
             "test_code": instrumented.code, "entry_point": entry_point, "call_check": call_check,
             "calls_ahead": instrumented.calls_ahead if call_check or not instrumented.calls_check else None, **limits,
         })
-        header = {"timeout": float(timeout_s), "output_keep": self.limits.output_keep}
+        return _PreparedCheck(instrumented, float(timeout_s), program_request, test_request)
+
+    def _execute(self, check: _PreparedCheck) -> Verdict:
+        """Run a prepared check on an idle zygote; its verdict."""
+        header = {"timeout": check.timeout_s, "output_keep": self.limits.output_keep}
         zygote = self._acquire()
-        report = zygote.request(header, program_request, test_request, timeout_s + _SUPERVISOR_SLACK_S)
+        report = zygote.request(header, check.program_request, check.test_request,
+                                check.timeout_s + _SUPERVISOR_SLACK_S)
         if report is None:
             zygote.discard()
             report = {"error": "sandbox zygote stopped answering; it was killed and will be restarted"}
         self._release(zygote)
-        return _verdict(report, instrumented, float(timeout_s), _isolation(zygote.caps), self.limits)
+        return _verdict(report, check.test, check.timeout_s, _isolation(zygote.caps), self.limits)
 
     def run_batch(self, items: Iterable[Mapping[str, Any] | Sequence[Any]], max_workers: int | None = None,
                   timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Verdict]:
-        """Run many checks in parallel (a bounded pool, one zygote per worker); verdicts in input order."""
+        """Run many checks in parallel (a bounded pool, one zygote per worker); verdicts in input order.
+
+        One more thread instruments tests and encodes requests a few checks ahead of the workers, so a
+        worker sends its next check as soon as its last one is done."""
         jobs = [_normalise_item(item, i, timeout_s) for i, item in enumerate(items)]
         workers = max_workers if max_workers is not None else _default_workers()
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"max_workers must be a positive int or None, got {max_workers!r}")
         if not jobs:
             return []
-        with ThreadPoolExecutor(max_workers=min(workers, len(jobs)), thread_name_prefix="sandbox") as pool:
-            return list(pool.map(lambda job: self.run(**job), jobs))
+        workers = min(workers, len(jobs))
+        prepared: list[Future | None] = [None] * len(jobs)
+        submitted, lock = [0], threading.Lock()
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-prepare") as preparer, \
+                ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
+            def prepare_until(end: int) -> None:
+                with lock:
+                    while submitted[0] < min(end, len(jobs)):
+                        prepared[submitted[0]] = preparer.submit(self._prepare, **jobs[submitted[0]])
+                        submitted[0] += 1
+
+            def work(index: int) -> Verdict:
+                prepare_until(index + 1 + workers)  # keep one prepared check per worker waiting
+                check = prepared[index].result()
+                prepared[index] = None
+                return self._execute(check)
+
+            prepare_until(workers)
+            return list(pool.map(work, range(len(jobs))))
+
+
+@dataclass(frozen=True)
+class _PreparedCheck:
+    """A check ready to send: its instrumented test, timeout and the two encoded requests."""
+
+    test: InstrumentedTest
+    timeout_s: float
+    program_request: bytes
+    test_request: bytes
 
 
 def _default_workers() -> int:
