@@ -4,25 +4,38 @@ Started by :mod:`verifiers.sandbox` as ``python -I -S _sandbox_zygote.py`` with 
 (no site-packages, no inherited variables). Once, at start, it enters a private mount namespace
 where the whole file system is read-only except a fresh tmpfs on ``/tmp`` (when not root, inside
 a user namespace first), imports the common standard-library modules and freezes its heap. Then
-it serves requests read from stdin, one at a time. Per request it
+it serves requests read from stdin, one at a time.
 
-1. makes a fresh working directory in that tmpfs, owned by the check's unprivileged uid,
-2. clones the *runner* straight into a new network namespace (no interface up: no network at
-   all) and a new PID namespace, where it is PID 1 in its own session; the runner drops to the
-   unprivileged uid, sets rlimits (CPU, address space, file size = output cap, process count, no
-   core files, open files), ``no_new_privs`` and a parent-death signal, points stdout/stderr at
-   a capped file and executes the program, then the instrumented test,
-3. reads the runner's per-assert records from a pipe (each line must carry the per-check random
-   nonce), enforces the wall-clock timeout by killing the runner (as PID 1 of its namespace, its
-   death takes every descendant with it), removes the working directory and writes one report
-   to the caller.
+Each check gets a *runner* made before the check arrives (while the previous check runs, or while
+the caller is busy):
+
+1. a fresh working directory in that tmpfs, owned by the check's unprivileged uid (two uids per
+   zygote, alternating, so the runner made during a check shares nothing with it);
+2. the runner, cloned straight into a new network namespace (no interface up: no network at all)
+   and a new PID namespace, where it is PID 1 in its own session; it drops to the unprivileged
+   uid, sets ``no_new_privs`` and a parent-death signal, points stdout/stderr at a capped file,
+   forks the *program process* (no capabilities) and waits, with nothing of any check in its
+   memory.
+
+When the check arrives, the zygote passes its two parts on undecoded (the program to the program
+process, the test to the runner, each through an anonymous in-memory file), zeroes its copies and
+starts both; each sets its rlimits (CPU, address space, file size = output cap, process count, no
+core files, open files), the program process runs the program and the runner runs the
+instrumented test against it (see :func:`run_test`). The zygote reads the per-assert records from a
+pipe (each line must carry the per-check random nonce), enforces the wall-clock timeout by killing
+the runner (as PID 1 of its namespace, its death takes every descendant with it) and writes one
+report to the caller. A runner whose test ran to its end is reaped, and its directory removed,
+right after the report; any other is killed and reaped before it.
 
 The runner cannot signal the zygote: it sees no process outside its PID namespace.
 
-Wire format both ways: 4-byte little-endian length + ``marshal`` payload (dicts of plain values
-and, from the caller, one code object compiled by the same interpreter).
+Wire format both ways: 4-byte little-endian length + ``marshal`` payload (dicts of plain values);
+after a request's header come the program's and the test's requests, marshalled by the caller
+(the test's holds code objects compiled by the same interpreter).
 """
+import _signal
 import builtins
+import collections
 import ctypes
 import gc
 import marshal
@@ -43,8 +56,8 @@ SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 share this number
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(platform.machine())
 SIGCHLD = 17
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
-LINUX_CAPABILITY_VERSION_3 = 0x20080522
-UID_BASE = 1_000_000     # runner uid = UID_BASE + zygote pid: unique among live zygotes
+LINUX_CAPABILITY_VERSION_3, CAP_SETPCAP = 0x20080522, 8
+UID_BASE = 1_000_000     # runner uids = UID_BASE + 2 * zygote pid (+ 1): unique among live zygotes
 RECORD_NAME = "__sbx_record__"
 # Imported once here so that a check importing them pays a dict lookup, not a module load.
 PRELOAD = ("array", "bisect", "cmath", "collections", "copy", "dataclasses", "datetime", "decimal", "fractions",
@@ -62,6 +75,12 @@ class CapHeader(ctypes.Structure):
 
 class CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+CapSets = CapData * 2
+# Looked up here, in the zygote: a check's processes then use these objects instead of building them.
+for _function in ("capget", "capset", "prctl", "syscall"):
+    getattr(libc, _function)
 
 
 class MountAttr(ctypes.Structure):
@@ -92,6 +111,12 @@ def spawn_runner(caps):
         return os.fork()
     if SYS_CLONE is None:
         raise OSError(0, f"no clone(2) number known for {platform.machine()}")
+    return raw_clone(flags)
+
+
+def raw_clone(flags):
+    """clone(2) with ``flags`` (0: a plain fork) and none of Python's fork hooks: for single-threaded
+    callers only, whose child reseeds ``random`` (see :func:`spawn_runner`)."""
     pid = libc.syscall(SYS_CLONE, ctypes.c_ulong(flags | SIGCHLD), None, None, None, None)
     if pid < 0:
         err = ctypes.get_errno()
@@ -152,7 +177,7 @@ def probe(caps):
     order = [("netns", "pidns", "drop_uid"), ("netns", "pidns"), ("netns",), ()]
     if caps["userns"]:  # our user namespace maps one uid only: nothing to drop to
         order = order[1:]
-    uid = UID_BASE + os.getpid()
+    uid = runner_uid(0)
     for layers in order:
         trial = dict(caps, **{k: True for k in layers})
         try:
@@ -315,6 +340,23 @@ class ProgramChannel:
     def __init__(self, to_program, from_program, program_pid):
         self.to_program, self.from_program, self.program_pid = to_program, from_program, program_pid
         self.gone = None
+        self.sent_ahead = collections.deque()  # calls whose replies are on their way, in order
+
+    def send_ahead(self, target, calls):
+        """Send the calls of the test's first asserts (``((args, kwargs), ...)``, literals found by
+        :func:`verifiers.sandbox.instrument_test`) to ``target`` in one message. The program process
+        answers them one by one, in that order, as it would if each were sent when the test makes it;
+        each call the test then makes must be the next of them (see :meth:`request`)."""
+        if type(target) is not ProgramValue or not calls or self.gone is not None:
+            return
+        handle = object.__getattribute__(target, "_handle")
+        payloads = [("call", handle, tuple(self.encode(x) for x in args), {k: self.encode(v) for k, v in kwargs})
+                    for args, kwargs in calls]
+        try:
+            write_message(self.to_program, ("calls", handle, [(p[2], p[3]) for p in payloads], None))
+        except OSError:
+            return  # the program is gone: the test's first call finds out
+        self.sent_ahead.extend(payloads)
 
     def encode(self, value, depth=0):
         """An argument for the program: plain values as they are, proxies by handle, built-in
@@ -382,11 +424,16 @@ class ProgramChannel:
             payload = (op, handle, a, None)
         if self.gone is not None:
             raise ProgramError(self.gone)
-        try:
-            write_message(self.to_program, payload)
-        except OSError:
-            self.gone = f"the program's process ended ({self.exit_status()})"
-            raise ProgramError(self.gone) from None
+        if self.sent_ahead:  # its reply is on the way, or this call is not the one sent ahead: fail closed
+            if not same_value(payload, self.sent_ahead.popleft()):
+                self.gone = "the test's calls did not follow the order sent ahead to the program"
+                raise ProgramError(self.gone)
+        else:
+            try:
+                write_message(self.to_program, payload)
+            except OSError:
+                self.gone = f"the program's process ended ({self.exit_status()})"
+                raise ProgramError(self.gone) from None
         reply = self.receive()
         if type(reply) is tuple and len(reply) == 2 and reply[0] == "ok":
             return self.decode(reply[1])
@@ -397,6 +444,20 @@ class ProgramChannel:
                 raise builtin(reply[2][:300])
             raise ProgramError(f"{reply[1][:100]}: {reply[2][:300]}")
         raise ProgramError("the program process sent an unreadable reply")
+
+
+def same_value(a, b):
+    """``a == b`` that also tells apart types (``1``, ``1.0``, ``True``) and signed zeros."""
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is float or kind is complex:
+        return repr(a) == repr(b)
+    if kind is list or kind is tuple:
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if kind is dict:
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a.items(), b.items()))
+    return a == b
 
 
 def serve_program(req, inbox, outbox):
@@ -447,11 +508,7 @@ def serve_program(req, inbox, outbox):
     except BaseException as err:  # SystemExit included: exiting early never counts as passing
         write_message(outbox, ("failed", describe(err)))
         os._exit(0)
-    while True:
-        message = read_message(inbox)
-        if message is None:
-            os._exit(0)
-        op, handle, a, b = message
+    def answer(op, handle, a, b):
         try:
             target = objects[handle]
             if op == "call":
@@ -461,61 +518,92 @@ def serve_program(req, inbox, outbox):
             else:
                 setattr(target, a, decode(b))
                 result = None
-            reply = ("ok", encode(result))
+            return ("ok", encode(result))
         except BaseException as err:
-            reply = ("raised", type(err).__name__, describe(err).partition(": ")[2])
-        write_message(outbox, reply)
+            return ("raised", type(err).__name__, describe(err).partition(": ")[2])
+
+    while True:
+        message = read_message(inbox)
+        if message is None:
+            os._exit(0)
+        op, handle, a, b = message
+        if op == "calls":  # sent ahead: each answered in turn, as if it had come alone
+            for args, kwargs in a:
+                write_message(outbox, answer("call", handle, args, kwargs))
+        else:
+            write_message(outbox, answer(op, handle, a, b))
 
 
-def start_program(req):
-    """Fork the program process (no capabilities, no result channel); the test's channel to it."""
+def set_limits(req):
+    """This process's rlimits for the check: CPU time, address space, file size (the output cap),
+    process count, no core files, open files (inherited by anything it forks)."""
+    cpu = int(req["timeout"]) + 1
+    limits = {resource.RLIMIT_CPU: (cpu, cpu + 1), resource.RLIMIT_AS: (req["memory_bytes"],) * 2,
+              resource.RLIMIT_FSIZE: (req["output_bytes"],) * 2, resource.RLIMIT_NPROC: (req["max_processes"],) * 2,
+              resource.RLIMIT_CORE: (0, 0), resource.RLIMIT_NOFILE: (256, 256)}
+    for which, value in limits.items():
+        resource.setrlimit(which, value)
+
+
+def start_program(request):
+    """Fork the program process before anything of the check is known (no capabilities, no result
+    channel, no access to the test's file); it waits for its own part of the request on ``request``
+    (go pipe, in-memory file). The test's channel to it."""
     to_program_r, to_program_w = os.pipe()
     from_program_r, from_program_w = os.pipe()
-    pid = os.fork()
+    pid = os.fork() if SYS_CLONE is None else raw_clone(0)  # the test process is single-threaded
     if pid == 0:
         try:
+            if "random" in sys.modules:
+                sys.modules["random"].seed()
             os.close(to_program_w)
             os.close(from_program_r)
-            keep = sorted(fd for fd in (to_program_r, from_program_w, PREFIX_FD) if fd is not None)
+            keep = sorted(fd for fd in (to_program_r, from_program_w, *request, PREFIX_FD) if fd is not None)
             for low, high in zip([3] + [fd + 1 for fd in keep], keep + [1 << 16]):
                 os.closerange(low, high)  # the result pipe and the test among them: the program never holds them
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             drop_capabilities()
+            req = read_request(*request)
+            if req is None:
+                os._exit(0)
+            set_limits(req)
             serve_program(req, to_program_r, from_program_w)
         except BaseException:
             os._exit(121)
         os._exit(0)
-    os.close(to_program_r)
-    os.close(from_program_w)
+    for fd in (to_program_r, from_program_w, *request):
+        os.close(fd)
     return ProgramChannel(to_program_w, from_program_r, pid)
 
 
 def drop_capabilities():
     """Empty the bounding, permitted, effective and inheritable capability sets of this process
     (root of a user namespace holds them all there; without them it cannot trace the test process)."""
-    for cap in range(64):
-        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # fails harmlessly for caps we do not hold
-    header = CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
-    libc.capset(ctypes.byref(header), (CapData * 2)())  # dropping is always allowed; a refusal leaves
+    header, held = CapHeader(LINUX_CAPABILITY_VERSION_3, 0), CapSets()
+    libc.capget(ctypes.byref(header), held)
+    if held[0].effective & (1 << CAP_SETPCAP):  # without it (a dropped uid) the bounding set cannot change
+        for cap in range(64):
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # fails harmlessly for caps we do not hold
+    libc.capset(ctypes.byref(header), CapSets())  # dropping is always allowed; a refusal leaves
     # the test process protected by its non-dumpable flag against an unprivileged program
 
 
-def run_test(req, record, record_name, test_fd):
-    """Test process: start the program process, then run the instrumented test against it, reporting
-    through ``record``. The test sees the program's names as plain values or ``ProgramValue``\\s."""
-    channel = start_program(req)   # before the test is read: the program's memory never holds it
-    test_code, task_code = read_stashed_test(test_fd)
+def run_test(req, channel, record, record_name):
+    """Test process: run the instrumented test against the program process, reporting through
+    ``record``; whether the test ran to its end. The test sees the program's names as plain values or
+    ``ProgramValue``\\s."""
+    test_code, task_code = req["test_code"], req["task_code"]
     try:
         ready = channel.receive()
     except ProgramError as err:
         record(-1, ProgramError(f"the program exited before the tests: {err}"))
-        return
+        return False
     if type(ready) is tuple and len(ready) == 2 and ready[0] == "failed" and type(ready[1]) is str:
         record(-1, ProgramError(ready[1][:300]))
-        return
+        return False
     if not (type(ready) is tuple and len(ready) == 2 and ready[0] == "ready" and type(ready[1]) is dict):
         record(-1, ProgramError("the program process sent an unreadable greeting"))
-        return
+        return False
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     entry_point = req["entry_point"]
     for name, item in ready[1].items():
@@ -526,57 +614,68 @@ def run_test(req, record, record_name, test_fd):
         except BaseException:
             continue
     namespace[record_name] = record
+    ahead = req["calls_ahead"]  # (name, calls) of the test's first asserts, or None
     try:
         if task_code is not None:  # the task's own helpers win over the program's of the same name
             exec(task_code, namespace)
-        exec(rename_global(test_code, RECORD_NAME, record_name), namespace)
+        test_code = rename_global(test_code, RECORD_NAME, record_name)
+        if ahead is not None and not req["call_check"]:  # top-level asserts
+            channel.send_ahead(namespace.get(ahead[0]), ahead[1])
+        exec(test_code, namespace)
         if req["call_check"]:
+            if ahead is not None:  # the asserts at the top of check(candidate)
+                channel.send_ahead(namespace[entry_point], ahead[1])
             namespace["check"](namespace[entry_point])
     except BaseException as err:
         record(-2, err)
-        return
+        return False
     finally:
         try:
             os.kill(channel.program_pid, signal.SIGKILL)
         except OSError:
             pass
-    record(-3, None)
+    return True
 
 
-def runner(req, caps, workdir, result_fd, out_fd, nonce, test_fd):
-    """Child side after fork: isolate, limit, run. Never returns."""
+def runner(caps, workdir, uid, result_fd, out_fd, nonce, request, program_request):
+    """Child side after clone: isolate, fork the program process, wait for the check, run it. Never returns.
+
+    Everything up to the wait happens before the check arrives (see :func:`prepare_runner`); the test
+    (and the limits) is read from ``request`` only after the program process is forked, which gets
+    ``program_request`` (its go pipe and the file with the program)."""
     try:
         os.setsid()
         devnull = os.open("/dev/null", os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
-        os.set_inheritable(test_fd, True)
-        keep = sorted(fd for fd in (result_fd, test_fd, PREFIX_FD) if fd is not None)
+        keep = sorted(fd for fd in (result_fd, *request, *program_request, PREFIX_FD) if fd is not None)
         for low, high in zip([3] + [fd + 1 for fd in keep], keep + [1 << 16]):
             os.closerange(low, high)
         os.chdir(workdir)
-        os.environ.clear()
-        os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"})
-        cpu = int(req["timeout"]) + 1
-        limits = {resource.RLIMIT_CPU: (cpu, cpu + 1), resource.RLIMIT_AS: (req["memory_bytes"],) * 2,
-                  resource.RLIMIT_FSIZE: (req["output_bytes"],) * 2, resource.RLIMIT_NPROC: (req["max_processes"],) * 2,
-                  resource.RLIMIT_CORE: (0, 0), resource.RLIMIT_NOFILE: (256, 256)}
+        os.environ["HOME"] = os.environ["TMPDIR"] = workdir  # the rest of the environment is the zygote's (main)
         if caps["drop_uid"]:
-            drop_privileges(req["uid"])
-        for which, value in limits.items():
-            resource.setrlimit(which, value)
+            drop_privileges(uid)
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGXFSZ):
-            signal.signal(sig, signal.SIG_DFL)
+        for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGPIPE, _signal.SIGXFSZ):
+            _signal.signal(sig, _signal.SIG_DFL)  # the C function: signal.signal's enum wrapping costs page faults
         if "random" in sys.modules:  # the one after-fork hook a raw clone skips
             sys.modules["random"].seed()
         record_name = f"__sbx_{os.urandom(8).hex()}__"
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the program process may not trace or read this one
-        run_test(req, make_recorder(result_fd, nonce), record_name, test_fd)
+        channel = start_program(program_request)
+        req = read_request(*request)  # only now: the program's copy of memory never holds the test
+        if req is None:
+            os._exit(0)
+        set_limits(req)
+        record = make_recorder(result_fd, nonce)
+        completed = run_test(req, channel, record, record_name)
         sys.stdout.flush()
         sys.stderr.flush()
+        if completed:  # the last line; with the pipe closed, the zygote reports without waiting for the exit
+            record(-3, None)
+            os.close(result_fd)
     except BaseException as err:
         try:
             os.write(2, b"sandbox runner setup failed: %s\n" % repr(err).encode())
@@ -586,51 +685,131 @@ def runner(req, caps, workdir, result_fd, out_fd, nonce, test_fd):
     os._exit(0)
 
 
-def stash_test(req):
-    """Move the test (and the task's code) out of ``req`` into an anonymous in-memory file; its fd.
-
-    The runner reads it only after it has forked the program process, which never holds the fd:
-    the program's copy of memory has no reference to the test's code or its expected values."""
-    fd = os.memfd_create("sandbox-test", os.MFD_CLOEXEC)
-    data = marshal.dumps((req.pop("test_code"), req.pop("task_code", None)))
-    while data:
-        data = data[os.write(fd, data):]
-    return fd
-
-
-def read_stashed_test(fd):
-    """``(test_code, task_code)`` from the fd of :func:`stash_test`."""
-    size = os.fstat(fd).st_size
+def read_request(go_fd, request_fd):
+    """Runner side: wait for the zygote's go byte, then the request dict from the in-memory file
+    (``None`` when the zygote closed the go pipe without a check)."""
+    if not os.read(go_fd, 1):
+        return None
+    os.close(go_fd)
+    size = os.fstat(request_fd).st_size
     data, offset = bytearray(), 0
     while offset < size:
-        chunk = os.pread(fd, size - offset, offset)
+        chunk = os.pread(request_fd, size - offset, offset)
         if not chunk:
             break
         data += chunk
         offset += len(chunk)
-    os.close(fd)
+    os.close(request_fd)
     return marshal.loads(bytes(data))
 
 
-def supervise(req, caps):
-    """Run one check in a fresh runner; return the report dict."""
-    started = time.monotonic()
+def runner_uid(check_index):
+    """The unprivileged uid of a check: two per zygote, alternating, so that the next check's runner,
+    made while a check runs, shares nothing with it (process count, files, the sweep)."""
+    return UID_BASE + 2 * os.getpid() + check_index % 2
+
+
+def prepare_runner(caps, uid):
+    """Clone a check's runner before the check arrives, so that making its namespaces, setting it up
+    and forking its program process overlap with other work instead of adding to each check's
+    latency. The runner waits on a go pipe; the request itself goes into an anonymous in-memory file
+    (a write that never blocks on the runner)."""
     nonce = os.urandom(16).hex().encode()
-    req["uid"] = UID_BASE + os.getpid()  # from the zygote's pid: one uid per zygote
-    workdir = make_workdir(caps, "run", req["uid"])
+    workdir = make_workdir(caps, "run", uid)
     # the zygote keeps this fd and reads the output through it, whatever the program does to the path
     out_fd = os.open(os.path.join(workdir, ".output"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     if caps["drop_uid"]:
-        os.fchown(out_fd, req["uid"], req["uid"])
+        os.fchown(out_fd, uid, uid)
     read_fd, write_fd = os.pipe()
-    test_fd = stash_test(req)
+    go_r, go_w = os.pipe()
+    program_go_r, program_go_w = os.pipe()
+    request_fd = os.memfd_create("sandbox-test", os.MFD_CLOEXEC)
+    program_fd = os.memfd_create("sandbox-program", os.MFD_CLOEXEC)
     pid = spawn_runner(caps)
     if pid == 0:
-        os.close(read_fd)
-        runner(req, caps, workdir, write_fd, out_fd, nonce, test_fd)
-    os.close(write_fd)
-    os.close(test_fd)
-    deadline = started + req["timeout"]
+        for fd in (read_fd, go_w, program_go_w):
+            os.close(fd)
+        runner(caps, workdir, uid, write_fd, out_fd, nonce, (go_r, request_fd), (program_go_r, program_fd))
+    for fd in (write_fd, go_r, program_go_r):
+        os.close(fd)
+    try:
+        pidfd = os.pidfd_open(pid)  # readable once the runner exits
+    except (OSError, AttributeError):
+        pidfd = None
+    return {"pid": pid, "workdir": workdir, "uid": uid, "out_fd": out_fd, "read_fd": read_fd, "go_fd": go_w,
+            "request_fd": request_fd, "program_go_fd": program_go_w, "program_fd": program_fd, "nonce": nonce,
+            "pidfd": pidfd, "status": None}
+
+
+def stop_runner(standby, caps):
+    """Kill a runner and its process group (with its PID namespace, everything it started) and reap it,
+    unless it was reaped already; without a PID namespace, also every process of its uid."""
+    if standby["status"] is not None:
+        return
+    for target in (os.kill, os.killpg):
+        try:
+            target(standby["pid"], signal.SIGKILL)
+        except OSError:
+            pass
+    standby["status"] = os.waitpid(standby["pid"], 0)[1]
+    if standby["pidfd"] is not None:
+        os.close(standby["pidfd"])
+        standby["pidfd"] = None
+    if caps["drop_uid"] and not caps["pidns"]:
+        sweep_uid(standby["uid"])
+
+
+def discard_runner(standby, caps):
+    """Stop a runner that never got a check (the zygote is exiting) and remove its directory."""
+    for name in ("go_fd", "request_fd", "program_go_fd", "program_fd", "read_fd", "out_fd"):
+        os.close(standby[name])
+    stop_runner(standby, caps)
+    remove_workdir(standby["workdir"], caps)
+
+
+def supervise(header, program, test, caps, standby, next_uid):
+    """Run one check in the prepared runner; return the report dict and the next check's runner.
+
+    ``program`` and ``test`` (marshalled by the caller) go to the program process and the runner as
+    they came and are then zeroed: the zygote never decodes a check, so no runner cloned from it
+    holds anything of another check. With the uid drop, the next runner is made (under the other
+    uid) while this check runs; this check cannot reach it (other PID and network namespaces, other
+    uid, a directory of mode 0700 in a /tmp it cannot list). Otherwise it is made after this check
+    is gone (see :func:`main`)."""
+    started = time.monotonic()
+    for blob, fd in ((program, "program_fd"), (test, "request_fd")):
+        write_all(standby[fd], blob)
+        blob[:] = bytes(len(blob))
+        os.close(standby[fd])
+    for fd in ("program_go_fd", "go_fd"):  # the program starts compiling while the runner reads the test
+        try:
+            os.write(standby[fd], b"g")
+        except OSError:
+            pass  # the runner died before its check: reported from its exit status
+        os.close(standby[fd])
+    upcoming = None
+    if caps["drop_uid"]:
+        try:
+            upcoming = prepare_runner(caps, next_uid)
+        except OSError:
+            upcoming = None  # made again when the next check arrives
+    try:
+        report = finish_check(header, caps, started, standby)
+    except BaseException:
+        if upcoming is not None:
+            discard_runner(upcoming, caps)
+        raise
+    return report, upcoming
+
+
+def finish_check(header, caps, started, standby):
+    """Collect the runner's result lines until it closes its pipe or times out; the report.
+
+    A runner whose last line says the test ran to its end has nothing left to do but exit (status
+    0): it is reaped, and its directory removed, after the report is sent (see :func:`main`).
+    Otherwise it is killed and reaped first, for its exit status."""
+    read_fd, out_fd, nonce = standby["read_fd"], standby["out_fd"], standby["nonce"]
+    deadline = started + header["timeout"]
     buf, timed_out = bytearray(), False
     while True:
         left = deadline - time.monotonic()
@@ -645,34 +824,30 @@ def supervise(req, caps):
             break
         if len(buf) < (1 << 22):  # records beyond 4 MiB are dropped, not buffered
             buf += chunk
-    for target in (lambda: os.kill(pid, signal.SIGKILL), lambda: os.killpg(pid, signal.SIGKILL)):
-        try:
-            target()
-        except OSError:
-            pass
-    _, status = os.waitpid(pid, 0)
     os.close(read_fd)
-    if caps["drop_uid"] and not caps["pidns"]:
-        sweep_uid(req["uid"])
-    output = os.pread(out_fd, req["output_keep"], 0)
+    lines = bytes(buf).split(b"\n")
+    if timed_out or b"%s -3 ok" % nonce not in lines:
+        stop_runner(standby, caps)
+    status = standby["status"]
+    output = os.pread(out_fd, header["output_keep"], 0)
     os.close(out_fd)
-    remove_workdir(workdir, caps)
     records = []
-    for line in bytes(buf).split(b"\n"):
+    for line in lines:
         head, _, rest = line.partition(b" ")
         if head != nonce:
             continue  # forged or partial line
         index, _, text = rest.partition(b" ")
         records.append((int(index), text.decode("utf-8", "replace")))
     return {"records": records, "timed_out": timed_out,
-            "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "exit_code": 0 if status is None else os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None,
             "output": output, "elapsed_s": time.monotonic() - started}
 
 
-def remove_workdir(path, caps):
+def remove_workdir(path, caps, keep=None):
     """Remove the check's directory (two syscalls when the program left nothing behind); with the
-    private /tmp, also anything else a runner managed to put there (root of a user namespace)."""
+    private /tmp, also anything else a runner managed to put there (root of a user namespace),
+    except ``keep``, the next check's fresh directory."""
     try:
         os.unlink(os.path.join(path, ".output"))
         os.rmdir(path)
@@ -680,6 +855,8 @@ def remove_workdir(path, caps):
         shutil.rmtree(path, ignore_errors=True)
     if caps["readonly_fs"]:
         for entry in os.scandir("/tmp"):
+            if entry.path == keep:
+                continue
             if entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(entry.path, ignore_errors=True)
             else:
@@ -722,12 +899,33 @@ def read_exact(fd, n, deadline=None):
     return b"".join(parts)
 
 
+def read_into(fd, n):
+    """``n`` bytes from ``fd`` into a new bytearray (which the caller can zero), or ``None`` at end of file."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        count = os.readv(fd, [view[got:]])
+        if not count:
+            view.release()
+            buf[:] = bytes(n)
+            return None
+        got += count
+    view.release()
+    return buf
+
+
+def write_all(fd, data):
+    """Write all of ``data`` (bytes-like) to ``fd``."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    view.release()
+
+
 def write_message(fd, obj):
     """Write ``obj`` as one framed message (length + marshal)."""
     body = marshal.dumps(obj)
-    data = len(body).to_bytes(4, "little") + body
-    while data:
-        data = data[os.write(fd, data):]
+    write_all(fd, len(body).to_bytes(4, "little") + body)
 
 
 def main():
@@ -752,6 +950,8 @@ def main():
         except (OSError, AttributeError):
             pass
     caps = probe(caps)
+    os.environ.clear()  # a check's environment: these, with HOME and TMPDIR set by its runner
+    os.environ.update({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/", "TMPDIR": "/"})
     for name in PRELOAD:
         try:
             __import__(name)
@@ -761,16 +961,67 @@ def main():
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     gc.collect()
     gc.freeze()  # forked runners then leave the zygote's objects alone: fewer copy-on-write faults
-    write_message(reply_fd, {"caps": caps, "pid": os.getpid()})
+    standby, previous, checks = None, None, 0
+    try:
+        standby = prepare_runner(caps, runner_uid(checks))
+    except OSError:
+        pass  # made again when the check arrives
+    write_message(reply_fd, {"caps": caps, "pid": os.getpid(), "standby": standby and standby["pid"]})
     while True:
-        req = read_message(0)
-        if req is None:
+        if standby is None:  # the next check's runner, made while the caller is busy
+            previous = end_check(previous, caps)  # same uid as the last check: that one must be gone first
+            try:
+                standby = prepare_runner(caps, runner_uid(checks))
+            except OSError:
+                standby = None  # made again when the check arrives
+        previous = await_request(previous, caps, standby)
+        header = read_message(0)  # {"timeout", "output_keep", "program_size", "test_size"}, then the two blobs
+        program = None if header is None else read_into(0, header["program_size"])
+        test = None if program is None else read_into(0, header["test_size"])
+        previous = end_check(previous, caps, standby)
+        if test is None:
+            if standby is not None:
+                discard_runner(standby, caps)
             return
         try:
-            report = supervise(req, caps)
+            if standby is None:
+                standby = prepare_runner(caps, runner_uid(checks))
+            previous = standby
+            report, standby = supervise(header, program, test, caps, previous, runner_uid(checks + 1))
         except BaseException as err:  # a bug here must not take the zygote down
             report = {"error": f"sandbox supervisor failed: {type(err).__name__}: {err}"}
+            standby = None
+        for blob in (program, test):
+            blob[:] = bytes(len(blob))
+        checks += 1
+        report.update(runner=previous and previous["pid"], standby=standby and standby["pid"])
         write_message(reply_fd, report)
+        if not caps["pidns"]:  # its processes outlive the runner until swept: no waiting for the next check
+            previous = end_check(previous, caps, standby)
+
+
+def await_request(finished, caps, standby):
+    """Wait for the caller's next request; meanwhile reap the finished check's runner as soon as it
+    exits (and remove its directory). The finished check, or ``None`` once it is ended."""
+    while finished is not None and finished["pidfd"] is not None:
+        ready = select.select([0, finished["pidfd"]], [], [])[0]
+        if finished["pidfd"] in ready:
+            finished = end_check(finished, caps, standby)
+        elif 0 in ready:
+            break
+    return finished
+
+
+def end_check(finished, caps, standby=None):
+    """Reap a finished check's runner (killing what is left of it) and remove its directory, keeping the
+    directory of ``standby``, the next check's runner. Done after the report is sent, before the next
+    check starts: a runner that finished its test only has its exit left, which overlaps with the
+    caller's work. Returns ``None`` (nothing left to end)."""
+    if finished is not None:
+        stop_runner(finished, caps)
+        remove_workdir(finished["workdir"], caps, keep=standby["workdir"] if standby else None)
+    return None
+
 
 if __name__ == "__main__":
     main()

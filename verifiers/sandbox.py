@@ -10,11 +10,12 @@ all its executions pass, an assert never reached counts as failed, and a program
 (``sys.exit(0)``, ``os._exit(0)``) before the asserts scores 0.
 
 Isolation (Linux; each layer is used where the kernel and user allow it). Generated code never
-runs in the caller's process. A small *zygote* interpreter
-(``python -I -S``: no site-packages, empty environment) is started per worker and clones, per
-check, a runner that executes the code (see ``_sandbox_zygote.py``). The runner is PID 1 of its
-own PID namespace and its own session, so neither ``os.kill(os.getppid(), 9)`` nor
-``kill(-1, 9)`` reaches anything outside, and its death takes all its descendants with it.
+runs in the caller's process. A small *zygote* interpreter (``python -I -S``: no site-packages,
+empty environment) is started per worker and clones, per check, a runner that executes the code
+(see ``_sandbox_zygote.py``); the next check's runner is made while a check runs and waits, holding
+nothing of any check, until its check arrives. The runner is PID 1 of its own PID namespace and its
+own session, so neither ``os.kill(os.getppid(), 9)`` nor ``kill(-1, 9)`` reaches anything outside,
+and its death takes all its descendants with it.
 Layers, each reported as active or not in ``Verdict.details["isolation"]``:
 
 - ``netns``: a new network namespace per check with no interface up — no network, not even
@@ -22,10 +23,12 @@ Layers, each reported as active or not in ``Verdict.details["isolation"]``:
 - ``pidns``: the PID namespace above, per check (without it: process-group kill plus a sweep of
   the uid's processes).
 - ``readonly_fs``: the zygote's private mount namespace: the whole file system is read-only
-  except a private tmpfs ``/tmp`` that holds only the running check's fresh working directory
-  (removed before the next check), so nothing written survives a check.
-- ``uid_dropped``: when started as root, the runner drops to an unprivileged uid (one per
-  zygote), so the process-count limit is enforced and root-only files are unreadable.
+  except a private tmpfs ``/tmp`` that holds only the fresh working directories of the running
+  check and of the next one (each removed before the check after it), so nothing written survives
+  a check.
+- ``uid_dropped``: when started as root, the runner drops to an unprivileged uid (two per zygote,
+  alternating between checks), so the process-count limit is enforced and root-only files are
+  unreadable.
 - ``rlimits``: CPU time, address space, file size (which also caps stdout/stderr: they go to a
   file in the working directory, so a flood of output stops at ``output_bytes``: EFBIG/SIGXFSZ),
   process count, no core files, open files.
@@ -40,8 +43,9 @@ is issued once; with ``LLM_MARL_SANDBOX_STRICT=1`` the sandbox refuses instead (
 process* forks a *program process* (no capabilities, no access to the result pipe) that executes the
 program; the test process and the zygote are not dumpable, so the program cannot trace them or read
 their memory or file descriptors. The test (and ``task_code``) reaches the test process in an
-anonymous in-memory file that it reads only after forking the program process, so the program's copy
-of memory holds neither the test's code nor its expected values. The test runs in the test process,
+anonymous in-memory file that it reads only after forking the program process, and the zygote passes
+each check on without decoding it, so no program's copy of memory holds the test's code or expected
+values, its own or another check's. The test runs in the test process,
 where every name the program defines is either a copy of a plain value or a ``ProgramValue`` proxy:
 calling it, reading or setting its attributes sends a request to the program process, which answers
 with a plain value (exactly ``int``, ``float``, ``complex``, ``bool``, ``str``, ``bytes``, ``None``,
@@ -51,7 +55,10 @@ another proxy. Comparing, hashing, truth-testing, iterating or computing with a 
 ``details["results"]``; the comparisons, the assert machinery and the builtins are the test
 process's own. Exceptions the program raises come back as the built-in exception of the same name
 (``ValueError``, ...), others as ``ProgramError``. A program that exits, kills itself or closes its
-pipes fails every assert that still needs it.
+pipes fails every assert that still needs it. The calls of the asserts that open a test (a call with
+literal arguments compared with constants, as in ``assert candidate([1, 2]) == 3``) go to the program
+process in one message and are answered one by one in the same order, as if each had been sent when
+the test made it.
 
 Results come back on a dedicated pipe that only the test process holds, one line per assert
 execution, each carrying a per-check random nonce; the zygote drops lines without it, so printing
@@ -61,6 +68,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import marshal
 import math
 import os
 import signal
@@ -70,14 +78,14 @@ import threading
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from . import Verdict, _python_ast
-from ._sandbox_zygote import read_message, write_message
+from ._sandbox_zygote import read_message, write_all, write_message
 
 DEFAULT_TIMEOUT_S = 10.0
 _ZYGOTE_SCRIPT = Path(__file__).with_name("_sandbox_zygote.py")
@@ -116,6 +124,8 @@ class InstrumentedTest:
     code: Any                      # code object, compiled here, executed in the runner
     assert_sources: tuple[str, ...]
     calls_check: bool              # HumanEval style: the test defines check(candidate)
+    calls_ahead: tuple[str, tuple[tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]], ...]] | None = None
+    """The function name and the literal (args, kwargs) of the calls the test's first asserts make, in order."""
 
 
 class _AssertRecorder(ast.NodeTransformer):
@@ -168,20 +178,140 @@ def _test_source(test: str | Sequence[str]) -> str:
     raise ValueError(f"test must be a str or a list of assert strings, got {type(test).__name__}")
 
 
+def _inert(node: ast.expr) -> bool:
+    """Whether ``node`` is built from constants only (no name, call or attribute: it cannot reach the program)."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return all(_inert(item) for item in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(_inert(item) for item in node.values) and all(key is None or _inert(key) for key in node.keys)
+    if isinstance(node, ast.UnaryOp):
+        return _inert(node.operand)
+    if isinstance(node, ast.BinOp):
+        return _inert(node.left) and _inert(node.right)
+    if isinstance(node, ast.BoolOp):
+        return all(_inert(item) for item in node.values)
+    if isinstance(node, ast.Compare):
+        return _inert(node.left) and all(_inert(item) for item in node.comparators)
+    if isinstance(node, ast.IfExp):
+        return _inert(node.test) and _inert(node.body) and _inert(node.orelse)
+    return False
+
+
+def _literal(node: ast.AST) -> tuple[bool, Any]:
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+    return not _holds_set(value), value  # a set's order on the wire is not the literal's: never sent ahead
+
+
+def _holds_set(value: Any) -> bool:
+    if isinstance(value, (set, frozenset)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_set(item) for item in value)
+    if isinstance(value, dict):
+        return any(_holds_set(item) for pair in value.items() for item in pair)
+    return False
+
+
+def _only_call(test: ast.expr) -> ast.Call | None:
+    """The one call of an assert made of that call (of a plain name) and constants, which runs whatever
+    happens (``f(1) == 2``, ``not f(1)``, ``3 < f(2)``); ``None`` for any other assert."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, right = test.left, test.comparators[0]
+        if isinstance(left, ast.Call) and _inert(right):
+            test = left
+        elif isinstance(right, ast.Call) and _literal(left)[0]:
+            test = right
+    if not isinstance(test, ast.Call) or not isinstance(test.func, ast.Name):
+        return None
+    return test
+
+
+def _calls_ahead(body: list[ast.stmt], name: str | None) -> tuple[str, tuple] | None:
+    """The literal calls that the asserts opening ``body`` make, in order, all of ``name`` (the first
+    call's name when ``None``): ``(name, ((args, kwargs), ...))``, or ``None`` when there are none.
+
+    Only asserts whose one program call is certain to run before anything else that could reach the
+    program: the call, with literal arguments, and constants (the message too). Stops at the first
+    other statement (a docstring or an assert of constants only is skipped).
+    """
+    calls = []
+    for stmt in body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue
+        if not isinstance(stmt, ast.Assert) or not (stmt.msg is None or isinstance(stmt.msg, ast.Constant)):
+            break
+        call = _only_call(stmt.test)
+        if call is None and _inert(stmt.test):
+            continue
+        if call is None or call.func.id != (name or call.func.id) or any(isinstance(a, ast.Starred) for a in call.args):
+            break
+        values = [_literal(arg) for arg in call.args] + [_literal(kw.value) for kw in call.keywords]
+        if not all(ok for ok, _ in values) or any(kw.arg is None for kw in call.keywords):
+            break
+        name = call.func.id
+        args = tuple(value for _, value in values[:len(call.args)])
+        kwargs = tuple((kw.arg, value) for kw, (_, value) in zip(call.keywords, values[len(call.args):]))
+        calls.append((args, kwargs))
+    return (name, tuple(calls)) if calls else None
+
+
+def _test_calls_ahead(tree: ast.Module) -> tuple[str, tuple] | None:
+    """:func:`_calls_ahead` of the body of ``check(candidate)`` (HumanEval style: one plain ``def check``, the
+    only top-level binding of that name) or of the module (top-level asserts)."""
+    try:
+        binds_check = [node for node in tree.body if "check" in _top_level_names(node)]
+        if not binds_check:
+            return _calls_ahead(tree.body, None)
+        check = binds_check[0]
+        if len(binds_check) > 1 or not isinstance(check, ast.FunctionDef) or check.decorator_list:
+            return None
+        if not check.args.args:
+            return None
+        return _calls_ahead(check.body, check.args.args[0].arg)
+    except RecursionError:  # a literal nested too deep to look at: the test runs without calls sent ahead
+        return None
+
+
+def _top_level_names(stmt: ast.stmt) -> set[str]:
+    """The names a module-level statement binds (not inside functions or classes)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return {(alias.asname or alias.name).partition(".")[0] for alias in stmt.names}
+    names = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not stmt:
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+    return names
+
+
 @lru_cache(maxsize=4096)
 def instrument_test(test: str) -> InstrumentedTest:
-    """Parse ``test`` and rewrite its asserts to report individually (cached per test text)."""
+    """Parse ``test``, rewrite its asserts to report individually and find the calls its opening asserts
+    make (:func:`_calls_ahead`); cached per test text."""
     try:
         tree = _python_ast.parse(test)
     except SyntaxError as err:
         raise ValueError(f"test code does not parse (line {err.lineno}: {err.msg}); pass valid Python") from None
+    calls_ahead = _test_calls_ahead(tree)  # before the rewrite below changes the tree
     rewriter = _AssertRecorder(test)
     tree = rewriter.visit(tree)
     if not rewriter.sources:
         raise ValueError("test contains no assert statements; the score is the fraction of asserts passed")
     calls_check = any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body)
     code = _python_ast.compile_module(tree, "<test>")
-    return InstrumentedTest(code, tuple(rewriter.sources), calls_check)
+    return InstrumentedTest(code, tuple(rewriter.sources), calls_check, calls_ahead)
 
 
 # ---------------------------------------------------------------- zygote processes
@@ -203,6 +333,7 @@ class _Zygote:
                 f"sandbox zygote {_ZYGOTE_SCRIPT} did not start (exit code {self.proc.poll()}):\n{error}"
             )
         self.caps: dict[str, Any] = hello["caps"]
+        self.standby_pid: int | None = hello["standby"]  # the runner waiting for the next check (for tests)
         try:
             check_isolation(self.caps)
         except IsolationError:
@@ -212,13 +343,19 @@ class _Zygote:
     def _receive(self, deadline: float) -> Any:
         return read_message(self.proc.stdout.fileno(), deadline)
 
-    def request(self, payload: dict[str, Any], wait_s: float) -> dict[str, Any] | None:
-        """Send one check; the report, or ``None`` when the zygote died or stopped answering."""
+    def request(self, header: dict[str, Any], program: bytes, test: bytes, wait_s: float) -> dict[str, Any] | None:
+        """Send one check: ``header``, then the marshalled ``program`` and ``test`` requests, which the zygote
+        passes on undecoded to the program process and the test process. The report, or ``None`` when the
+        zygote died or stopped answering."""
         try:
-            write_message(self.proc.stdin.fileno(), payload)
+            write_message(self.proc.stdin.fileno(), {**header, "program_size": len(program), "test_size": len(test)})
+            write_all(self.proc.stdin.fileno(), program + test)
         except OSError:
             return None
-        return self._receive(time.monotonic() + wait_s)
+        report = self._receive(time.monotonic() + wait_s)
+        if report is not None:
+            self.standby_pid = report.get("standby")
+        return report
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -358,6 +495,11 @@ class Sandbox:
         in the test process before the test, so the test's own references to those helpers (e.g.
         ``encode_cyclic`` in a ``decode_cyclic`` test) reach the task's definitions, not the program's.
         """
+        return self._execute(self._prepare(program, test, entry_point, timeout_s, task_code))
+
+    def _prepare(self, program: str, test: str | Sequence[str], entry_point: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 task_code: str = "") -> _PreparedCheck:
+        """Check the arguments, instrument the test and encode both requests (no zygote needed yet)."""
         if not isinstance(program, str):
             raise ValueError(f"program must be a str, got {type(program).__name__}")
         if not isinstance(entry_point, str) or (entry_point and not entry_point.isidentifier()):
@@ -367,32 +509,71 @@ class Sandbox:
         if not isinstance(task_code, str):
             raise ValueError(f"task_code must be a str of Python code, got {type(task_code).__name__}")
         instrumented = instrument_test(_test_source(test))
-        payload = {
+        limits = {"timeout": float(timeout_s), "memory_bytes": self.limits.memory_bytes,
+                  "output_bytes": self.limits.output_bytes, "max_processes": self.limits.max_processes}
+        program_request = marshal.dumps({"program": program, "entry_point": entry_point, **limits})
+        call_check = instrumented.calls_check and bool(entry_point)
+        test_request = marshal.dumps({
             "task_code": _compile_task_code(task_code) if task_code.strip() else None,
-            "program": program, "test_code": instrumented.code, "entry_point": entry_point,
-            "call_check": instrumented.calls_check and bool(entry_point), "timeout": float(timeout_s),
-            "memory_bytes": self.limits.memory_bytes, "output_bytes": self.limits.output_bytes,
-            "output_keep": self.limits.output_keep, "max_processes": self.limits.max_processes,
-        }
+            "test_code": instrumented.code, "entry_point": entry_point, "call_check": call_check,
+            "calls_ahead": instrumented.calls_ahead if call_check or not instrumented.calls_check else None, **limits,
+        })
+        return _PreparedCheck(instrumented, float(timeout_s), program_request, test_request)
+
+    def _execute(self, check: _PreparedCheck) -> Verdict:
+        """Run a prepared check on an idle zygote; its verdict."""
+        header = {"timeout": check.timeout_s, "output_keep": self.limits.output_keep}
         zygote = self._acquire()
-        report = zygote.request(payload, timeout_s + _SUPERVISOR_SLACK_S)
+        report = zygote.request(header, check.program_request, check.test_request,
+                                check.timeout_s + _SUPERVISOR_SLACK_S)
         if report is None:
             zygote.discard()
             report = {"error": "sandbox zygote stopped answering; it was killed and will be restarted"}
         self._release(zygote)
-        return _verdict(report, instrumented, float(timeout_s), _isolation(zygote.caps), self.limits)
+        return _verdict(report, check.test, check.timeout_s, _isolation(zygote.caps), self.limits)
 
     def run_batch(self, items: Iterable[Mapping[str, Any] | Sequence[Any]], max_workers: int | None = None,
                   timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Verdict]:
-        """Run many checks in parallel (a bounded pool, one zygote per worker); verdicts in input order."""
+        """Run many checks in parallel (a bounded pool, one zygote per worker); verdicts in input order.
+
+        One more thread instruments tests and encodes requests a few checks ahead of the workers, so a
+        worker sends its next check as soon as its last one is done."""
         jobs = [_normalise_item(item, i, timeout_s) for i, item in enumerate(items)]
         workers = max_workers if max_workers is not None else _default_workers()
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"max_workers must be a positive int or None, got {max_workers!r}")
         if not jobs:
             return []
-        with ThreadPoolExecutor(max_workers=min(workers, len(jobs)), thread_name_prefix="sandbox") as pool:
-            return list(pool.map(lambda job: self.run(**job), jobs))
+        workers = min(workers, len(jobs))
+        prepared: list[Future | None] = [None] * len(jobs)
+        submitted, lock = [0], threading.Lock()
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-prepare") as preparer, \
+                ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
+            def prepare_until(end: int) -> None:
+                with lock:
+                    while submitted[0] < min(end, len(jobs)):
+                        prepared[submitted[0]] = preparer.submit(self._prepare, **jobs[submitted[0]])
+                        submitted[0] += 1
+
+            def work(index: int) -> Verdict:
+                prepare_until(index + 1 + workers)  # keep one prepared check per worker waiting
+                check = prepared[index].result()
+                prepared[index] = None
+                return self._execute(check)
+
+            prepare_until(workers)
+            return list(pool.map(work, range(len(jobs))))
+
+
+@dataclass(frozen=True)
+class _PreparedCheck:
+    """A check ready to send: its instrumented test, timeout and the two encoded requests."""
+
+    test: InstrumentedTest
+    timeout_s: float
+    program_request: bytes
+    test_request: bytes
 
 
 def _default_workers() -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,24 @@ from verifiers.sandbox import Sandbox, SandboxLimits, instrument_test, run_tests
 
 ADD_TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"
 HOSTILE_TIMEOUT_S = 2.0
+# A program that reads its whole memory and names which of NEEDLES it holds. Each needle is the searched
+# text with every byte + 1, and the memory is shifted the same way before the search, so the program never
+# holds a searched text itself.
+MEMORY_SCAN = """import ctypes
+def scan():
+    shift = bytes((b + 1) % 256 for b in range(256))
+    needles = {name: bytes.fromhex(text) for name, text in NEEDLES.items()}
+    with open("/proc/self/maps") as maps:
+        regions = [line.split() for line in maps.read().splitlines()]
+    found = set()
+    for fields in regions:
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        if "r" not in fields[1] or fields[-1] in ("[vvar]", "[vvar_vclock]", "[vsyscall]") or end - start > 1 << 28:
+            continue
+        memory = ctypes.string_at(start, end - start).translate(shift)
+        found.update(name for name, needle in needles.items() if needle in memory)
+    return sorted(found)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -229,3 +248,52 @@ def test_threads_parse_and_compile_python_one_at_a_time(monkeypatch):
         results = list(pool.map(lambda job: job(), jobs))
     assert all(r is not None for r in results)
     assert widest[0] == 1
+
+
+def test_a_program_finds_neither_its_test_nor_another_checks_code_in_its_memory():
+    marks = {name: f"marker-{name}-{uuid.uuid4().hex}" for name in ("program", "task", "test", "own test")}
+    shifted = {name: bytes((b + 1) % 256 for b in text.encode()).hex() for name, text in marks.items()}
+    with Sandbox() as sandbox:  # one zygote: the second check's runner is made while the first check runs
+        first = sandbox.run(f"def add(a, b):\n    return a + b  # {marks['program']}\n",
+                            f"def check(candidate):\n    assert candidate(1, 2) == 3, {marks['test']!r}\n", "add",
+                            task_code=f"NOTE = {marks['task']!r}\n")
+        second = sandbox.run(MEMORY_SCAN + f"NEEDLES = {shifted!r}\n",
+                             f"def check(candidate):\n    assert candidate() == [], {marks['own test']!r}\n", "scan",
+                             timeout_s=60)
+    assert first.score == 1.0
+    assert second.score == 1.0, second.details["first_failure"]
+
+
+def test_the_calls_of_the_opening_asserts_go_ahead_and_are_answered_as_if_one_by_one():
+    counting = "calls = 0\ndef f(x=0):\n    global calls\n    calls += 1\n    return calls * 10 + x\n"  # answers count
+    test = ("def check(c):\n    'the calls go ahead'\n    assert c() == 10\n    assert c(x=1) == 21, 'keyword'\n"
+            "    assert not c(-30)\n    assert True\n    assert 40 < c(1)\n"
+            "    for i in range(3):\n        assert c(i) == (5 + i) * 10 + i\n    assert c() == 80\n")
+    assert instrument_test(test).calls_ahead == ("c", (((), ()), ((), (("x", 1),)), ((-30,), ()), ((1,), ())))
+    verdict = run_tests(counting, test, "f")
+    assert verdict.score == 1.0, verdict.details["first_failure"]
+    top_level = ["assert f() == 10", "assert f(x=1) == 21", "y = f()", "assert y == 30", "assert f(9) == 49"]
+    assert instrument_test("\n".join(top_level)).calls_ahead == ("f", (((), ()), ((), (("x", 1),))))
+    assert run_tests(counting, top_level, "f").score == 1.0
+    raising = ("calls = 0\ndef f():\n    global calls\n    calls += 1\n    if calls == 2:\n"
+               "        raise ValueError('two')\n    return calls\n")
+    verdict = run_tests(raising, "def check(c):\n    assert c() == 1\n    assert c() == 2\n    assert c() == 3\n", "f")
+    assert [r["error"] for r in verdict.details["results"]] == [None, "ValueError: two", None]
+
+
+@pytest.mark.parametrize("test", [
+    "def check(c):\n    assert c(1) == c(2)\n",                  # two calls
+    "def check(c):\n    assert c(x) == 1\n",                     # a name as argument
+    "def check(c):\n    assert c(1) == x\n",                     # a name to compare with
+    "def check(c):\n    assert c(1) == 2, c(3)\n",               # a call in the message
+    "def check(c):\n    assert c({1, 2}) == 1\n",                # a set (its order on the wire is not the literal's)
+    "def check(c):\n    assert abs(c(1)) == 1\n",                # a call around it
+    "def check(c):\n    assert 1 < c(1) < 3\n",                  # a chained comparison
+    "def check(c):\n    assert c(1) == 1 or c(2) == 2\n",        # a call that may not run
+    "def check(c):\n    x = 1\n    assert c(1) == 1\n",          # a statement before it
+    "def check(c):\n    assert c(*[1]) == 1\n",                  # unpacked arguments
+    "@wrap\ndef check(c):\n    assert c(1) == 1\n",               # a decorated check
+    "def check(c):\n    assert c(1) == 1\ncheck = print\n",       # check bound again
+])
+def test_asserts_whose_calls_might_not_run_as_written_are_not_sent_ahead(test):
+    assert instrument_test(test).calls_ahead is None

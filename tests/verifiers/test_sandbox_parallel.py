@@ -1,11 +1,13 @@
 """The code sandbox in parallel: hostile programs mixed among good ones, several workers per core.
 
 Every good program must keep its exact score, every hostile one must score 0, no process of any
-check may outlive the batch, and the caller goes on.
+check may outlive the batch (each zygote keeps only its runner waiting for the next check, and that
+runner's program process), and the caller goes on.
 """
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from verifiers.sandbox import Sandbox, SandboxLimits
 
 HOSTILE_TIMEOUT_S = 2.0
 GOOD_TIMEOUT_S = 30.0          # generous: six workers share two cores with the hostile ones
-SANDBOX_UID_BASE = 1_000_000   # runners drop to UID_BASE + zygote pid (verifiers/_sandbox_zygote.py)
+SANDBOX_UID_BASE = 1_000_000   # runners drop to UID_BASE + 2 * zygote pid (+ 1) (verifiers/_sandbox_zygote.py)
 
 
 def processes() -> dict[int, tuple[int, int]]:
@@ -43,8 +45,29 @@ def descendants(roots: set[int], table: dict[int, tuple[int, int]]) -> set[int]:
     return below
 
 
-def sandbox_uid_processes(table: dict[int, tuple[int, int]]) -> set[int]:
-    return {pid for pid, (_, uid) in table.items() if SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + (1 << 22)}
+def sandbox_uid_processes(table: dict[int, tuple[int, int]], zygotes: set[int]) -> set[int]:
+    """Processes running under the unprivileged uids of these zygotes' checks."""
+    uids = {SANDBOX_UID_BASE + 2 * zygote + parity for zygote in zygotes for parity in (0, 1)}
+    return {pid for pid, (_, uid) in table.items() if uid in uids}
+
+
+def left_by_checks(sandbox: Sandbox) -> tuple[set[int], dict[int, tuple[int, int]]]:
+    """Processes below the idle zygotes or under a sandbox uid, other than each zygote's runner waiting
+    for the next check and that runner's program process, which have never held a check. A finished
+    check's runner exits right after its report (the zygote reaps it then): allowed 5 s to do so."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        table = processes()
+        zygotes = {zygote.proc.pid for zygote in sandbox._idle}
+        waiting = {zygote.standby_pid for zygote in sandbox._idle if zygote.standby_pid is not None}
+        assert all(table.get(pid, (None,))[0] in zygotes for pid in waiting), "a waiting runner is not a zygote's"
+        programs = {pid for pid, (parent, _) in table.items() if parent in waiting}
+        assert all(len({p for p in programs if table[p][0] == runner}) <= 1 for runner in waiting)
+        left = (descendants(zygotes, table) | sandbox_uid_processes(table, zygotes)) - waiting - programs
+        if not left or time.monotonic() > deadline:
+            assert descendants(programs, table) == set()             # nothing below a waiting program process
+            return left, table
+        time.sleep(0.05)
 
 
 def good_checks(count: int) -> list[tuple[dict, float]]:
@@ -75,8 +98,7 @@ def test_hostile_programs_among_good_ones_at_three_workers_per_core():
     with Sandbox(SandboxLimits(memory_bytes=256 << 20)) as sandbox:
         verdicts = sandbox.run_batch(items, max_workers=workers)
         zygotes = {zygote.proc.pid for zygote in sandbox._idle}
-        table = processes()
-        left_running = descendants(zygotes, table) | sandbox_uid_processes(table)
+        left_running, table = left_by_checks(sandbox)
         assert len(zygotes) == workers                      # no zygote died or was discarded
         after = sandbox.run(CORRECT_ADD, ADD_TEST, "add")
     wrong = [(kind, want, verdict.score, verdict.details.get("reason"))
@@ -85,7 +107,8 @@ def test_hostile_programs_among_good_ones_at_three_workers_per_core():
     assert left_running == set(), {pid: table.get(pid) for pid in left_running}
     assert after.score == 1.0                                 # the caller and the sandbox go on
     table = processes()
-    assert descendants(zygotes, table) | (zygotes & set(table)) == set()   # closed: the zygotes are gone too
+    assert descendants(zygotes, table) | (zygotes & set(table)) == set()   # closed: the zygotes (and runners) are gone
+    assert sandbox_uid_processes(table, zygotes) == set()
     hostile_reasons = {kind: verdict.details["reason"]
                        for (kind, _), verdict in zip(expected, verdicts) if kind != "good"}
     assert all(hostile_reasons.values()), hostile_reasons     # each hostile check says why it scored 0
@@ -95,7 +118,6 @@ def test_hostile_programs_among_good_ones_at_three_workers_per_core():
 def test_no_process_of_a_hostile_check_outlives_it(name):
     with Sandbox() as sandbox:
         verdict = sandbox.run(HOSTILE_PROGRAMS[name], ADD_TEST, "add", timeout_s=HOSTILE_TIMEOUT_S)
-        zygotes = {zygote.proc.pid for zygote in sandbox._idle}
-        table = processes()
+        left, table = left_by_checks(sandbox)
         assert verdict.score == 0.0
-        assert descendants(zygotes, table) == set() and sandbox_uid_processes(table) == set()
+        assert left == set(), {pid: table.get(pid) for pid in left}
