@@ -46,6 +46,7 @@ from typing import Any
 from safetensors.torch import save_file
 
 from .backends.hf import HFPolicy
+from .files import replace_directory
 from .models import load
 from .team import Member, Team, with_adapters
 
@@ -369,11 +370,7 @@ def save_team(output_dir: str | os.PathLike, step: int, team: Team, agents: Sequ
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}.", dir=target.parent))
     try:
         write_team(tmp, team, agents, env=env, step=step)
-        if target.exists():                                   # re-saving a step: swap the old one out first
-            stale = target.with_name(f".stale-{target.name}")
-            os.rename(target, stale)
-            shutil.rmtree(stale, ignore_errors=True)
-        os.rename(tmp, target)
+        replace_directory(tmp, target)                        # re-saving a step swaps the old one out first
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from llm_marl.files import replace_directory
 from llm_marl.sharding import shard_optimizer_state
 from llm_marl.team import Team
 from llm_marl.team_checkpoint import (  # noqa: F401 (re-exported)
@@ -120,11 +121,7 @@ def save_checkpoint(output_dir: str | os.PathLike, step: int, team: Team, optimi
         write_manifest(tmp, manifest)
         with open(tmp / "trainer_state.pt", "rb") as handle:   # flush to disk before the rename publishes it
             os.fsync(handle.fileno())
-        if target.exists():                                   # re-saving a step: swap the old one out first
-            stale = target.with_name(f".stale-{target.name}")
-            os.rename(target, stale)
-            shutil.rmtree(stale, ignore_errors=True)
-        os.rename(tmp, target)
+        replace_directory(tmp, target)                        # re-saving a step swaps the old one out first
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
