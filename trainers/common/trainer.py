@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
+from torch.distributed.tensor import DTensor
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
@@ -66,8 +67,10 @@ def step_seed(seed: int, step: int, salt: int = 0, process: int = 0) -> int:
 
 
 def adamw(params: Sequence[torch.nn.Parameter], lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW over ``params``, fused (one pass over the weights per step) when they sit on the CPU or a CUDA GPU."""
-    fused = all(p.device.type in ("cpu", "cuda") for p in params)
+    """AdamW over ``params``, fused (one pass over the weights per step) when they sit on the CPU or a CUDA GPU and
+    are all sharded or all whole (the fused kernel refuses a mix, e.g. a sharded critic adapter and its head)."""
+    fused = (all(p.device.type in ("cpu", "cuda") for p in params)
+             and len({isinstance(p, DTensor) for p in params}) <= 1)
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused)
 
 
