@@ -1,5 +1,5 @@
 """Trainers for teams of LLM agents: MAGRPO (``trainers.magrpo``) and MAPPO (``trainers.mappo``).
 
 Shared machinery (the trainer shell, configs, incentives, checkpoints, logging) lives in
-``trainers.common``; levers that are not part of an algorithm yet live in ``trainers.experimental``.
+``trainers.common``; options that are not part of an algorithm yet live in ``trainers.experimental``.
 """
