@@ -492,15 +492,13 @@ def interrupted_message(args: argparse.Namespace) -> str:
     """What an interrupted command says: for ``train``, the exact command that resumes it and from where."""
     if args.command != "train":
         return "interrupted; re-run the same command to resume"
-    from trainers.common.run_dir import newest_checkpoint, resume_command
+    from trainers.common.run_dir import interrupted_message as run_interrupted
+    from trainers.common.run_dir import resume_command
 
     out = getattr(args, "run_output_dir", None)
     if out is None:
         return "interrupted before the run started"
-    command, checkpoint = resume_command(args.argv), newest_checkpoint(out)
-    if checkpoint is None:
-        return f"interrupted before the first checkpoint in {out}; this command starts the run again:\n  {command}"
-    return f"interrupted; {out} keeps the run up to {checkpoint.name}; this command resumes it from there:\n  {command}"
+    return run_interrupted(out, resume_command(args.argv))
 
 
 if __name__ == "__main__":

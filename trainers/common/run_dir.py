@@ -100,10 +100,11 @@ def write_record(output_dir: str | os.PathLike, record: Mapping[str, Any]) -> Pa
     return write_text_atomically(Path(output_dir) / RUN_FILE, json.dumps(_plain(dict(record)), indent=2) + "\n")
 
 
-def clear_run(output_dir: str | os.PathLike) -> list[str]:
-    """Delete the outputs of the run in ``output_dir`` (:data:`RUN_OUTPUTS`, nothing else); the names deleted."""
+def clear_run(output_dir: str | os.PathLike, outputs: Sequence[str] = RUN_OUTPUTS) -> list[str]:
+    """Delete the outputs of the run in ``output_dir`` (``outputs``: names under it, :data:`RUN_OUTPUTS` by default;
+    nothing else); the names deleted."""
     out, removed = Path(output_dir), []
-    for name in RUN_OUTPUTS:
+    for name in outputs:
         path = out / name
         if path.is_dir():
             stale = out / f".deleted-{name}"
@@ -125,16 +126,18 @@ def holds_run(output_dir: str | os.PathLike) -> bool:
 
 
 def prepare_run_dir(output_dir: str | os.PathLike, record: Mapping[str, Any], *, overwrite: bool = False,
-                    resume_given: bool = False, write: bool = True) -> RunPlan:
+                    resume_given: bool = False, write: bool = True,
+                    outputs: Sequence[str] = RUN_OUTPUTS) -> RunPlan:
     """Decide what this command does with ``output_dir`` (see the module docstring) and record it in ``run.json``.
 
     ``record``: this command's record (``command``: the command that resumes it, and every field that defines the
     run); ``resume_given``: the config names a checkpoint to resume from; ``write``: this process writes (the main
-    one). Raises :class:`RunDirError` when the directory holds another run.
+    one); ``outputs``: what ``--overwrite`` deletes (:func:`clear_run`). Raises :class:`RunDirError` when the
+    directory holds another run.
     """
     out = Path(output_dir)
     if overwrite:
-        removed = clear_run(out) if write else []
+        removed = clear_run(out, outputs) if write else []
         if write:
             write_record(out, record)
         return RunPlan(None, f"--overwrite: deleted {', '.join(removed)} of the run in {out}" if removed else "")
@@ -164,5 +167,16 @@ def prepare_run_dir(output_dir: str | os.PathLike, record: Mapping[str, Any], *,
                                f"(the same command; --overwrite starts over)")
 
 
+def interrupted_message(output_dir: str | os.PathLike, command: str) -> str:
+    """What an interrupted run says: what ``output_dir`` keeps and ``command``, the command that resumes it."""
+    checkpoint = newest_checkpoint(output_dir)
+    if checkpoint is None:
+        return (f"interrupted before the first checkpoint in {output_dir}; this command starts the run again:\n"
+                f"  {command}")
+    return (f"interrupted; {output_dir} keeps the run up to {checkpoint.name}; this command resumes it from there:\n"
+            f"  {command}")
+
+
 __all__ = ["OUTPUT_ONLY_FIELDS", "RUN_FILE", "RunDirError", "RunPlan", "clear_run", "differences", "holds_run",
-           "newest_checkpoint", "prepare_run_dir", "read_record", "resume_command", "write_record"]
+           "interrupted_message", "newest_checkpoint", "prepare_run_dir", "read_record", "resume_command",
+           "write_record"]
