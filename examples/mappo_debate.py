@@ -37,6 +37,10 @@ checkpoint path, the training history), ``learning_curve.png``,
 step), one ``report.html`` per evaluation, and the checkpoint (``llm-marl bench arithmetic_debate-v0
 --checkpoint OUT`` replays it).
 
+The same command run again on an ``--out`` that holds its run continues it: a finished run is
+reported, not trained again; an interrupted one resumes from its newest checkpoint (the interrupt
+prints the command) and ends as an uninterrupted run would. Another config on that ``--out`` is
+refused, naming the fields that differ; ``--overwrite`` deletes the run and starts over.
 ``--resume OUT/checkpoints/step-N`` evaluates the untrained team, loads that checkpoint and trains on
 up to ``--steps`` (a checkpoint at ``--steps`` is only evaluated): the way to re-evaluate a trained
 team on more tasks. ``--samples 0`` plays greedily only, ``--no-greedy`` only the sampled plays.
@@ -70,7 +74,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[MAPPOConfig, argparse.Nam
 
 def main(argv: list[str] | None = None) -> None:
     config, args = parse_args(argv)
-    run_once_or_over_seeds(run, config, args, title=TITLE)
+    run_once_or_over_seeds(run, config, args, title=TITLE, script=__file__, argv=argv)
 
 
 def run(config: MAPPOConfig, args: argparse.Namespace) -> dict[str, Any]:
