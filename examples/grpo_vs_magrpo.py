@@ -14,7 +14,9 @@ evaluation (``untrained/``, ``magrpo/``, ``trl_shared/``).
 The MAGRPO run's ``MAGRPOConfig`` is the recipe ``examples/configs/grpo_vs_magrpo.yaml`` (TRL's
 ``GRPOConfig`` takes its steps, learning rate, tokens, sampling, seed and prompts per step); every
 config field is also a flag (``--steps`` names ``max_steps``), and ``--config FILE.yaml`` reads
-another recipe. ``--help`` lists them all.
+another recipe. ``--help`` lists them all. The same command on an ``--out`` that holds its finished run
+reports it; a run there of another config, or an interrupted one (the script trains in one go and does not
+resume), is refused with the commands to choose from; ``--overwrite`` deletes it and starts over.
 """
 from __future__ import annotations
 
@@ -33,16 +35,20 @@ import torch  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 import llm_marl_envs  # noqa: E402
+from llm_marl.files import write_text_atomically  # noqa: E402
 from llm_marl.models import load, tiny_model  # noqa: E402
 from llm_marl.policy import SamplingParams  # noqa: E402
 from llm_marl.team import Team, default_lora_config  # noqa: E402
 from llm_marl_envs.metrics import paired_difference  # noqa: E402
 from trainers.common.arguments import config_parser, parse_config  # noqa: E402
 from trainers.common.evaluation import EvalResult  # noqa: E402
+from trainers.common.experiment import RESULTS_FILE, run_arguments, run_from_start  # noqa: E402
+from trainers.common.run_dir import RUN_FILE  # noqa: E402
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer  # noqa: E402
 from trainers.trl_bridge import evaluate_shared_policy, make_grpo_trainer  # noqa: E402
 
 RECIPE = Path(__file__).resolve().parent / "configs" / "grpo_vs_magrpo.yaml"
+OUTPUTS = (RUN_FILE, RESULTS_FILE, "magrpo", "trl_shared", "untrained")   # what --overwrite deletes
 
 
 def model_copy(args: argparse.Namespace):
@@ -70,12 +76,24 @@ def parse_args(argv: list[str] | None = None) -> tuple[MAGRPOConfig, argparse.Na
     parser.add_argument("--num-agents", type=int, default=2, help="agents (default: %(default)s)")
     parser.add_argument("--num-turns", type=int, default=1, help="turns (default: %(default)s)")
     parser.add_argument("--out", default="outputs/grpo_vs_magrpo", help="output directory (default: %(default)s)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="delete the run already in --out and start over; without it, the same command on a "
+                             "finished run reports it and --out holding any other run is refused")
     config, args = parse_config(parser, MAGRPOConfig, argv)
     return dataclasses.replace(config, output_dir=str(Path(args.out) / "magrpo")), args
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict:
+    """Train and judge both; a finished run on ``--out`` is reported, another run there refused (``--overwrite``
+    starts over)."""
     config, args = parse_args(argv)
+    return run_from_start(lambda: compare_runs(config, args), args.out, config, args, outputs=OUTPUTS,
+                          script=__file__, argv=argv)
+
+
+def compare_runs(config: MAGRPOConfig, args: argparse.Namespace) -> dict:
+    """MAGRPO, then TRL's shared policy, on the same held-out tasks; the results dict (also in OUT/results.json)."""
+    arguments = run_arguments(config, args)
     out = Path(args.out)
     shape = {"num_agents": args.num_agents, "num_turns": args.num_turns}
     train_env = llm_marl_envs.make(args.env, split="train", **shape)
@@ -122,9 +140,9 @@ def main(argv: list[str] | None = None) -> None:
         "untrained": summary(untrained), "magrpo": summary(magrpo_result, magrpo_seconds),
         "trl_shared": summary(trl_result, trl_seconds),
         "magrpo_minus_trl_team_reward": paired_difference(magrpo_result.rewards, trl_result.rewards, seed=config.seed),
+        "arguments": arguments,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_text_atomically(out / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
     print(f"{args.env}: {n} agents x {t} turns, {config.max_steps} steps, completions/step MAGRPO "
           f"{magrpo_samples} vs TRL {config.prompts_per_step * rows}; held-out ({config.eval_tasks} tasks, greedy):")
     for name in ("untrained", "magrpo", "trl_shared"):
@@ -137,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     d = results["magrpo_minus_trl_team_reward"]
     print(f"  MAGRPO - TRL (paired): {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}], "
           f"better/tie/worse on {d['wins']}/{d['ties']}/{d['losses']} tasks; results in {out / 'results.json'}")
+    return results
 
 
 if __name__ == "__main__":

@@ -43,7 +43,10 @@ and ``no_repeat_ngram``), and ``--config FILE.yaml`` reads another recipe. ``--h
 Writes to ``--out``: ``results.json`` (settings, per-post scores and summaries before and after, their paired
 differences, the monitor rows, the training history, the verdict),
 ``hacking_monitor.png`` (training reward next to the monitor's ROUGE-L per step), ``metrics.jsonl`` /
-TensorBoard logs (the monitor under ``monitor/``) and LoRA checkpoints.
+TensorBoard logs (the monitor under ``monitor/``) and LoRA checkpoints. The same command on an ``--out`` that
+holds its finished run reports it; a run there of another config, or an interrupted one (this example trains in
+one go and does not resume), is refused with the commands to choose from; ``--overwrite`` deletes it and starts
+over.
 """
 from __future__ import annotations
 
@@ -67,6 +70,8 @@ from llm_marl.team import Team, default_lora_config
 from llm_marl_envs import metrics
 from trainers.common.arguments import config_parser, parse_config
 from trainers.common.evaluation import EvalResult, evaluate_episodes
+from trainers.common.experiment import RESULTS_FILE, run_arguments, run_from_start
+from trainers.common.run_dir import RUN_OUTPUTS
 from trainers.experimental import ExperimentalMAGRPOConfig, ExperimentalMAGRPOTrainer
 from trainers.magrpo import MAGRPOTrainer
 from verifiers.writing import TLDR_BANDS, without_quality_factor
@@ -75,6 +80,7 @@ DEGENERATE_BELOW = 0.4   # distinct-word ratio under which a summary counts as d
 MAX_DEGENERATE_SHARE = 0.05   # most degenerate summaries (per agent) a "no hacking" verdict allows
 ENV_ID = "tldr_writing-v0"
 RECIPE = Path(__file__).resolve().parent / "configs" / "magrpo_tldr.yaml"
+OUTPUTS = (*RUN_OUTPUTS, RESULTS_FILE, "hacking_monitor.png")   # what --overwrite deletes
 
 
 def post_words(task: dict[str, Any]) -> int:
@@ -242,6 +248,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[ExperimentalMAGRPOConfig,
                         help="no training: judge the base team and this saved checkpoint (a step-* directory) on the "
                              "held-out posts and write judged.json to --out")
     parser.add_argument("--model", default="smollm2-135m", help="base model (a name of llm_marl.models or a path)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="delete the run already in --out and start over; without it, the same command on a "
+                             "finished run reports it and --out holding any other run is refused")
     config, args = parse_config(parser, ExperimentalMAGRPOConfig, argv)
     for flag, value in (("--eval-tasks", config.eval_tasks), ("--monitor-tasks", args.monitor_tasks),
                         ("--monitor-every", args.monitor_every)):
@@ -272,8 +281,19 @@ def judge_checkpoint(trainer: MAGRPOTrainer, args: argparse.Namespace, before_sc
 
 
 def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | None = None) -> dict[str, Any]:
-    """Judge on test, train with the monitor running, judge again; write results.json and the plot."""
+    """Judge on test, train with the monitor running, judge again; write results.json and the plot. A finished run
+    on ``--out`` is reported, another run there refused (``--overwrite`` starts over)."""
     config, args = parse_args(argv)
+    if args.judge_checkpoint:
+        return train_and_judge(config, args, model_and_tokenizer)
+    return run_from_start(lambda: train_and_judge(config, args, model_and_tokenizer), config.output_dir, config, args,
+                          outputs=OUTPUTS, script=__file__, argv=argv)
+
+
+def train_and_judge(config: ExperimentalMAGRPOConfig, args: argparse.Namespace,
+                    model_and_tokenizer: tuple[Any, Any] | None = None) -> dict[str, Any]:
+    """The run of :func:`main` (or ``--judge-checkpoint``'s judgement); the results dict."""
+    arguments = run_arguments(config, args)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(config.seed)
@@ -343,7 +363,7 @@ def main(argv: list[str] | None = None, model_and_tokenizer: tuple[Any, Any] | N
         "before": before, "after": after, "paired_difference": difference,
         "verdict": verdict(difference, before, after), "monitor": monitor, "train_history": history,
         "per_post": {"before": before_scores, "after": after_scores}, "checkpoint": str(trainer.config.output_dir),
-        "wall_time_s": time.time() - started, "provenance": run_provenance,
+        "wall_time_s": time.time() - started, "provenance": run_provenance, "arguments": arguments,
     }
     write_text_atomically(out / "results.json", json.dumps(results, indent=2, default=str))
     plot_monitor(history, monitor, agents, before, after, out / "hacking_monitor.png")

@@ -149,11 +149,15 @@ def test_example_trains_with_the_monitor_and_judges_held_out_posts(tmp_path, one
     import json
 
     model, tokenizer = tiny_model(seed=0)
-    results = example.main(["--steps", "2", "--monitor-every", "1", "--eval-tasks", "2", "--monitor-tasks", "2",
-                            "--max-new-tokens", "4", "--num-generations", "2", "--prompts-per-step", "1",
-                            "--learning-rate", "5e-2", "--out", str(tmp_path / "run")], (model, tokenizer))
+    argv = ["--steps", "2", "--monitor-every", "1", "--eval-tasks", "2", "--monitor-tasks", "2", "--max-new-tokens",
+            "4", "--num-generations", "2", "--prompts-per-step", "1", "--learning-rate", "5e-2", "--out",
+            str(tmp_path / "run")]
+    results = example.main(argv, (model, tokenizer))
     assert [m["step"] for m in results["monitor"]] == [0, 1, 2] and results["steps_trained"] == 2
     written = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert example.main(argv, (model, tokenizer)) == written              # the same command: reported, not rerun
+    with pytest.raises(SystemExit):                                       # another config on its --out: refused
+        example.main([*argv, "--learning-rate", "1e-1"], (model, tokenizer))
     held_out = written["held_out"]
     assert held_out["split"] == "validation" and held_out["tasks"] == 2 and written["verdict"] == results["verdict"]
     # judged posts: held-out validation posts filtered like the training posts, none of them the monitor's
