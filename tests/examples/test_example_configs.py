@@ -26,24 +26,24 @@ RECORDED = {
         "max_new_tokens": 40, "learning_rate": 0.0002, "max_steps": 24, "eval_tasks": 200,
         "output_dir": "outputs/magrpo_debate", "save_every": 10, "prompts_per_step": 2, "micro_batch_size": 32},
         {"env": "arithmetic_debate-v0", "num_turns": 2, "samples": 4, "threads": None, "seeds": None,
-         "model": "smollm2-135m", "greedy": True, "resume": None}),
+         "model": "smollm2-135m", "greedy": True, "resume": None, "overwrite": False}),
     "examples/mappo_debate.py": (MAPPOConfig, {
         "max_new_tokens": 40, "learning_rate": 0.0002, "kl_coef": 0.0, "max_steps": 20, "eval_tasks": 200,
         "output_dir": "outputs/mappo_debate", "save_every": 8, "reward_rule": "last_turn", "alpha1": 0.2,
         "beta1": 0.2, "episodes_per_step": 10, "ppo_epochs": 1, "minibatch_size": 16},
         {"env": "arithmetic_debate-v0", "num_turns": 2, "samples": 4, "threads": None, "seeds": None,
-         "model": "smollm2-135m", "greedy": True, "resume": None}),
+         "model": "smollm2-135m", "greedy": True, "resume": None, "overwrite": False}),
     "examples/magrpo_tldr.py": (ExperimentalMAGRPOConfig, {
         "temperature": 0.8, "learning_rate": 0.0002, "kl_coef": 0.02, "max_steps": 20, "eval_tasks": 40,
         "output_dir": "outputs/magrpo_tldr", "save_every": 10, "prompts_per_step": 2},
         {"train_minutes": None, "no_repeat_ngram": 3, "lora_rank": 8, "plain_reward": False, "semantic_judge": False,
          "max_post_words": 400, "eval_split": "validation", "monitor_tasks": 6, "monitor_every": 5, "threads": None,
-         "judge_checkpoint": None, "model": "smollm2-135m"}),
+         "judge_checkpoint": None, "model": "smollm2-135m", "overwrite": False}),
     "examples/grpo_vs_magrpo.py": (MAGRPOConfig, {
         "max_new_tokens": 48, "learning_rate": 0.0001, "max_steps": 30, "eval_tasks": 64,
         "output_dir": "outputs/grpo_vs_magrpo/magrpo", "report_to": ("jsonl",), "prompts_per_step": 2},
         {"env": "arithmetic_debate-v0", "model": "smollm2-135m", "tiny": False, "num_agents": 2, "num_turns": 1,
-         "out": "outputs/grpo_vs_magrpo"}),
+         "out": "outputs/grpo_vs_magrpo", "overwrite": False}),
 }
 
 
