@@ -21,10 +21,10 @@ Prints checks/s of both, pass counts, and as the last line ``ratio=<ours/peer>``
 is faster).
 
 What bounds the ratio: each of our checks makes two fresh processes from the zygote's image (the
-test process and the program process, which never share an interpreter) and a network namespace;
-the peer makes two processes (the check and a ``Manager``) from the larger calling process. On a
-machine busy with other work both are CPU-bound, so the ratio follows their CPU per check
-(``docs/performance.md`` has the figures).
+test process and the program process, which never share an interpreter), and each page of that
+image that one of them (or the zygote) writes is copied for it; the peer makes two processes (the
+check and a ``Manager``) from the larger calling process. On a machine busy with other work both
+are CPU-bound, so the ratio follows their CPU per check (``docs/performance.md`` has the figures).
 
 ``--hostile-mix`` measures instead what hostile programs cost the good ones: the same 164 checks
 alone, then mixed with ``--hostile-per-kind`` copies of each program of

@@ -3,16 +3,17 @@
 Started by :mod:`verifiers.sandbox` as ``python -I -S _sandbox_zygote.py`` with an empty environment
 (no site-packages, no inherited variables). Once, at start, it enters a private mount namespace
 where the whole file system is read-only except a fresh tmpfs on ``/tmp`` (when not root, inside
-a user namespace first), imports the common standard-library modules and freezes its heap. Then
-it serves requests read from stdin, one at a time.
+a user namespace first) and a network namespace of its own with no interface up (see
+:func:`enter_slot_network`), imports the common standard-library modules and freezes its heap.
+Then it serves requests read from stdin, one at a time.
 
 Each check gets a *runner* made before the check arrives (while the previous check runs, or while
 the caller is busy):
 
 1. a fresh working directory in that tmpfs, owned by the check's unprivileged uid (two uids per
    zygote, alternating, so the runner made during a check shares nothing with it);
-2. the runner, cloned straight into a new network namespace (no interface up: no network at all)
-   and a new PID namespace, where it is PID 1 in its own session; it drops to the unprivileged
+2. the runner, cloned straight into a new PID namespace, where it is PID 1 in its own session
+   (and into a new network namespace when the zygote has none of its own); it drops to the unprivileged
    uid, sets ``no_new_privs`` and a parent-death signal, points stdout/stderr at a capped file,
    forks the *program process* (no capabilities) and waits, with nothing of any check in its
    memory.
@@ -25,7 +26,8 @@ instrumented test against it (see :func:`run_test`). The zygote reads the per-as
 pipe (each line must carry the per-check random nonce), enforces the wall-clock timeout by killing
 the runner (as PID 1 of its namespace, its death takes every descendant with it) and writes one
 report to the caller. A runner whose test ran to its end is reaped, and its directory removed,
-right after the report; any other is killed and reaped before it.
+right after the report; any other is killed and reaped before it. The next check starts once the
+network namespace holds no socket again (see :func:`slot_network_as_new`).
 
 The runner cannot signal the zygote: it sees no process outside its PID namespace.
 
@@ -40,10 +42,8 @@ import ctypes
 import gc
 import marshal
 import os
-import platform
 import resource
 import select
-import shutil
 import signal
 import sys
 import time
@@ -53,7 +53,7 @@ CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x20000000,
 MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 1 << 18
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 share this number
-SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(platform.machine())
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine)
 SIGCHLD = 17
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 LINUX_CAPABILITY_VERSION_3, CAP_SETPCAP = 0x20080522, 8
@@ -106,11 +106,12 @@ def spawn_runner(caps):
     zygote's own namespaces alone and needs no intermediate process. The zygote is
     single-threaded, so skipping Python's after-fork hooks is safe (the runner reseeds
     ``random``, the one hook that matters)."""
-    flags = (CLONE_NEWNET if caps["netns"] else 0) | (CLONE_NEWPID if caps["pidns"] else 0)
+    per_check_netns = caps["netns"] and not caps.get("slot_netns")  # else the zygote's own (enter_slot_network)
+    flags = (CLONE_NEWNET if per_check_netns else 0) | (CLONE_NEWPID if caps["pidns"] else 0)
     if not flags:
         return os.fork()
     if SYS_CLONE is None:
-        raise OSError(0, f"no clone(2) number known for {platform.machine()}")
+        raise OSError(0, f"no clone(2) number known for {os.uname().machine}")
     return raw_clone(flags)
 
 
@@ -122,6 +123,37 @@ def raw_clone(flags):
         err = ctypes.get_errno()
         raise OSError(err, f"clone: {os.strerror(err)}")
     return pid
+
+
+def enter_slot_network():
+    """Zygote side: move into a new network namespace (no interface up) that this zygote's checks
+    take in turn, one at a time; its state as new (see :func:`network_state`)."""
+    _check(libc.unshare(CLONE_NEWNET), "unshare network namespace")
+    return network_state()
+
+
+def network_state():
+    """What a check could leave in the zygote's network namespace: how many sockets it holds (any
+    family; the zygote itself holds none) and its interfaces with their flags and counters."""
+    parts = []
+    for path in ("/proc/self/net/sockstat", "/proc/self/net/dev"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            parts.append(os.read(fd, 1 << 16))
+        finally:
+            os.close(fd)
+    return parts[0].partition(b"\n")[0], parts[1]  # "sockets: used N" counts this namespace's sockets only
+
+
+def slot_network_as_new(fresh, wait_s=0.05):
+    """Whether the zygote's network namespace is back to ``fresh``: the finished check's processes are
+    gone, and a socket they kept in flight over a Unix socket goes when the kernel's collector runs."""
+    deadline = time.monotonic() + wait_s
+    while network_state() != fresh:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def enter_user_namespace():
@@ -199,7 +231,7 @@ def probe(caps):
         except OSError:
             continue
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            remove_tree(workdir)
     return caps
 
 
@@ -852,15 +884,22 @@ def remove_workdir(path, caps, keep=None):
         os.unlink(os.path.join(path, ".output"))
         os.rmdir(path)
     except OSError:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
     if caps["readonly_fs"]:
         for entry in os.scandir("/tmp"):
             if entry.path == keep:
                 continue
             if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
+                remove_tree(entry.path)
             else:
                 os.unlink(entry.path)
+
+
+def remove_tree(path):
+    """``shutil.rmtree`` that ignores errors, imported on first use: a zygote whose checks leave no
+    files behind never loads it (every module the zygote holds makes each clone of it dearer)."""
+    import shutil
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def sweep_uid(uid):
@@ -950,6 +989,13 @@ def main():
         except (OSError, AttributeError):
             pass
     caps = probe(caps)
+    caps["slot_netns"], fresh_network = False, None
+    if caps["netns"] and (caps["readonly_fs"] or caps["drop_uid"]):  # no check can change its settings
+        try:
+            fresh_network = enter_slot_network()
+            caps["slot_netns"] = True
+        except OSError:
+            pass  # a network namespace per check, as the probe made them
     os.environ.clear()  # a check's environment: these, with HOME and TMPDIR set by its runner
     os.environ.update({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/", "TMPDIR": "/"})
     for name in PRELOAD:
@@ -983,6 +1029,8 @@ def main():
             if standby is not None:
                 discard_runner(standby, caps)
             return
+        if caps["slot_netns"] and not slot_network_as_new(fresh_network):
+            standby, fresh_network = renew_slot_network(caps, standby, runner_uid(checks))
         try:
             if standby is None:
                 standby = prepare_runner(caps, runner_uid(checks))
@@ -998,6 +1046,18 @@ def main():
         write_message(reply_fd, report)
         if not caps["pidns"]:  # its processes outlive the runner until swept: no waiting for the next check
             previous = end_check(previous, caps, standby)
+
+
+def renew_slot_network(caps, standby, uid):
+    """Leave a network namespace that a finished check did not leave as new (a socket still open) for a
+    new one, with a new runner for the next check in it. Raises (and the zygote exits) if it cannot."""
+    if standby is not None:
+        discard_runner(standby, caps)
+    fresh = enter_slot_network()
+    try:
+        return prepare_runner(caps, uid), fresh
+    except OSError:
+        return None, fresh  # made again when the check starts
 
 
 def await_request(finished, caps, standby):

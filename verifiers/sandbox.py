@@ -18,8 +18,15 @@ own session, so neither ``os.kill(os.getppid(), 9)`` nor ``kill(-1, 9)`` reaches
 and its death takes all its descendants with it.
 Layers, each reported as active or not in ``Verdict.details["isolation"]``:
 
-- ``netns``: a new network namespace per check with no interface up — no network, not even
-  loopback to the host's listeners.
+- ``netns``: a network namespace with no interface up — no network, not even loopback to the
+  host's listeners. Each zygote has its own, which its checks enter one at a time: concurrent checks
+  are in different namespaces, and a check starts only once its zygote's namespace is as new, with
+  no socket of any family (the previous check's processes are gone with its PID namespace; a socket
+  they left in flight over a Unix socket stays until the kernel collects it, which the zygote waits
+  for, or it moves to a new namespace) and its interfaces' flags and counters unchanged, so no
+  listener, socket or message of one check reaches another. No check can change the namespace's
+  settings: ``/proc`` is read-only (``readonly_fs``) or the check runs under an unprivileged uid,
+  and the program holds no capability. Without either, each check gets a new namespace.
 - ``pidns``: the PID namespace above, per check (without it: process-group kill plus a sweep of
   the uid's processes).
 - ``readonly_fs``: the zygote's private mount namespace: the whole file system is read-only

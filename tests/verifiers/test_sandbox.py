@@ -148,6 +148,66 @@ def test_no_network_connection_reaches_a_local_listener():
     assert "OSError" in details["first_failure"]["error"]
 
 
+# A check's program that listens on an abstract Unix socket and on TCP loopback, checks that it reaches
+# both itself, and puts both listeners in flight over a Unix socket pair: they then outlive its
+# processes until the kernel's collector runs.
+LISTEN = """import socket, time
+def listen(name, port, hold_s):
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(b"\\0" + name.encode())
+    unix.listen(8)
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", port))
+    tcp.listen(8)
+    own = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    own.connect(b"\\0" + name.encode())
+    a, b = socket.socketpair()
+    socket.send_fds(a, [b"x"], [unix.fileno(), tcp.fileno(), a.fileno(), b.fileno()])
+    time.sleep(hold_s)
+    return True
+"""
+# A check's program that tries both listeners from ``after_s`` for ``for_s`` seconds; the ones it reached.
+REACH = """import socket, time
+def reach(name, port, after_s, for_s):
+    time.sleep(after_s)
+    found, deadline = set(), time.monotonic() + for_s
+    while True:
+        for family, address in ((socket.AF_UNIX, b"\\0" + name.encode()), (socket.AF_INET, ("127.0.0.1", port))):
+            s = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                s.connect(address)
+                found.add(family.name)
+            except OSError:
+                pass
+            finally:
+                s.close()
+        if time.monotonic() >= deadline:
+            return sorted(found)
+"""
+
+
+def test_a_check_reaches_no_listener_left_by_the_check_before_it_in_its_zygote():
+    name, port = f"llm-marl-sbx-{uuid.uuid4().hex}", 20000 + os.getpid() % 20000
+    with Sandbox() as sandbox:
+        for _ in range(3):
+            opened = sandbox.run(LISTEN, f"assert listen({name!r}, {port}, 0) is True", "listen")
+            zygote = sandbox._idle[0].proc.pid
+            reached = sandbox.run(REACH, f"assert reach({name!r}, {port}, 0, 0.05) == []", "reach")
+            assert sandbox._idle[0].proc.pid == zygote  # the same zygote ran both, one after the other
+            assert opened.score == 1.0, opened.details["reason"]
+            assert reached.score == 1.0, reached.details["first_failure"]
+
+
+def test_a_check_reaches_no_listener_of_a_concurrent_check():
+    name, port = f"llm-marl-sbx-{uuid.uuid4().hex}", 20000 + os.getpid() % 20000
+    items = [(LISTEN, f"assert listen({name!r}, {port}, 1.5) is True", "listen"),
+             (REACH, f"assert reach({name!r}, {port}, 0.5, 0.5) == []", "reach")]
+    with Sandbox() as sandbox:
+        opened, reached = sandbox.run_batch(items, max_workers=2)
+    assert opened.score == 1.0, opened.details["reason"]
+    assert reached.score == 1.0, reached.details["first_failure"]
+
+
 def test_environment_secrets_are_not_readable(monkeypatch):
     monkeypatch.setenv("LLM_MARL_TEST_SECRET", "hunter2-secret")
     pid = os.getpid()
