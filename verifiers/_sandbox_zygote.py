@@ -12,11 +12,13 @@ the caller is busy):
 
 1. a fresh working directory in that tmpfs, owned by the check's unprivileged uid (two uids per
    zygote, alternating, so the runner made during a check shares nothing with it);
-2. the runner, cloned straight into a new PID namespace, where it is PID 1 in its own session
-   (and into a new network namespace when the zygote has none of its own); it drops to the unprivileged
-   uid, sets ``no_new_privs`` and a parent-death signal, points stdout/stderr at a capped file,
-   forks the *program process* (no capabilities) and waits, with nothing of any check in its
-   memory.
+2. the runner, cloned straight into a new PID namespace, where it is PID 1 in its own session, and a
+   new IPC namespace, which holds no System V shared memory, semaphore or message queue and no POSIX
+   message queue of another check or of the host, and takes what the check makes there with it once
+   the check's processes are gone (and into a new network namespace when the zygote has none of its
+   own); it drops to the unprivileged uid, sets ``no_new_privs`` and a parent-death signal, points
+   stdout/stderr at a capped file, forks the *program process* (no capabilities) and waits, with
+   nothing of any check in its memory.
 
 When the check arrives, the zygote passes its two parts on undecoded (the program to the program
 process, the test to the runner, each through an anonymous in-memory file), zeroes its copies and
@@ -50,6 +52,7 @@ import time
 import types
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x20000000, 0x40000000, 0x10000000
+CLONE_NEWIPC = 0x08000000
 MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 1 << 18
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 share this number
@@ -101,13 +104,14 @@ def _mount_setattr(path, flags, attr_set, attr_clr):
 
 
 def spawn_runner(caps):
-    """Fork the runner, directly into new network and PID namespaces when the probe found them
-    usable: a raw clone(2) with CLONE_NEWNET | CLONE_NEWPID, which (unlike unshare) leaves the
+    """Fork the runner, directly into new network, IPC and PID namespaces when the probe found them
+    usable: a raw clone(2) with CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID, which (unlike unshare) leaves the
     zygote's own namespaces alone and needs no intermediate process. The zygote is
     single-threaded, so skipping Python's after-fork hooks is safe (the runner reseeds
     ``random``, the one hook that matters)."""
     per_check_netns = caps["netns"] and not caps.get("slot_netns")  # else the zygote's own (enter_slot_network)
-    flags = (CLONE_NEWNET if per_check_netns else 0) | (CLONE_NEWPID if caps["pidns"] else 0)
+    flags = ((CLONE_NEWNET if per_check_netns else 0) | (CLONE_NEWIPC if caps["ipcns"] else 0)
+             | (CLONE_NEWPID if caps["pidns"] else 0))
     if not flags:
         return os.fork()
     if SYS_CLONE is None:
@@ -209,6 +213,7 @@ def probe(caps):
     order = [("netns", "pidns", "drop_uid"), ("netns", "pidns"), ("netns",), ()]
     if caps["userns"]:  # our user namespace maps one uid only: nothing to drop to
         order = order[1:]
+    order = [layers + extra for layers in order for extra in (("ipcns",), ())]  # each with an IPC namespace first
     uid = runner_uid(0)
     for layers in order:
         trial = dict(caps, **{k: True for k in layers})
@@ -972,7 +977,7 @@ def main():
     devnull = os.open("/dev/null", os.O_WRONLY)
     os.dup2(devnull, 1)
     global PREFIX, PREFIX_FD
-    caps = {"netns": False, "pidns": False, "readonly_fs": False, "userns": False, "drop_uid": False}
+    caps = {"netns": False, "ipcns": False, "pidns": False, "readonly_fs": False, "userns": False, "drop_uid": False}
     if os.geteuid() != 0:
         try:
             enter_user_namespace()

@@ -27,6 +27,9 @@ Layers, each reported as active or not in ``Verdict.details["isolation"]``:
   listener, socket or message of one check reaches another. No check can change the namespace's
   settings: ``/proc`` is read-only (``readonly_fs``) or the check runs under an unprivileged uid,
   and the program holds no capability. Without either, each check gets a new namespace.
+- ``ipcns``: an IPC namespace per check, so a System V shared-memory segment, semaphore set or
+  message queue, or a POSIX message queue, that a check makes is seen by no other check and not by
+  the host, and goes with the namespace once the check's processes are gone.
 - ``pidns``: the PID namespace above, per check (without it: process-group kill plus a sweep of
   the uid's processes).
 - ``readonly_fs``: the zygote's private mount namespace: the whole file system is read-only
@@ -42,7 +45,7 @@ Layers, each reported as active or not in ``Verdict.details["isolation"]``:
 - ``env``: the environment is scrubbed (``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` only).
 - ``no_new_privs`` and a parent-death signal; a wall-clock timeout kills the runner.
 
-When the kernel or user refuses a namespace layer (netns, pidns, readonly_fs, or the uid drop as
+When the kernel or user refuses a namespace layer (netns, ipcns, pidns, readonly_fs, or the uid drop as
 root), checks still run with the remaining layers and a ``RuntimeWarning`` naming the missing ones
 is issued once; with ``LLM_MARL_SANDBOX_STRICT=1`` the sandbox refuses instead (``IsolationError``).
 
@@ -407,7 +410,7 @@ class IsolationError(RuntimeError):
 
 def missing_layers(caps: Mapping[str, Any]) -> list[str]:
     """The kernel isolation layers a zygote could not set up (the uid drop counts only when running as root)."""
-    wanted = ["netns", "pidns", "readonly_fs"] + (["drop_uid"] if os.geteuid() == 0 else [])
+    wanted = ["netns", "ipcns", "pidns", "readonly_fs"] + (["drop_uid"] if os.geteuid() == 0 else [])
     return [layer for layer in wanted if not caps.get(layer)]
 
 
@@ -435,6 +438,7 @@ def _isolation(caps: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "separate_process": True,
         "netns": bool(caps["netns"]),
+        "ipcns": bool(caps["ipcns"]),
         "pidns": bool(caps["pidns"]),
         "readonly_fs": bool(caps["readonly_fs"]),
         "userns": bool(caps["userns"]),

@@ -1,6 +1,7 @@
 """The code sandbox: HumanEval canonical solutions pass, broken ones do not, hostile programs are contained."""
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import time
@@ -93,7 +94,7 @@ def test_isolation_layers_are_reported():
     assert iso["separate_process"] and iso["env_scrubbed"] and iso["wall_clock_kill"]
     assert set(iso["rlimits"]) >= {"CPU", "AS", "FSIZE", "NPROC"}
     if os.geteuid() == 0:  # root here: every layer must be active
-        assert iso["netns"] and iso["pidns"] and iso["readonly_fs"] and iso["uid_dropped"]
+        assert iso["netns"] and iso["ipcns"] and iso["pidns"] and iso["readonly_fs"] and iso["uid_dropped"]
 
 
 def _assert_contained(program: str, entry: str = "add") -> dict:
@@ -206,6 +207,81 @@ def test_a_check_reaches_no_listener_of_a_concurrent_check():
         opened, reached = sandbox.run_batch(items, max_workers=2)
     assert opened.score == 1.0, opened.details["reason"]
     assert reached.score == 1.0, reached.details["first_failure"]
+
+
+# A check's program that makes a System V shared-memory segment, semaphore set and message queue under
+# ``key`` and a POSIX message queue named ``name``, holds them ``hold_s`` seconds and says which it made.
+IPC = """import ctypes, errno, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+IPC_CREAT = 0o1000
+def exists(result):
+    return result >= 0 or ctypes.get_errno() != errno.ENOENT
+def leave(key, name, hold_s):
+    flags = IPC_CREAT | 0o666
+    made = [libc.shmget(key, 4096, flags) >= 0, libc.semget(key, 1, flags) >= 0, libc.msgget(key, flags) >= 0,
+            libc.mq_open(name.encode(), os.O_CREAT | os.O_RDWR, 0o666, None) >= 0]
+    time.sleep(hold_s)
+    return made
+def find(key, name, after_s):
+    time.sleep(after_s)
+    found = [kind for kind, get in (("shm", lambda: libc.shmget(key, 0, 0)), ("sem", lambda: libc.semget(key, 0, 0)),
+                                    ("msg", lambda: libc.msgget(key, 0)),
+                                    ("mqueue", lambda: libc.mq_open(name.encode(), os.O_RDWR)))
+             if exists(get())]
+    return found
+"""
+
+
+def _ipc_names() -> tuple[int, str]:
+    """A System V key and a POSIX message-queue name that nothing else uses."""
+    return int(uuid.uuid4().hex[:7], 16) + 1, f"/llm-marl-sbx-{uuid.uuid4().hex}"
+
+
+def _host_ipc_holding(key: int, name: str) -> list[str]:
+    """Which IPC objects of ``key`` / ``name`` the host's IPC namespace holds; removes them, so that a failing
+    run leaves none."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    held = []
+    for kind, remove in (("shm", lambda: libc.shmctl(libc.shmget(key, 0, 0), 0, None)),
+                         ("sem", lambda: libc.semctl(libc.semget(key, 0, 0), 0, 0)),
+                         ("msg", lambda: libc.msgctl(libc.msgget(key, 0), 0, None))):
+        with open(f"/proc/sysvipc/{kind}") as table:
+            if any(line.split()[0] == str(key) for line in table.read().splitlines()[1:]):
+                held.append(kind)
+                remove()  # IPC_RMID
+    if libc.mq_unlink(name.encode()) == 0:
+        held.append("mqueue")
+    return held
+
+
+def test_a_check_finds_no_ipc_object_left_by_the_check_before_it_in_its_zygote():
+    key, name = _ipc_names()
+    with Sandbox() as sandbox:
+        try:
+            for _ in range(3):
+                made = sandbox.run(IPC, f"assert leave({key}, {name!r}, 0) == [True] * 4", "leave")
+                zygote = sandbox._idle[0].proc.pid
+                found = sandbox.run(IPC, f"assert find({key}, {name!r}, 0) == []", "find")
+                assert sandbox._idle[0].proc.pid == zygote  # the same zygote ran both, one after the other
+                assert made.score == 1.0, made.details["reason"]
+                assert found.score == 1.0, found.details["first_failure"]
+        finally:
+            left_on_host = _host_ipc_holding(key, name)
+    assert left_on_host == []
+
+
+def test_a_check_finds_no_ipc_object_of_a_concurrent_check():
+    key, name = _ipc_names()
+    items = [(IPC, f"assert leave({key}, {name!r}, 1.5) == [True] * 4", "leave"),
+             (IPC, f"assert find({key}, {name!r}, 0.5) == []", "find")]
+    with Sandbox() as sandbox:
+        try:
+            made, found = sandbox.run_batch(items, max_workers=2)
+        finally:
+            left_on_host = _host_ipc_holding(key, name)
+    assert left_on_host == []
+    assert made.score == 1.0, made.details["reason"]
+    assert found.score == 1.0, found.details["first_failure"]
 
 
 def test_environment_secrets_are_not_readable(monkeypatch):
