@@ -81,3 +81,51 @@ def test_the_critic_reads_every_agents_private_view_and_a_debate_question_once()
     assert critic_task_text(openings, "agent_1") == render_messages(openings["agent_1"])
     with pytest.raises(ValueError, match="no opening prompt"):
         critic_task_text(openings, "agent_7")
+
+
+def _top_layer_critic(layers: int) -> tuple[Team, CentralizedCritic]:
+    model, tokenizer = tiny_model(seed=0)
+    team = Team.adapter_per_agent(model, tokenizer, agents=2)
+    critic = CentralizedCritic(team.policy("agent_0"), max_context_tokens=32, seed=0, layers=layers)
+    with torch.no_grad():             # LoRA starts as the identity (B = 0): make the adapter change the layers
+        for name, p in team.policy("agent_0").model.named_parameters():
+            if ".critic." in name and "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.5)
+    return team, critic
+
+
+def test_critic_layers_adapt_only_the_top_layers():
+    team, critic = _top_layer_critic(layers=1)
+    total = len(critic._decoder().layers)
+    assert total >= 2 and critic.first_layer == total - 1
+    adapted = {n.split(".layers.")[1].split(".")[0] for n, _ in team.policy("agent_0").model.named_parameters()
+               if ".critic." in n}
+    assert adapted == {str(total - 1)}
+    with pytest.raises(ValueError, match=r"critic layers must be in \[1, "):
+        CentralizedCritic(team.policy("agent_1"), adapter="critic_2", layers=total + 1)
+
+
+def test_values_from_the_trunk_equal_the_full_forward_and_its_gradients():
+    _, critic = _top_layer_critic(layers=1)
+    contexts = [[5, 6, 7, 8, 9], [21, 22], [30, 31, 32, 33]]
+    completions = [[11, 12, 13], [11], [40, 41]]
+    full, mask = critic.values(contexts, completions)
+    # the trunk of each row computed alone, the values of all rows in one batch: padding differs between them
+    trunk = [critic.trunk([c], [x])[0] for c, x in zip(contexts, completions)]
+    assert [t.shape[0] for t in trunk] == [len(c) + len(x) for c, x in zip(contexts, completions)]
+    split, split_mask = critic.values(contexts, completions, trunk=trunk)
+    assert torch.equal(mask, split_mask)
+    assert float(full.detach().abs().max()) > 0
+    torch.testing.assert_close(split, full, atol=1e-5, rtol=1e-4)
+    params = critic.trainable_parameters()
+    grads_full = torch.autograd.grad(full.sum(), params, allow_unused=True)
+    grads_split = torch.autograd.grad(split.sum(), params, allow_unused=True)
+    assert sum(g is not None for g in grads_split) == len(params)
+    for a, b in zip(grads_full, grads_split):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
+
+
+def test_trunk_states_need_a_critic_with_frozen_lower_layers(team_and_critic):
+    _, critic = team_and_critic
+    with pytest.raises(ValueError, match="every layer"):
+        critic.trunk([[5, 6]], [[11]])

@@ -188,3 +188,30 @@ def test_resume_after_sigkill_reproduces_the_next_step_loss(tmp_path):
     assert next_step["step"] == expected["step"] == done + 1
     for key in ("loss", "policy_loss", "value_loss", "reward_mean"):
         assert next_step[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
+
+
+def test_a_critic_on_the_top_layers_trains_from_the_trunk_run_once_per_step(tmp_path):
+    trainer = build_trainer(tmp_path, critic_layers=1)
+    calls = {"trunk": 0}
+    trunk = trainer.critic.trunk
+
+    def counted(*args, **kwargs):
+        calls["trunk"] += 1
+        return trunk(*args, **kwargs)
+
+    trainer.critic.trunk = counted
+    critic_before = {k: v.clone() for k, v in trainer.critic.trainable_state_dict().items()}
+    history = trainer.train()
+    assert history[0]["value_loss"] == history[0]["value_loss"]
+    after = trainer.critic.trainable_state_dict()
+    assert any(not torch.equal(critic_before[k], after[k]) for k in critic_before)
+    total = len(trainer.critic._decoder().layers)
+    assert all(f".layers.{total - 1}." in k for k in after if k.startswith("adapter."))
+    # 2 episodes x 2 turns x 2 agents = 8 responses, minibatch 4: one trunk forward per rollout bucket, none in
+    # the 2 epochs' value losses
+    assert 1 <= calls["trunk"] <= 2
+
+
+def test_critic_layers_is_refused_with_the_range():
+    with pytest.raises(ValueError, match="critic_layers must be None"):
+        MAPPOConfig(critic_layers=0)

@@ -31,7 +31,7 @@ class MAPPOConfig(TrainerConfig):
         :class:`~trainers.common.config.TrainerConfig`: learning_rate, weight_decay, max_grad_norm, kl_coef.
 
     Parameters that control the critic:
-        critic_lora_r, critic_max_context_tokens.
+        critic_lora_r, critic_max_context_tokens, critic_layers.
 
     Parameters that control generation, the run, evaluation, logging and scaling out (all from ``TrainerConfig``):
         max_new_tokens, temperature, top_p, max_steps, seed, eval_every, eval_tasks, eval_temperature,
@@ -114,6 +114,10 @@ class MAPPOConfig(TrainerConfig):
     )
     critic_max_context_tokens: int = field(default=768, metadata={
         "help": "The critic keeps the last this-many tokens of its context (task + debate so far)."})
+    critic_layers: int | None = field(default=None, metadata={
+        "help": "Decoder layers the critic's adapter adapts, counted from the top (None: every layer). With a "
+                "number, the frozen layers below run once per step without gradients and every critic pass of "
+                "the step (the values, the value loss) starts from their output."})
 
     # ---------------------------------------------------------------- this trainer's defaults of shared fields
     max_new_tokens: int = trainer_default("max_new_tokens", 128)
@@ -147,6 +151,8 @@ class MAPPOConfig(TrainerConfig):
                     "reward_model_path/reward_server_url are only used with verifier='learned'; set verifier='learned'")
         for name in ("episodes_per_step", "ppo_epochs", "minibatch_size", "critic_lora_r", "critic_max_context_tokens"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        require(self.critic_layers is None or self.critic_layers >= 1,
+                f"critic_layers must be None (every layer) or >= 1, got {self.critic_layers}")
         # evaluate() plays held-out tasks only (trainers.common.evaluation.held_out_tasks): at least one
         require(self.eval_tasks >= 1, f"eval_tasks must be >= 1, got {self.eval_tasks}")
         for name in ("critic_learning_rate", "clip_eps", "value_clip"):

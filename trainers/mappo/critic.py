@@ -19,6 +19,7 @@ The critic is centralized only during training; the actors still see only their 
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -80,7 +81,7 @@ class CentralizedCritic(torch.nn.Module):
     """
 
     def __init__(self, policy: Any, adapter: str = "critic", lora_r: int = 8, max_context_tokens: int = 768,
-                 seed: int = 0) -> None:
+                 seed: int = 0, layers: int | None = None) -> None:
         super().__init__()
         if not getattr(policy, "is_peft", False):
             raise ValueError(f"the centralized critic shares a LoRA base; policy {policy.name!r} is a plain model. "
@@ -90,10 +91,15 @@ class CentralizedCritic(torch.nn.Module):
         from llm_marl.team import default_lora_config
 
         self.policy, self.adapter, self.max_context_tokens = policy, adapter, max_context_tokens
+        self.first_layer = self._first_adapted_layer(layers)
         if adapter not in policy.adapter_names:
+            lora = default_lora_config(r=lora_r)
+            if self.first_layer:
+                lora = default_lora_config(r=lora_r, target_modules=self._linear_names())
+                lora.layers_to_transform = list(range(self.first_layer, len(self._decoder().layers)))
             with torch.random.fork_rng():
                 torch.manual_seed(seed)
-                policy.model.add_adapter(adapter, default_lora_config(r=lora_r))
+                policy.model.add_adapter(adapter, lora)
             policy.model.eval()
         self.head = torch.nn.Linear(policy.model.config.hidden_size, 1)
         with torch.random.fork_rng():
@@ -141,15 +147,99 @@ class CentralizedCritic(torch.nn.Module):
             )
 
     def values(
-        self, context_ids: Sequence[list[int]], completion_ids: Sequence[list[int]]
+        self, context_ids: Sequence[list[int]], completion_ids: Sequence[list[int]],
+        trunk: Sequence[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``V_k`` for every completion token ``[B, L]`` (right-padded) and its mask; differentiable."""
-        with self.policy.using(self.adapter):
-            out, width, completion_mask = self.policy.completion_forward(
-                context_ids, completion_ids, output_hidden_states=True
-            )
-        hidden = out.hidden_states[-1][:, -(width + 1):-1, :].float()     # state before each completion token
+        """``V_k`` for every completion token ``[B, L]`` (right-padded) and its mask; differentiable.
+
+        ``trunk``: each row's :meth:`trunk` states, so that only the adapted layers run (needs ``layers``).
+        """
+        if trunk is None:
+            with self.policy.using(self.adapter):
+                out, width, completion_mask = self.policy.completion_forward(
+                    context_ids, completion_ids, output_hidden_states=True
+                )
+            hidden = out.hidden_states[-1]
+        else:
+            if not self.first_layer:
+                raise ValueError("trunk states need a critic whose adapter leaves the lower layers frozen (layers=k)")
+            ids, mask, width = self.policy._scoring_rows(context_ids, completion_ids)
+            real = mask.bool()
+            dtype = self._decoder().norm.weight.dtype
+            states = torch.cat([t.to(self.policy.device, dtype) for t in trunk])
+            if states.shape[0] != int(real.sum()):
+                raise ValueError(f"trunk states hold {states.shape[0]} positions, the rows {int(real.sum())}")
+            embeds = states.new_zeros(*ids.shape, states.shape[-1])
+            embeds[real.to(embeds.device)] = states
+            mask = mask.to(self.policy.device)
+            with self.policy.using(self.adapter), self._layers(self.first_layer, None):
+                hidden = self._decoder()(inputs_embeds=embeds, attention_mask=mask,
+                                         position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                                         use_cache=False).last_hidden_state
+            completion_mask = mask[:, -width:]
+        hidden = hidden[:, -(width + 1):-1, :].float()     # state before each completion token
         return self.head(hidden).squeeze(-1) * completion_mask, completion_mask
+
+    @torch.no_grad()
+    def trunk(self, context_ids: Sequence[list[int]], completion_ids: Sequence[list[int]]) -> list[torch.Tensor]:
+        """Each row's hidden states ``[context + completion tokens, d]`` entering the first adapted layer.
+
+        The layers below it are the frozen base's, so these states stay valid while the critic trains: a step
+        computes them once and every :meth:`values` call of the step starts from them.
+        """
+        if not self.first_layer:
+            raise ValueError("the critic adapts every layer (layers=None): there is no frozen trunk to run once")
+        ids, mask, _ = self.policy._scoring_rows(context_ids, completion_ids)
+        ids, mask = ids.to(self.policy.device), mask.to(self.policy.device)
+        decoder, captured = self._decoder(), []
+        hook = decoder.norm.register_forward_pre_hook(lambda module, args: captured.append(args[0]))
+        try:
+            with self.policy.using(None), self._layers(0, self.first_layer):
+                decoder(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                        use_cache=False)
+        finally:
+            hook.remove()
+        states = captured[-1][mask.bool()].cpu()
+        return list(torch.split(states, [len(c) + len(x) for c, x in zip(context_ids, completion_ids)]))
+
+    def _decoder(self) -> Any:
+        """The base model's decoder stack (``.layers``, ``.norm``)."""
+        base = self.policy.model.get_base_model()
+        return base.get_decoder()
+
+    def _linear_names(self) -> list[str]:
+        """The names of a decoder layer's linear modules (what ``"all-linear"`` adapts, named one by one)."""
+        names = set()
+        for name, module in self._decoder().layers[0].named_modules():
+            if hasattr(module, "base_layer"):                 # already wrapped by the agents' adapters
+                names.add(name.split(".")[-1])
+            elif isinstance(module, torch.nn.Linear) and not any(k in name for k in ("lora_", "base_layer")):
+                names.add(name.split(".")[-1])
+        return sorted(names)
+
+    def _first_adapted_layer(self, layers: int | None) -> int:
+        """Index of the lowest layer the adapter adapts (0: every layer)."""
+        if layers is None:
+            return 0
+        decoder = self._decoder()
+        if not (hasattr(decoder, "layers") and hasattr(decoder, "norm")):
+            raise ValueError(f"critic layers={layers} needs a decoder with .layers and .norm (Llama-style); "
+                             f"{type(decoder).__name__} has not both; use layers=None")
+        total = len(decoder.layers)
+        if not 1 <= layers <= total:
+            raise ValueError(f"critic layers must be in [1, {total}] for a {total}-layer model, got {layers}")
+        return total - layers
+
+    @contextlib.contextmanager
+    def _layers(self, start: int, stop: int | None):
+        """Run the decoder over ``layers[start:stop]`` only (the others are skipped) inside the block."""
+        decoder = self._decoder()
+        every = decoder.layers
+        decoder.layers = torch.nn.ModuleList(list(every)[start:stop])
+        try:
+            yield
+        finally:
+            decoder.layers = every
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """The critic adapter's LoRA weights and the value head."""

@@ -78,6 +78,7 @@ class Response:
     advantages: torch.Tensor | None = None
     value_targets: torch.Tensor | None = None
     kl: torch.Tensor | None = None
+    critic_trunk: torch.Tensor | None = None         # the critic's frozen-layer states (config.critic_layers)
 
 
 @dataclass
@@ -121,7 +122,8 @@ class MAPPOTrainer(Trainer):
         config = self.config
         self.critic = CentralizedCritic(self.team.policy(self.agents[0]), adapter=CRITIC_ADAPTER,
                                         lora_r=config.critic_lora_r,
-                                        max_context_tokens=config.critic_max_context_tokens, seed=config.seed)
+                                        max_context_tokens=config.critic_max_context_tokens, seed=config.seed,
+                                        layers=config.critic_layers)
         for agent in self.agents:
             self.critic.check_tokenizer(agent, self.team.policy(agent))
         if self.verifier is None:
@@ -130,6 +132,9 @@ class MAPPOTrainer(Trainer):
 
     def build_optimizers(self) -> None:
         """The agents' optimizers and the critic's (adapter and value head) at ``critic_learning_rate``."""
+        if self.config.critic_layers is not None and self.distributed.sharded:
+            raise ValueError("critic_layers runs the critic's frozen layers apart from the rest, which sharded "
+                             "weights (FSDP) do not allow; use critic_layers=None with FSDP")
         self.critic.head.to(self.critic.policy.device)     # the value head is not in the team: it follows its base
         self.add_agent_optimizers()
         self.critic_params = self.critic.trainable_parameters()
@@ -264,6 +269,8 @@ class MAPPOTrainer(Trainer):
             kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
         else:           # no KL penalty: the reference forward would only feed a term multiplied by 0
             kl = torch.zeros_like(logp)
+        if self.critic.first_layer:              # the frozen layers, once for the whole step
+            self._scored(responses, key=lambda r: 0, critic=True, score=self._store_trunk)
         values, _ = _pad_with_mask(self.rollout_values(responses))
         # r_k = -β·kl_k on every token, plus R_i^t on the last one
         rewards = token_rewards(torch.tensor([r.reward for r in responses]), mask, kl=kl, kl_coef=c.kl_coef)
@@ -310,7 +317,19 @@ class MAPPOTrainer(Trainer):
         """The centralized critic's ``V_k`` of every completion token, before the update."""
         return self._scored(responses, key=lambda r: 0, critic=True,
                             score=lambda agent, chunk: self.critic.values([r.critic_ids for r in chunk],
-                                                                          [r.completion_ids for r in chunk])[0])
+                                                                          [r.completion_ids for r in chunk],
+                                                                          trunk=self._trunk(chunk))[0])
+
+    def _store_trunk(self, agent: str, chunk: Sequence[Response]) -> torch.Tensor:
+        """Keep each response's critic trunk states (for :meth:`_scored`: a placeholder score)."""
+        for response, states in zip(chunk, self.critic.trunk([r.critic_ids for r in chunk],
+                                                             [r.completion_ids for r in chunk])):
+            response.critic_trunk = states
+        return torch.zeros(len(chunk), max(len(r.completion_ids) for r in chunk))
+
+    def _trunk(self, group: Sequence[Response]) -> list[torch.Tensor] | None:
+        """The group's stored critic trunk states, or ``None`` when the critic runs every layer."""
+        return [r.critic_trunk for r in group] if self.critic.first_layer else None
 
     def _scored(self, responses: Sequence[Response], key, score, critic: bool = False) -> list[torch.Tensor]:
         """``score(agent, chunk)`` ``[B, L]`` over chunks of <= ``minibatch_size`` responses sharing ``key(response)``.
@@ -385,7 +404,8 @@ class MAPPOTrainer(Trainer):
 
     def value_loss(self, group: Sequence[Response], tokens: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """Clipped value loss ``½·E[max((V-G)², (V_clip-G)²)]`` of the centralized critic on these responses."""
-        values, mask = self.critic.values([r.critic_ids for r in group], [r.completion_ids for r in group])
+        values, mask = self.critic.values([r.critic_ids for r in group], [r.completion_ids for r in group],
+                                          trunk=self._trunk(group))
         old, targets = (
             _pad(rows).to(values.device) for rows in ([r.old_values for r in group], [r.value_targets for r in group])
         )
