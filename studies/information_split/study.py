@@ -18,8 +18,8 @@ completions and answer tokens actually sampled are counted with its
   prompts × G answers per step; played alone with the full view (the upper bound of a team).
 - ``magrpo``, ``mappo``, ``counterfactual``: the team trained with one adapter per role
   (``Team.adapter_per_agent``): MAGRPO's aligned tree, MAPPO with a centralized critic that reads every role's view
-  and the ``last_turn`` reward rule (the env pays only the last turn), and MAGRPO with counterfactual per-message
-  credit (:mod:`trainers.experimental.counterfactual`).
+  (its adapter on the top ``MAPPO_CRITIC_LAYERS`` layers) and the ``last_turn`` reward rule (the env pays only
+  the last turn), and MAGRPO with counterfactual per-message credit (:mod:`trainers.experimental.counterfactual`).
 
 Evaluation, greedy on the same ``eval_tasks`` held-out test tasks: each team's final-turn accuracy (mean over
 seats, and per seat), the same team again with ``mask_messages=True`` (**the communication ablation**: every
@@ -173,6 +173,41 @@ def matched_batches(config: StudyConfig) -> dict[str, collaboration.ArmBatch]:
 
 
 # ------------------------------------------------------------------------------------------------ training
+# MAPPO's critic adapts the top layers only (all of a shallower model): the frozen ones below run once per step
+# (MAPPOConfig.critic_layers)
+MAPPO_CRITIC_LAYERS = 8
+
+
+def team_trainer(arm: str, config: StudyConfig, batch: collaboration.ArmBatch, team: Any,
+                 common: dict[str, Any], **overrides: Any) -> Any:
+    """The trainer of a team arm (``magrpo``, ``mappo``, ``counterfactual``) on the study's train env; ``overrides``
+    replace settings of MAPPO's config (``critic_layers``)."""
+    from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer
+
+    env = config.make_env("train")
+    if arm == "magrpo":
+        trainer = MAGRPOTrainer(env, team, MAGRPOConfig(**common, **batch.settings, micro_batch_size=32))
+    elif arm == "counterfactual":
+        from trainers.experimental import ExperimentalMAGRPOConfig, ExperimentalMAGRPOTrainer
+
+        cf = ExperimentalMAGRPOConfig(**common, credit="counterfactual",
+                                      prompts_per_step=batch.settings["transcripts_per_step"],
+                                      counterfactual_samples=batch.settings["counterfactual_samples"],
+                                      num_generations=config.num_generations, micro_batch_size=32,
+                                      kl_placement="loss" if config.kl_coef else "reward")
+        trainer = ExperimentalMAGRPOTrainer(env, team, cf)
+    elif arm == "mappo":
+        from trainers.mappo import MAPPOConfig, MAPPOTrainer
+
+        depth = team.policy(team.agents[0]).model.config.num_hidden_layers
+        settings = {"ppo_epochs": 1, "minibatch_size": 16, "critic_learning_rate": 1e-4, "reward_rule": "last_turn",
+                    "critic_layers": min(MAPPO_CRITIC_LAYERS, depth), **overrides}
+        trainer = MAPPOTrainer(env, team, MAPPOConfig(**common, **batch.settings, **settings))
+    else:
+        raise ValueError(f"unknown trained arm {arm!r}; choose from {ARMS[1:]}")
+    return trainer
+
+
 def train_arm(arm: str, config: StudyConfig, batch: collaboration.ArmBatch, out: Path) -> TrainedArm:
     """Train one arm from the base model; its seats' adapter tensors come back named ``agent_0 … agent_{N-1}``."""
     import torch
@@ -204,25 +239,7 @@ def train_arm(arm: str, config: StudyConfig, batch: collaboration.ArmBatch, out:
         seat_states = {seat: rename_adapter(policy.trainable_state_dict(source), source, seat)
                        for seat, source in zip(seats, trained)}
         return TrainedArm(seat_states, counter.to_dict(), time.perf_counter() - started, history)
-    env = config.make_env("train")
-    if arm == "magrpo":
-        trainer = MAGRPOTrainer(env, team, MAGRPOConfig(**common, **batch.settings, micro_batch_size=32))
-    elif arm == "counterfactual":
-        from trainers.experimental import ExperimentalMAGRPOConfig, ExperimentalMAGRPOTrainer
-
-        cf = ExperimentalMAGRPOConfig(**common, credit="counterfactual",
-                                      prompts_per_step=batch.settings["transcripts_per_step"],
-                                      counterfactual_samples=batch.settings["counterfactual_samples"],
-                                      num_generations=config.num_generations, micro_batch_size=32,
-                                      kl_placement="loss" if config.kl_coef else "reward")
-        trainer = ExperimentalMAGRPOTrainer(env, team, cf)
-    elif arm == "mappo":
-        from trainers.mappo import MAPPOConfig, MAPPOTrainer
-
-        trainer = MAPPOTrainer(env, team, MAPPOConfig(**common, **batch.settings, ppo_epochs=1, minibatch_size=16,
-                                                      critic_learning_rate=1e-4, reward_rule="last_turn"))
-    else:
-        raise ValueError(f"unknown trained arm {arm!r}; choose from {ARMS[1:]}")
+    trainer = team_trainer(arm, config, batch, team, common)
     with counter.active():
         history = list(trainer.train())
     seat_states = {seat: policy.trainable_state_dict(seat) for seat in seats}
