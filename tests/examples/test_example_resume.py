@@ -3,13 +3,11 @@ another config is refused naming its fields, ``--overwrite`` starts over."""
 import json
 import os
 import shlex
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
+from tests.interrupting import interrupt_after_first_checkpoint
 from tests.scripts import ROOT, load_script
 from tests.trainers.test_run_safety import ENV_MODULE, adapters, rows, tensorboard_steps
 
@@ -46,14 +44,9 @@ def test_a_killed_example_re_run_with_the_same_command_resumes_and_ends_as_an_un
     capsys.readouterr()
 
     argv = example_argv(tiny_model_dir, killed)
-    process = subprocess.Popen([sys.executable, str(ROOT / SCRIPT), *argv], cwd=tmp_path, env=graded_env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    first = killed / "checkpoints" / "step-000001" / "trainer_state.pt"
-    deadline = time.monotonic() + 300
-    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=120)
+    process = interrupt_after_first_checkpoint([sys.executable, str(ROOT / SCRIPT), *argv], killed, cwd=tmp_path,
+                                               env=graded_env)
+    err = process.stderr
     assert process.returncode == 130, err
     assert "Traceback" not in err
     kept = checkpoint_times(killed)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from llm_marl.cli import main
+from tests.interrupting import interrupt_after_first_checkpoint
 from trainers.common.run_dir import RUN_FILE, RunDirError, prepare_run_dir, resume_command, write_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,14 +93,8 @@ def test_a_killed_run_re_run_with_the_same_command_ends_as_an_uninterrupted_one(
 
     command, env = cli()
     argv = train_argv(tiny_model_dir, killed, "--no-eval")
-    process = subprocess.Popen(command + argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-    first = killed / "checkpoints" / "step-000001" / "trainer_state.pt"
-    deadline = time.monotonic() + 300
-    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=120)
+    process = interrupt_after_first_checkpoint(command + argv, killed, cwd=tmp_path, env=env)
+    err = process.stderr
     assert process.returncode == 130, err
     kept = sorted(p.name for p in (killed / "checkpoints").glob("step-*"))
     assert kept[-1] != "step-000004", "the run finished before it was interrupted"
