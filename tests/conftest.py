@@ -1,5 +1,5 @@
-"""Test set-up: offline data beside the checkout (../shared/data), a passive OpenMP wait policy, and
-crash isolation for tests that run native code.
+"""Test set-up: offline data beside the checkout (../shared/data), a passive OpenMP wait policy, crash
+isolation for tests that run native code, and an env registry that each test leaves as it found it.
 
 Tests marked ``native`` (they call llama.cpp's C++ directly) run in a child pytest process of
 their own (:func:`pytest_runtest_protocol` below): a segfault in a native kernel then fails that
@@ -131,3 +131,19 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(autouse=True)
+def env_registry_restored():
+    """Each test leaves the env registry as it found it: an env a test registers (a custom env module run in
+    process) must not show up in a later test's ``list_envs()``."""
+    from llm_marl_envs import registry
+
+    before, modules = dict(registry._REGISTRY), set(sys.modules)
+    yield
+    for env_id in set(registry._REGISTRY) - set(before):
+        module = registry._module_of(registry._REGISTRY[env_id].entry_point)
+        if module not in modules:
+            sys.modules.pop(module, None)     # imported again, it registers its envs again
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)
