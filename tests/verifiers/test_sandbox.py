@@ -187,14 +187,22 @@ def reach(name, port, after_s, for_s):
 """
 
 
+def _one_zygote_after_another(sandbox: Sandbox, first: tuple, second: tuple) -> tuple:
+    """Run two checks ``(program, test, entry point)`` one after the other; the same zygote ran both."""
+    before = sandbox.run(*first)
+    zygote = sandbox._idle[0].proc.pid
+    after = sandbox.run(*second)
+    assert sandbox._idle[0].proc.pid == zygote
+    return before, after
+
+
 def test_a_check_reaches_no_listener_left_by_the_check_before_it_in_its_zygote():
     name, port = f"llm-marl-sbx-{uuid.uuid4().hex}", 20000 + os.getpid() % 20000
     with Sandbox() as sandbox:
         for _ in range(3):
-            opened = sandbox.run(LISTEN, f"assert listen({name!r}, {port}, 0) is True", "listen")
-            zygote = sandbox._idle[0].proc.pid
-            reached = sandbox.run(REACH, f"assert reach({name!r}, {port}, 0, 0.05) == []", "reach")
-            assert sandbox._idle[0].proc.pid == zygote  # the same zygote ran both, one after the other
+            opened, reached = _one_zygote_after_another(
+                sandbox, (LISTEN, f"assert listen({name!r}, {port}, 0) is True", "listen"),
+                (REACH, f"assert reach({name!r}, {port}, 0, 0.05) == []", "reach"))
             assert opened.score == 1.0, opened.details["reason"]
             assert reached.score == 1.0, reached.details["first_failure"]
 
@@ -259,10 +267,9 @@ def test_a_check_finds_no_ipc_object_left_by_the_check_before_it_in_its_zygote()
     with Sandbox() as sandbox:
         try:
             for _ in range(3):
-                made = sandbox.run(IPC, f"assert leave({key}, {name!r}, 0) == [True] * 4", "leave")
-                zygote = sandbox._idle[0].proc.pid
-                found = sandbox.run(IPC, f"assert find({key}, {name!r}, 0) == []", "find")
-                assert sandbox._idle[0].proc.pid == zygote  # the same zygote ran both, one after the other
+                made, found = _one_zygote_after_another(
+                    sandbox, (IPC, f"assert leave({key}, {name!r}, 0) == [True] * 4", "leave"),
+                    (IPC, f"assert find({key}, {name!r}, 0) == []", "find"))
                 assert made.score == 1.0, made.details["reason"]
                 assert found.score == 1.0, found.details["first_failure"]
         finally:
