@@ -32,6 +32,55 @@ if TYPE_CHECKING:
 JOINT_MODES = ("aligned", "cross")
 
 
+class GreedyCache:
+    """Greedy answers kept by prompt, so that playing a prompt again with the same weights does not generate again.
+
+    At temperature 0 an answer is a function of the weights and the prompt. Two plays that share prompts share
+    those answers: a team and the same team with its partners' messages masked
+    (``mask_messages=True``) see the same turn-0 prompts, so the second play generates only its later turns.
+    Pass one cache to the :class:`RolloutEngine` of each play.
+
+    An answer is kept under (the policy, its adapter, ``max_new_tokens``, ``no_repeat_ngram``, the conversation)
+    and the policy's ``weights_version()``, so a load or an optimizer step makes the kept answers stale rather
+    than wrong. Only policies that report ``weights_version`` are cached. A kept answer is handed to the policy's
+    ``adopt`` (where it has one), so the next turn's prompt holds its ids as sampled. As with a prefix from the KV
+    store, the answer a fresh generation would give differs only where two tokens tie within float rounding.
+    """
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple, Generation] = {}
+        self.hits = 0      # answers taken from the cache
+        self.misses = 0    # greedy answers generated (and kept)
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    @staticmethod
+    def key(policy: Any, adapter: str | None, params: SamplingParams, conversation: Conversation) -> tuple | None:
+        """The key of one greedy answer, or ``None`` where it cannot be cached (sampled, or no weights version)."""
+        version = getattr(policy, "weights_version", None)
+        if params.temperature != 0 or version is None:
+            return None
+        return (id(policy), version(), adapter, params.max_new_tokens, params.no_repeat_ngram,
+                tuple((m["role"], m["content"]) for m in conversation))
+
+    def get(self, key: tuple | None) -> Generation | None:
+        """The kept answer under ``key`` (counted as a hit), else ``None``."""
+        found = self._answers.get(key) if key is not None else None
+        self.hits += found is not None
+        return found
+
+    def put(self, key: tuple | None, generation: Generation) -> None:
+        """Keep ``generation`` under ``key`` (nothing when ``key`` is ``None``)."""
+        if key is not None:
+            self._answers[key] = generation
+            self.misses += 1
+
+    def clear(self) -> None:
+        """Forget every answer (the counters stay)."""
+        self._answers.clear()
+
+
 @dataclass
 class Expansion:
     """One tree node expanded: G samples per agent, the joint actions and the child env of each."""
@@ -59,8 +108,10 @@ class RolloutEngine:
     """Runs episodes of any :class:`TextEnv` with a :class:`Team`, batching generation per policy."""
 
     def __init__(self, env: TextEnv, team: Team, params: SamplingParams | None = None, *, progress: bool = True,
-                 env_name: str | None = None, concurrent_policies: bool = True) -> None:
+                 env_name: str | None = None, concurrent_policies: bool = True,
+                 greedy_cache: GreedyCache | None = None) -> None:
         team.check_covers(env.possible_agents)
+        self.greedy_cache = greedy_cache     # greedy answers shared with other plays of the same prompts
         self.concurrent_policies = concurrent_policies   # separate CPU models sample at once (hf.generate_all)
         self.env = env
         self.team = team
@@ -71,20 +122,40 @@ class RolloutEngine:
     # ------------------------------------------------------------------ batched sampling
     def sample(self, requests: Sequence[tuple[str, Conversation]], num_samples: int = 1,
                params: SamplingParams | None = None) -> list[list[Generation]]:
-        """Sample for ``(agent, conversation)`` requests: one generate call per policy, results in input order."""
+        """Sample for ``(agent, conversation)`` requests: one generate call per policy, results in input order.
+
+        With a :class:`GreedyCache`, a greedy request whose answer the cache holds is not generated again.
+        """
+        params = params or self.params
+        results: list[list[Generation] | None] = [None] * len(requests)
+        keys: list[tuple | None] = [None] * len(requests)
+        if self.greedy_cache is not None and num_samples == 1:
+            for i, (agent, conversation) in enumerate(requests):
+                policy = self.team.policy(agent)
+                keys[i] = self.greedy_cache.key(policy, self.team.adapter(agent), params, conversation)
+                kept = self.greedy_cache.get(keys[i])
+                if kept is not None:
+                    adopt = getattr(policy, "adopt", None)
+                    if adopt is not None:
+                        adopt(conversation, kept)
+                    results[i] = [kept]
         by_policy: dict[int, list[int]] = {}
         for i, (agent, _) in enumerate(requests):
-            by_policy.setdefault(id(self.team.policy(agent)), []).append(i)
-        results: list[list[Generation] | None] = [None] * len(requests)
+            if results[i] is None:
+                by_policy.setdefault(id(self.team.policy(agent)), []).append(i)
+        if not by_policy:
+            return results  # type: ignore[return-value]
         calls = [(self.team.policy(requests[rows[0]][0]), [requests[i][1] for i in rows],
                   {"adapters": [self.team.adapter(requests[i][0]) for i in rows], "num_samples": num_samples})
                  for rows in by_policy.values()]
         from .backends.hf import generate_all  # torch and transformers load with the first batch
 
-        outs = generate_all(calls, params or self.params, concurrent=self.concurrent_policies)
+        outs = generate_all(calls, params, concurrent=self.concurrent_policies)
         for rows, out in zip(by_policy.values(), outs):
             for i, generations in zip(rows, out):
                 results[i] = generations
+                if self.greedy_cache is not None:
+                    self.greedy_cache.put(keys[i], generations[0])
         return results  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ plain episodes

@@ -251,6 +251,7 @@ class Evaluator:
     """One base model with one adapter per role: every arm's seats are loaded into it and played greedily."""
 
     def __init__(self, config: StudyConfig) -> None:
+        from llm_marl.rollout import GreedyCache
         from llm_marl.team import Team
 
         self.config = config
@@ -259,6 +260,7 @@ class Evaluator:
         self.team = Team.adapter_per_agent(model, tokenizer, self.seats, name=config.model)
         self.policy = self.team.policy(self.seats[0])
         self.untrained = {seat: self.policy.trainable_state_dict(seat) for seat in self.seats}
+        self.greedy_cache = GreedyCache()
         self.envs = {"team": config.make_env("test"), "masked": config.make_env("test", mask_messages=True),
                      "full": config.make_env("test", view="full", turns=config.solo_turns)}
         if len(self.envs["team"].tasks) < config.eval_tasks:
@@ -266,9 +268,12 @@ class Evaluator:
                              f"eval_tasks={config.eval_tasks}")
 
     def load(self, seats: dict[str, dict[str, Any]]) -> None:
-        """Put an arm's adapter tensors on the seats."""
+        """Put an arm's adapter tensors on the seats; its plays share one cache of greedy answers."""
+        from llm_marl.rollout import GreedyCache
+
         for seat in self.seats:
             self.policy.load_trainable_state_dict(seat, seats[seat])
+        self.greedy_cache = GreedyCache()   # the masked play takes the team's turn-0 answers (the same prompts)
 
     def play(self, setting: str, out: Path, label: str = "") -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Greedy per-task scores of one setting (:meth:`HeldOutScores.to_arrays`, with its report.html under
@@ -283,8 +288,9 @@ class Evaluator:
         tasks = list(range(c.eval_tasks))
         params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=0.0, top_p=c.top_p, seed=c.seed)
         self.policy.model.eval()
-        result = evaluate_episodes(RolloutEngine(env, team), None, None, tasks, [c.seed + 1_000 * i for i in tasks],
-                                   params, desc=f"{label} {setting}".strip(), report_path=out / setting / "report.html")
+        engine = RolloutEngine(env, team, greedy_cache=self.greedy_cache)
+        result = evaluate_episodes(engine, None, None, tasks, [c.seed + 1_000 * i for i in tasks], params,
+                                   desc=f"{label} {setting}".strip(), report_path=out / setting / "report.html")
         return scores_from(result, tasks, 1, 0.0).to_arrays(), result.episodes
 
 
@@ -320,12 +326,16 @@ def run_arm(arm: str, config: StudyConfig, out: Path, evaluator: Evaluator, log:
         checkpoint = str(save_team(arm_dir / "team", config.steps, evaluator.team, env=evaluator.envs["team"]))
     eval_started = time.perf_counter()
     scores, kept = {}, []
+    play_seconds = {}
     for setting in PLAYS[arm]:
+        play_started = time.perf_counter()
         scores[setting], episodes = evaluator.play(setting, arm_dir, label=arm)
+        play_seconds[setting] = time.perf_counter() - play_started
         if setting in ("team", "full"):
             kept = transcripts(episodes, config.transcripts)
     record = {"key": config.key(), "arm": arm, "counts": trained.counts, "train_seconds": trained.seconds,
-              "eval_seconds": time.perf_counter() - eval_started, "checkpoint": checkpoint,
+              "eval_seconds": time.perf_counter() - eval_started, "play_seconds": play_seconds,
+              "greedy_cache_hits": evaluator.greedy_cache.hits, "checkpoint": checkpoint,
               "matching": asdict(batch) if batch else None, "history": trained.history, "transcripts": kept,
               "scores": scores}
     write_text_atomically(arm_dir / "arm.json", json.dumps(record, default=str))
@@ -500,7 +510,8 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
         "commit": _commit(), "config": asdict(config), "completions_per_step": config.completions_per_step,
         "matching": {arm: {**asdict(b), "sampled_in_training": records[arm]["counts"]} for arm, b in batches.items()},
         "arms": {arm: {**summaries[arm], "train_seconds": records[arm]["train_seconds"],
-                       "eval_seconds": records[arm]["eval_seconds"], "checkpoint": records[arm]["checkpoint"]}
+                       "eval_seconds": records[arm]["eval_seconds"],
+                       "play_seconds": records[arm].get("play_seconds"), "checkpoint": records[arm]["checkpoint"]}
                  for arm in config.arms},
         "paired_differences": paired, "research_bar": research_bar(paired),
         "protocol": {arm: records[arm]["transcripts"] for arm in config.arms},

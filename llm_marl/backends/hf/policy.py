@@ -196,6 +196,16 @@ class HFPolicy(AdapterAccess, Scoring, StoredPrefill, DecodeLoop):
         self.kv_cache.clear()
         self.splicer.clear()
 
+    def weights_version(self) -> tuple[int, int]:
+        """A value that changes whenever a weight of the model may have (a load, an optimizer step)."""
+        return weights_version(self.model)
+
+    def adopt(self, conversation: Conversation, generation: Generation) -> None:
+        """Take ``generation`` as this policy's answer to ``conversation`` without sampling it (a kept greedy
+        answer, :class:`~llm_marl.rollout.GreedyCache`): the next turn's prompt splices its ids as if sampled."""
+        if self.splice_answers and generation.prompt_ids is not None and generation.completion_ids is not None:
+            self.splicer.remember(conversation, generation.prompt_ids, generation.completion_ids, generation.text)
+
     def _check_weights(self) -> None:
         """Clear the KV store if any weight may have changed since it was filled (:func:`weights_version`)."""
         version = weights_version(self.model)
