@@ -16,13 +16,13 @@ turn both answer with the candidate's letter (or name).
 | Observation space | `TextSpace`: the agent's chat history rendered as text |
 | Data | procedural, offline: 5 named candidates, `num_requirements` requirements, facts split between the recruiters |
 | Verifier | `verifiers.choice.verify_choice` against the right candidate's letter (its name counts too) |
-| Reward | per agent: 1.0 if its last-turn choice is right, else 0.0; 0 at earlier turns |
+| Reward | per agent: 1.0 if its last-turn choice is right, else `format_reward` (default 0.0) if the verifier read an answer, else 0.0; 0 at earlier turns |
 
 ### Arguments
 
 ```python
 llm_marl_envs.make("hidden_profile-v0", num_agents=2, num_turns=2, view="split", seat=None,
-                   mask_messages=False, split="test", num_tasks=500, num_requirements=4,
+                   mask_messages=False, format_reward=0.0, split="test", num_tasks=500, num_requirements=4,
                    max_action_chars=8192, render_mode=None, data_dir=None)
 ```
 
@@ -41,7 +41,7 @@ candidate and its look-alike have the same kind of facts, so no rule beats a coi
 them. (With three or four candidates some recruiter's view would leave only its favourite and
 the right one.) Letters, names, requirements and the order of the facts are drawn at random.
 
-`view`, `seat`, `mask_messages`, `num_tasks`, `split`: as in every information-split env
+`view`, `seat`, `mask_messages`, `format_reward`, `num_tasks`, `split`: as in every information-split env
 (`llm_marl_envs.envs.information_split`): tasks are assigned to a split by a hash of the
 candidates, requirements and facts; the remaining arguments are those of every env
 (`llm_marl_envs.core`); `data_dir` is unused.

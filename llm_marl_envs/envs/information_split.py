@@ -10,7 +10,8 @@ At turn t >= 1 it holds its own history plus its partners' messages from turn t-
 `Agent k`. The turns before the last ask the agent to tell its partners what they need; at the
 last turn every agent gives its final answer. Every turn's text is judged by the task's verifier
 (the verdicts are in `infos`), and only the last turn is paid: an agent's reward is 0 at earlier
-turns and its final answer's verdict score at the last one.
+turns and its final answer's verdict score at the last one (plus `format_reward` for a wrong answer
+the verifier could read, when that is set).
 
 Per-turn correctness of every agent is in `infos[a]["correct"]`, the extracted answers in
 `infos[a]["answers"]` and the roles whose views the agent holds in `infos[a]["roles"]`.
@@ -37,6 +38,11 @@ elsewhere).
 `mask_messages`: the communication ablation: every partner's message is replaced by an empty
 message in every prompt, so no text of a partner ever reaches an agent (default `False`; only
 for envs whose agents have partners).
+
+`format_reward`: the reward of a last-turn answer that the verifier could read but judged wrong (a
+number in [0, 1), default 0): a small bonus lets a weak model learn the answer format before it is
+ever right, so that group-relative advantages are not all 0. It changes the reward only: whether an
+answer is right (`infos[a]["correct"]`, every accuracy) is the verifier's verdict alone.
 
 `num_tasks`: distinct tasks per split. Tasks are generated offline from a fixed stream and
 assigned to `"train"` or `"test"` by a hash of their content
@@ -74,13 +80,18 @@ class InformationSplitEnv(TextEnv):
     answer_instruction = "Give your final answer in \\boxed{}."
 
     def __init__(self, *, num_turns: int = 2, view: str = "split", seat: int | None = None,
-                 mask_messages: bool = False, num_tasks: int = 500, **kwargs: Any) -> None:
+                 mask_messages: bool = False, format_reward: float = 0.0, num_tasks: int = 500,
+                 **kwargs: Any) -> None:
         super().__init__(num_turns=num_turns, **kwargs)
         n, roles = len(self.possible_agents), len(self.role_names)
         if view not in VIEWS:
             raise ValueError(f"view must be one of {list(VIEWS)}, got {view!r}")
         if not isinstance(mask_messages, bool):
             raise ValueError(f"mask_messages must be True or False, got {mask_messages!r}")
+        if isinstance(format_reward, bool) or not isinstance(format_reward, (int, float)) \
+                or not 0 <= format_reward < 1:
+            raise ValueError(f"format_reward must be a number in [0, 1) (a wrong but readable answer earns less than "
+                             f"a right one), got {format_reward!r}")
         if not isinstance(num_tasks, int) or isinstance(num_tasks, bool) or num_tasks < 1:
             raise ValueError(f"num_tasks must be an int >= 1, got {num_tasks!r}")
         if self.split not in SPLITS:
@@ -107,6 +118,7 @@ class InformationSplitEnv(TextEnv):
         self.view = view
         self.seat = seat
         self.mask_messages = mask_messages
+        self.format_reward = float(format_reward)
         self.num_tasks = num_tasks
 
     @staticmethod
@@ -215,9 +227,12 @@ class InformationSplitEnv(TextEnv):
         return {agent: self.verify(text, self.task) for agent, text in answers.items()}
 
     def rewards_from_verdicts(self, verdicts: dict[str, Verdict]) -> dict[str, float]:
-        """Only the last turn is paid: its verdict scores; 0 at earlier turns (``self.turn``: the turn judged)."""
-        last = self.turn == self.num_turns - 1
-        return {agent: float(v.score) if last else 0.0 for agent, v in verdicts.items()}
+        """Only the last turn is paid: its verdict scores, ``format_reward`` for a wrong answer the verifier read;
+        0 at earlier turns (``self.turn``: the turn judged)."""
+        if self.turn != self.num_turns - 1:
+            return dict.fromkeys(verdicts, 0.0)
+        return {agent: float(v.score) if v.correct or v.details.get("answer") is None
+                else max(float(v.score), self.format_reward) for agent, v in verdicts.items()}
 
     def next_prompt(self, agent_index: int) -> str:
         instruction = self.turn_instruction(self.turn)

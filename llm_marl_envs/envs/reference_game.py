@@ -16,13 +16,13 @@ for the listener every object could be the target.
 | Observation space | `TextSpace`: the agent's chat history rendered as text |
 | Data | procedural, offline: scenes of attribute tuples (colour, size, shape, pattern) |
 | Verifier | `verifiers.choice.verify_choice` against the target's letter (letters only: naming the object is not an answer) |
-| Reward | per agent: 1.0 if its last-turn letter is the target's, else 0.0; 0 at earlier turns |
+| Reward | per agent: 1.0 if its last-turn letter is the target's, else `format_reward` (default 0.0) if the verifier read an answer, else 0.0; 0 at earlier turns |
 
 ### Arguments
 
 ```python
 llm_marl_envs.make("reference_game-v0", num_agents=2, num_turns=2, view="split", seat=None,
-                   mask_messages=False, split="test", num_tasks=500, num_candidates=4, num_attributes=3,
+                   mask_messages=False, format_reward=0.0, split="test", num_tasks=500, num_candidates=4, num_attributes=3,
                    max_action_chars=8192, render_mode=None, data_dir=None)
 ```
 
@@ -37,7 +37,7 @@ is then drawn uniformly from the scene (the base is no likelier than the others)
 listener's lettering is a uniform random order. The speaker sees the objects in alphabetical
 order, which says nothing about the lettering.
 
-`view`, `seat`, `mask_messages`, `num_tasks`, `split`: as in every information-split env
+`view`, `seat`, `mask_messages`, `format_reward`, `num_tasks`, `split`: as in every information-split env
 (`llm_marl_envs.envs.information_split`): tasks are assigned to a split by a hash of the scene (the
 set of objects), so a scene of one split never appears in the other with another target or order;
 the remaining arguments are those of every env (`llm_marl_envs.core`); `data_dir` is unused.

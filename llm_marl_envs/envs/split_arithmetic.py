@@ -14,13 +14,13 @@ the answer (for every task, every value of the unseen number gives another resul
 | Observation space | `TextSpace`: the agent's chat history rendered as text |
 | Data | procedural, offline: `a ∘ b` with numbers of `min_digits`..`max_digits` digits, e.g. "58 + 26" |
 | Verifier | `verifiers.math.verify_answer` against the exact integer result |
-| Reward | per agent: 1.0 if its last-turn answer is correct, else 0.0; 0 at earlier turns |
+| Reward | per agent: 1.0 if its last-turn answer is correct, else `format_reward` (default 0.0) if the verifier read an answer, else 0.0; 0 at earlier turns |
 
 ### Arguments
 
 ```python
 llm_marl_envs.make("split_arithmetic-v0", num_agents=2, num_turns=2, view="split", seat=None,
-                   mask_messages=False, split="test", num_tasks=500, min_digits=2, max_digits=2, operators="+",
+                   mask_messages=False, format_reward=0.0, split="test", num_tasks=500, min_digits=2, max_digits=2, operators="+",
                    max_action_chars=8192, render_mode=None, data_dir=None)
 ```
 
@@ -35,7 +35,7 @@ statement: the operation belongs to agent 1's view.
 The default, two 2-digit numbers added, has 8,100 distinct tasks, about 4,000 per split, 8 times
 the default `num_tasks`; 1-digit numbers (81 additions) are too few for disjoint splits of that size.
 
-`view`, `seat`, `mask_messages`, `num_tasks`, `split`: as in every information-split env
+`view`, `seat`, `mask_messages`, `format_reward`, `num_tasks`, `split`: as in every information-split env
 (`llm_marl_envs.envs.information_split`): tasks are assigned to a split by a hash of `a ∘ b`; the
 remaining arguments are those of every env (`llm_marl_envs.core`); `data_dir` is unused.
 

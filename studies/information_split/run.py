@@ -3,6 +3,8 @@
 Run from the repository root, one env per command::
 
     python -m studies.information_split.run --env split_arithmetic-v0 --out outputs/split_arithmetic
+    # an env argument for every arm (here: a small reward for a readable wrong answer):
+    python -m studies.information_split.run --env reference_game-v0 --env-arg format_reward=0.1 --out outputs/rg
     # a few arms, fewer steps and tasks, one job:
     python -m studies.information_split.run --env reference_game-v0 --arms untrained,own_view_solo,magrpo \
         --steps 5 --eval-tasks 50 --jobs 1 --out smoke
@@ -36,6 +38,19 @@ short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch s
 from studies.information_split.study import ARMS, StudyConfig, run_seeds, run_study  # noqa: E402
 
 
+def env_argument(text: str) -> tuple[str, object]:
+    """``NAME=VALUE`` of ``--env-arg``: the name and the YAML value."""
+    import yaml
+
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip().isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE (e.g. format_reward=0.1), got {text!r}")
+    try:
+        return name.strip(), yaml.safe_load(value)
+    except yaml.YAMLError as error:
+        raise argparse.ArgumentTypeError(f"{name.strip()}: {value!r} is not a YAML value ({error})") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="split_arithmetic-v0",
@@ -53,6 +68,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=fields[name].default, help=help_text)
     for name in ("learning_rate", "kl_coef", "temperature"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=fields[name].default)
+    parser.add_argument("--env-arg", action="append", default=[], metavar="NAME=VALUE", type=env_argument,
+                        help="a make() argument of the env for every arm, repeatable (e.g. --env-arg format_reward=0.1 "
+                             "--env-arg num_candidates=3); VALUE is read as YAML")
     parser.add_argument("--model", default=fields["model"].default,
                         help="base model: the embedded name or a local HF directory")
     parser.add_argument("--seeds", default=None,
@@ -65,7 +83,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="torch threads of each job (default: the cores divided among the jobs)")
     args = parser.parse_args(argv)
     settings = {name: getattr(args, name) for name in fields if name != "arms" and hasattr(args, name)}
-    config = StudyConfig(**settings, arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()))
+    try:
+        config = StudyConfig(**settings, env_kwargs=dict(args.env_arg),
+                             arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()))
+    except (ValueError, TypeError) as error:     # a bad setting or env argument: say which, no traceback
+        parser.error(str(error))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     jobs = args.jobs or max(1, min(cores, len(config.arms)))
     threads = args.threads or max(1, cores // jobs)
