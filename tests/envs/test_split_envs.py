@@ -153,6 +153,28 @@ def test_hidden_profile_favours_a_wrong_candidate_and_a_lone_recruiter_cannot_be
     assert 0.4 < never_favourite / (2 * len(env.tasks)) < 0.6
 
 
+@pytest.mark.parametrize("env_id", SPLIT_ENVS)
+def test_format_reward_pays_a_readable_wrong_answer_and_never_counts_it_right(env_id):
+    env = llm_marl_envs.make(env_id, format_reward=0.1)
+    env.reset(seed=0, options={"task_index": 3})
+    gold = str(env.task["answer"])
+    wrong = next(a for a in ("A", "B", "C", "D", "-7", "0") if a != gold)
+    _, rewards, _, _, _ = env.step(dict.fromkeys(env.agents, f"\\boxed{{{gold}}}"))   # turn 0: judged, not paid
+    assert rewards == dict.fromkeys(env.possible_agents, 0.0)
+    _, rewards, _, _, infos = env.step({"agent_0": f"\\boxed{{{gold}}}", "agent_1": f"\\boxed{{{wrong}}}"})
+    assert rewards == {"agent_0": 1.0, "agent_1": 0.1}
+    assert infos["agent_1"]["correct"][-1] == [True, False] and infos["agent_1"]["answers"][-1][1] == wrong
+    env.reset(seed=0, options={"task_index": 3})
+    env.step(dict.fromkeys(env.agents, "hello"))
+    _, rewards, _, _, _ = env.step(dict.fromkeys(env.agents, "I cannot tell."))   # nothing the verifier can read
+    assert rewards == dict.fromkeys(env.possible_agents, 0.0)
+    plain = llm_marl_envs.make(env_id)                                   # the default pays only right answers
+    plain.reset(seed=0, options={"task_index": 3})
+    plain.step(dict.fromkeys(plain.agents, "hello"))
+    _, rewards, _, _, _ = plain.step({"agent_0": f"\\boxed{{{gold}}}", "agent_1": f"\\boxed{{{wrong}}}"})
+    assert rewards == {"agent_0": 1.0, "agent_1": 0.0}
+
+
 @pytest.mark.parametrize("env_id, kwargs, match", [
     ("split_arithmetic-v0", {"view": "both"}, r"view must be one of \['split', 'full', 'own'\], got 'both'"),
     ("split_arithmetic-v0", {"num_agents": 3}, r"view='split' seats one agent per role .* num_agents=2, got 3"),
@@ -166,6 +188,9 @@ def test_hidden_profile_favours_a_wrong_candidate_and_a_lone_recruiter_cannot_be
     ("split_arithmetic-v0", {"split": "dev"}, r"split must be one of \['train', 'test'\]"),
     ("split_arithmetic-v0", {"min_digits": 3, "max_digits": 2}, r"min_digits <= max_digits"),
     ("split_arithmetic-v0", {"operators": "+/"}, r"operators must be .*'\+/'"),
+    ("split_arithmetic-v0", {"format_reward": 1.0}, r"format_reward must be a number in \[0, 1\) .* got 1.0"),
+    ("split_arithmetic-v0", {"format_reward": -0.1}, r"format_reward must be a number in \[0, 1\)"),
+    ("split_arithmetic-v0", {"format_reward": "0.1"}, r"format_reward must be a number .* got '0.1'"),
     ("reference_game-v0", {"num_candidates": 9}, r"num_candidates must be an int in \[2, 8\]"),
     ("reference_game-v0", {"num_attributes": 5}, r"num_attributes must be one of \[2, 3, 4\]"),
     ("hidden_profile-v0", {"num_requirements": 2}, r"num_requirements must be an int in \[3, 6\]"),

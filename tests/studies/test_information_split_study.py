@@ -238,3 +238,17 @@ def test_the_env_kwargs_reach_every_env_of_the_study():
     config = StudyConfig(env_kwargs={"operators": "+-"}, eval_tasks=10)
     assert config.make_env("train", view="own", seat=1, turns=1).operators == "+-"
     assert llm_marl_envs.make("split_arithmetic-v0").operators == "+"
+
+
+def test_the_command_passes_env_arguments_and_refuses_bad_ones_in_one_line(capsys):
+    from studies.information_split import run
+
+    assert run.env_argument("format_reward=0.1") == ("format_reward", 0.1)
+    assert run.env_argument("operators=+-") == ("operators", "+-")
+    for argv, message in ((["--env-arg", "format_reward"], "expected NAME=VALUE"),
+                          (["--env-arg", "format_reward=1.5"], "format_reward must be a number in [0, 1)"),
+                          (["--env-arg", "colour=red"], "unknown keyword argument(s) ['colour']")):
+        with pytest.raises(SystemExit) as exit_info:
+            run.main(["--env", "reference_game-v0", "--out", "unused", *argv])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and message in err and "Traceback" not in err
