@@ -64,6 +64,7 @@ import numpy as np
 from llm_marl.backends.hf import rename_adapter
 from llm_marl.files import write_text_atomically
 from llm_marl.team_checkpoint import save_team
+from studies.arms import check_jobs, log_matching, run_arms
 from trainers.common.evaluation import HeldOutScores, paired_interval
 from trainers.common.experiment import plot_seed_points, seed_spread
 from trainers.experimental.counterfactual import completions_per_transcript
@@ -644,6 +645,12 @@ def _run_arm_in_worker(arm: str, config: StudyConfig, out: str, threads: int) ->
     return "\n".join(lines)
 
 
+def _in_workers(pending: list[str]) -> list[str]:
+    """The pending arms worker processes run, the dearest first; replayed arms follow, in the main process."""
+    return sorted((a for a in pending if a not in REPLAYED_ARMS),
+                  key=lambda a: ARM_COST_ORDER.index(a) if a in ARM_COST_ORDER else -1)
+
+
 def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, jobs: int = 1,
               threads_per_job: int = 1) -> dict[str, Any]:
     """Train and evaluate every arm of ``config`` (reusing arms done in ``out``); write results.json and the figure.
@@ -651,38 +658,16 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
     ``jobs > 1`` runs that many arms at once, each in its own process with ``threads_per_job`` torch threads
     (the dearest arms first); every arm's result is the same as in one process (each arm seeds itself).
     """
-    if jobs < 1 or threads_per_job < 1:
-        raise ValueError(f"jobs and threads_per_job must be >= 1, got jobs={jobs}, threads_per_job={threads_per_job}")
+    check_jobs(jobs, threads_per_job)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     batches = matched_batches(config)
-    log(f"study: {config.env}, {config.num_agents} agents x {config.num_turns} turns, {config.steps} steps, "
-        f"C = {config.completions_per_step} completions per step for every trained arm")
-    for batch in batches.values():
-        log(f"  {batch.arm:>14}: {batch.how}")
-    pending = [arm for arm in config.arms if finished_arm(config, out, arm) is None]
-    if jobs > 1 and len(pending) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        order = sorted((a for a in pending if a not in REPLAYED_ARMS),     # replayed arms follow, in this process
-                       key=lambda a: ARM_COST_ORDER.index(a) if a in ARM_COST_ORDER else -1)
-        log(f"running {len(order)} arms, {jobs} at a time with {threads_per_job} thread(s) each: {', '.join(order)}")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_run_arm_in_worker, arm, config, str(out), threads_per_job): arm for arm in order}
-            for future in as_completed(futures):
-                log(future.result())
-    evaluator = None
-    arm_scores, arm_records = {}, {}
-    for arm in config.arms:
-        record = finished_arm(config, out, arm)
-        if record is not None:
-            log(f"{arm}: already done ({out / 'arms' / arm / 'arm.json'}), reused")
-        else:
-            evaluator = evaluator or Evaluator(config)
-            record = run_arm(arm, config, out, evaluator, log=log)
-        arm_scores[arm], arm_records[arm] = record.pop("scores"), record
+    log_matching(config, batches.values(), "agents", log)
+    arm_records = run_arms(config, out, finished_arm=finished_arm, run_arm=run_arm, make_evaluator=Evaluator,
+                           worker=_run_arm_in_worker, in_workers=_in_workers, jobs=jobs,
+                           threads_per_job=threads_per_job, log=log)
+    arm_scores = {arm: record.pop("scores") for arm, record in arm_records.items()}
     summaries = {arm: arm_summary(arm_scores[arm]) for arm in config.arms}
     paired = comparisons(arm_scores)
     results = {

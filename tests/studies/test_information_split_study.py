@@ -210,7 +210,9 @@ def test_the_command_runs_every_arm_writes_results_and_resumes(tiny_model_dir, t
         assert (tmp_path / "arms" / arm / "masked" / "report.html").is_file()
         assert load_team(tmp_path / "arms" / arm / "team").agents == ["agent_0", "agent_1"]
     assert "full" in results["arms"]["full_view_solo"] and "team" not in results["arms"]["full_view_solo"]
-    assert list(results["arms"]["untrained"]) == ["team", "train_seconds", "eval_seconds", "checkpoint"]
+    assert list(results["arms"]["untrained"]) == ["team", "train_seconds", "eval_seconds", "play_seconds",
+                                                  "checkpoint"]
+    assert set(results["arms"]["magrpo"]["play_seconds"]) == {"team", "masked"}
     protocol = results["protocol"]
     assert len(protocol["untrained"]) == 2 and len(protocol["untrained"][0]["turn0_messages"]) == 2
     assert protocol["magrpo"][0]["task_id"] == protocol["untrained"][0]["task_id"]
