@@ -163,7 +163,7 @@ class CentralizedCritic(torch.nn.Module):
         else:
             if not self.first_layer:
                 raise ValueError("trunk states need a critic whose adapter leaves the lower layers frozen (layers=k)")
-            ids, mask, width = self.policy._scoring_rows(context_ids, completion_ids)
+            ids, mask, width = self.policy.scoring_rows(context_ids, completion_ids)
             real = mask.bool()
             dtype = self._decoder().norm.weight.dtype
             states = torch.cat([t.to(self.policy.device, dtype) for t in trunk])
@@ -189,7 +189,7 @@ class CentralizedCritic(torch.nn.Module):
         """
         if not self.first_layer:
             raise ValueError("the critic adapts every layer (layers=None): there is no frozen trunk to run once")
-        ids, mask, _ = self.policy._scoring_rows(context_ids, completion_ids)
+        ids, mask, _ = self.policy.scoring_rows(context_ids, completion_ids)
         ids, mask = ids.to(self.policy.device), mask.to(self.policy.device)
         decoder, captured = self._decoder(), []
         hook = decoder.norm.register_forward_pre_hook(lambda module, args: captured.append(args[0]))

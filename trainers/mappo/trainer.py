@@ -270,7 +270,7 @@ class MAPPOTrainer(Trainer):
         else:           # no KL penalty: the reference forward would only feed a term multiplied by 0
             kl = torch.zeros_like(logp)
         if self.critic.first_layer:              # the frozen layers, once for the whole step
-            self._scored(responses, key=lambda r: 0, critic=True, score=self._store_trunk)
+            self._store_trunk(responses)
         values, _ = _pad_with_mask(self.rollout_values(responses))
         # r_k = -β·kl_k on every token, plus R_i^t on the last one
         rewards = token_rewards(torch.tensor([r.reward for r in responses]), mask, kl=kl, kl_coef=c.kl_coef)
@@ -320,12 +320,13 @@ class MAPPOTrainer(Trainer):
                                                                           [r.completion_ids for r in chunk],
                                                                           trunk=self._trunk(chunk))[0])
 
-    def _store_trunk(self, agent: str, chunk: Sequence[Response]) -> torch.Tensor:
-        """Keep each response's critic trunk states (for :meth:`_scored`: a placeholder score)."""
-        for response, states in zip(chunk, self.critic.trunk([r.critic_ids for r in chunk],
-                                                             [r.completion_ids for r in chunk])):
-            response.critic_trunk = states
-        return torch.zeros(len(chunk), max(len(r.completion_ids) for r in chunk))
+    def _store_trunk(self, responses: Sequence[Response]) -> None:
+        """Keep each response's critic trunk states (the frozen layers' output), computed in length buckets."""
+        for chunk in self._chunks(responses, key=lambda r: 0, critic=True):
+            with self.accelerator.autocast():
+                states = self.critic.trunk([r.critic_ids for r in chunk], [r.completion_ids for r in chunk])
+            for response, state in zip(chunk, states):
+                response.critic_trunk = state
 
     def _trunk(self, group: Sequence[Response]) -> list[torch.Tensor] | None:
         """The group's stored critic trunk states, or ``None`` when the critic runs every layer."""
@@ -337,19 +338,23 @@ class MAPPOTrainer(Trainer):
         Chunks are :func:`length_buckets` (the critic's when ``critic``: its context is the prefix), so
         they pad little; returns one CPU row per response, in the order given.
         """
+        rows: dict[int, torch.Tensor] = {}
+        for chunk in self._chunks(responses, key, critic):
+            with self.accelerator.autocast():
+                out = score(chunk[0].agent, chunk)
+            # bookkeeping on the CPU: actors and critic may sit on different devices (agent_devices)
+            out = out.float().cpu()
+            for row, response in enumerate(chunk):
+                rows[id(response)] = out[row, :len(response.completion_ids)]
+        return [rows[id(r)] for r in responses]
+
+    def _chunks(self, responses: Sequence[Response], key, critic: bool = False) -> list[list[Response]]:
+        """Forward batches of <= ``minibatch_size`` responses sharing ``key(response)``, in :func:`length_buckets`."""
         groups: dict[Any, list[Response]] = {}
         for response in responses:
             groups.setdefault(key(response), []).append(response)
-        rows: dict[int, torch.Tensor] = {}
-        for members in groups.values():
-            for chunk in length_buckets(members, critic=critic, max_rows=self.config.minibatch_size):
-                with self.accelerator.autocast():
-                    out = score(chunk[0].agent, chunk)
-                # bookkeeping on the CPU: actors and critic may sit on different devices (agent_devices)
-                out = out.float().cpu()
-                for row, response in enumerate(chunk):
-                    rows[id(response)] = out[row, :len(response.completion_ids)]
-        return [rows[id(r)] for r in responses]
+        return [chunk for members in groups.values()
+                for chunk in length_buckets(members, critic=critic, max_rows=self.config.minibatch_size)]
 
     def whiten_advantages(self, responses: Sequence[Response]) -> None:
         """Whiten advantages over all processes' tokens: per (turn, agent) group, or all together (``whiten_scope``)."""

@@ -116,7 +116,7 @@ class Scoring:
         return head
 
     # ------------------------------------------------------------------ forwards
-    def _scoring_rows(self, prompt_ids: Sequence[list[int]],
+    def scoring_rows(self, prompt_ids: Sequence[list[int]],
                       completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor, int]:
         """``(ids, mask, width)`` of ``[left pad][prompt][completion][right pad]`` rows.
 
@@ -148,7 +148,7 @@ class Scoring:
         checkpointing = self.gradient_checkpointing and torch.is_grad_enabled()
         device = self.device
         if len(firsts) == len(prompt_ids) or len(completion_ids) != len(prompt_ids) or checkpointing:
-            ids, mask, width = self._scoring_rows(prompt_ids, completion_ids)
+            ids, mask, width = self.scoring_rows(prompt_ids, completion_ids)
             ids, mask = ids.to(device), mask.to(device)
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             with self._checkpointing():
@@ -241,7 +241,7 @@ class Scoring:
         (``output.logits`` keeps those ``width + 1`` positions; with ``output_hidden_states`` only the last
         position's logits are kept and ``output.hidden_states`` carries every position).
         """
-        ids, mask, width = self._scoring_rows(prompt_ids, completion_ids)
+        ids, mask, width = self.scoring_rows(prompt_ids, completion_ids)
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with self._checkpointing():
