@@ -61,6 +61,11 @@ SOLO_ARMS = ("own_view_solo", "full_view_solo")
 # "full" (one agent with every view)
 PLAYS = {"untrained": ("team",), "own_view_solo": ("team",), "full_view_solo": ("full",),
          **{arm: ("team", "masked") for arm in TEAM_ARMS}}
+# settings that change only training, and env arguments that change only the reward: the untrained team's play
+# does not depend on them (StudyConfig.key)
+TRAINING_SETTINGS = ("solo_turns", "num_generations", "prompts_per_step", "steps", "learning_rate", "kl_coef",
+                     "temperature", "counterfactual_samples")
+REWARD_ONLY_ENV_ARGS = ("format_reward",)
 # expected cost, dearest first: parallel jobs start these first so the cheap arms fill in around them
 ARM_COST_ORDER = ("mappo", "counterfactual", "magrpo", "own_view_solo", "full_view_solo", "untrained")
 
@@ -141,9 +146,17 @@ class StudyConfig:
         return llm_marl_envs.make(self.env, view=view, split=split, num_agents=n, num_turns=turns or self.num_turns,
                                   num_tasks=self.num_tasks, **self.env_kwargs, **kwargs)
 
-    def key(self) -> str:
-        """A digest of every setting that changes what an arm learns or how it is played (resuming checks it)."""
+    def key(self, arm: str | None = None) -> str:
+        """A digest of every setting that changes what ``arm`` learns or how it is played (resuming checks it).
+
+        The untrained team learns nothing: its key leaves out the training settings and the env arguments that
+        change only the reward (:data:`REWARD_ONLY_ENV_ARGS`), so studies that differ in those alone share its
+        play instead of repeating it.
+        """
         settings = {k: v for k, v in asdict(self).items() if k != "arms"}
+        if arm == "untrained":
+            settings = {k: v for k, v in settings.items() if k not in TRAINING_SETTINGS}
+            settings["env_kwargs"] = {k: v for k, v in self.env_kwargs.items() if k not in REWARD_ONLY_ENV_ARGS}
         return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -306,7 +319,7 @@ def finished_arm(config: StudyConfig, out: Path, arm: str) -> dict[str, Any] | N
     path = out / "arms" / arm / "arm.json"
     if path.is_file():
         record = json.loads(path.read_text())
-        if record.get("key") == config.key():
+        if record.get("key") == config.key(arm):
             return record
     return None
 
@@ -334,7 +347,7 @@ def run_arm(arm: str, config: StudyConfig, out: Path, evaluator: Evaluator, log:
         play_seconds[setting] = time.perf_counter() - play_started
         if setting in ("team", "full"):
             kept = transcripts(episodes, config.transcripts)
-    record = {"key": config.key(), "arm": arm, "counts": trained.counts, "train_seconds": trained.seconds,
+    record = {"key": config.key(arm), "arm": arm, "counts": trained.counts, "train_seconds": trained.seconds,
               "eval_seconds": time.perf_counter() - eval_started, "play_seconds": play_seconds,
               "greedy_cache_hits": evaluator.greedy_cache.hits, "checkpoint": checkpoint,
               "matching": asdict(batch) if batch else None, "history": trained.history, "transcripts": kept,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -234,6 +235,18 @@ def test_an_arm_with_other_settings_is_run_again(tiny_model_dir, tmp_path):
     run_study(config, tmp_path, log=lambda line: None)
     assert finished_arm(config, tmp_path, "untrained") is not None
     assert finished_arm(tiny_config(tiny_model_dir, arms=("untrained",), eval_tasks=3), tmp_path, "untrained") is None
+
+
+def test_the_untrained_play_is_shared_by_studies_that_differ_only_in_training_or_reward():
+    base = StudyConfig(env="reference_game-v0")
+    trained_otherwise = replace(base, steps=40, learning_rate=1e-4, num_generations=3,
+                                env_kwargs={"format_reward": 0.1})
+    assert base.key("untrained") == trained_otherwise.key("untrained")
+    for arm in ("own_view_solo", "magrpo"):
+        assert base.key(arm) != trained_otherwise.key(arm)
+    for played_otherwise in (replace(base, eval_tasks=100), replace(base, max_new_tokens=20),
+                             replace(base, env_kwargs={"num_candidates": 3}), replace(base, seed=1)):
+        assert base.key("untrained") != played_otherwise.key("untrained")
 
 
 def test_the_env_kwargs_reach_every_env_of_the_study():
