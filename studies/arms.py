@@ -25,14 +25,14 @@ def log_matching(config: Any, batches: Iterable[Any], seats: str, log: Callable[
 
 
 def run_arms(config: Any, out: Path, *, finished_arm: Callable[..., dict[str, Any] | None],
-             run_arm: Callable[..., dict[str, Any]], make_evaluator: Callable[[Any], Any], worker: Callable[..., str],
+             run_arm: Callable[..., dict[str, Any]], make_evaluator: Callable[[Any], Any],
              in_workers: Callable[[list[str]], list[str]], jobs: int, threads_per_job: int,
              log: Callable[[str], Any] = print) -> dict[str, dict[str, Any]]:
     """The record of every arm of ``config.arms``: reused where ``finished_arm(config, out, arm)`` has one, else run.
 
     With ``jobs > 1``, the pending arms that ``in_workers(pending)`` picks (in the order it gives: the dearest
-    first) run ``jobs`` at a time, each as ``worker(arm, config, str(out), threads_per_job)`` in a fresh process
-    that returns its log and leaves its record in ``out``. What is left runs here as
+    first) run ``jobs`` at a time, each in a fresh process (:func:`run_arm_in_worker`: its own evaluator, its record
+    left in ``out``, its log returned). What is left runs here as
     ``run_arm(arm, config, out, evaluator, log=log)``, with one evaluator made when the first arm needs it.
     """
     pending = [arm for arm in config.arms if finished_arm(config, out, arm) is None]
@@ -44,7 +44,8 @@ def run_arms(config: Any, out: Path, *, finished_arm: Callable[..., dict[str, An
         log(f"running {len(parallel)} arms, {jobs} at a time with {threads_per_job} thread(s) each: "
             f"{', '.join(parallel)}")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(worker, arm, config, str(out), threads_per_job) for arm in parallel]
+            futures = [pool.submit(run_arm_in_worker, run_arm, make_evaluator, arm, config, out, threads_per_job)
+                       for arm in parallel]
             for future in as_completed(futures):
                 log(future.result())
     evaluator, records = None, {}
@@ -57,3 +58,14 @@ def run_arms(config: Any, out: Path, *, finished_arm: Callable[..., dict[str, An
             record = run_arm(arm, config, out, evaluator, log=log)
         records[arm] = record
     return records
+
+
+def run_arm_in_worker(run_arm: Callable[..., dict[str, Any]], make_evaluator: Callable[[Any], Any], arm: str,
+                      config: Any, out: Path, threads: int) -> str:
+    """One arm in a worker process of :func:`run_arms` with ``threads`` torch threads; returns its log."""
+    import torch
+
+    torch.set_num_threads(threads)
+    lines: list[str] = []
+    run_arm(arm, config, out, make_evaluator(config), log=lines.append)
+    return "\n".join(lines)

@@ -635,16 +635,6 @@ def run_arm(arm: str, config: StudyConfig, out: Path, evaluator: Evaluator, log:
     return record
 
 
-def _run_arm_in_worker(arm: str, config: StudyConfig, out: str, threads: int) -> str:
-    """One arm in a worker process of ``run_study(jobs=...)`` with ``threads`` torch threads; returns its log."""
-    import torch
-
-    torch.set_num_threads(threads)
-    lines: list[str] = []
-    run_arm(arm, config, Path(out), Evaluator(config), log=lines.append)
-    return "\n".join(lines)
-
-
 def _in_workers(pending: list[str]) -> list[str]:
     """The pending arms worker processes run, the dearest first; replayed arms follow, in the main process."""
     return sorted((a for a in pending if a not in REPLAYED_ARMS),
@@ -665,7 +655,7 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
     batches = matched_batches(config)
     log_matching(config, batches.values(), "agents", log)
     arm_records = run_arms(config, out, finished_arm=finished_arm, run_arm=run_arm, make_evaluator=Evaluator,
-                           worker=_run_arm_in_worker, in_workers=_in_workers, jobs=jobs,
+                           in_workers=_in_workers, jobs=jobs,
                            threads_per_job=threads_per_job, log=log)
     arm_scores = {arm: record.pop("scores") for arm, record in arm_records.items()}
     summaries = {arm: arm_summary(arm_scores[arm]) for arm in config.arms}

@@ -468,16 +468,6 @@ def format_table(summaries: dict[str, Any], paired: dict[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the study
-def _run_arm_in_worker(arm: str, config: StudyConfig, out: str, threads: int) -> str:
-    """One arm in a worker process of ``run_study(jobs=...)`` with ``threads`` torch threads; returns its log."""
-    import torch
-
-    torch.set_num_threads(threads)
-    lines: list[str] = []
-    run_arm(arm, config, Path(out), Evaluator(config), log=lines.append)
-    return "\n".join(lines)
-
-
 def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, jobs: int = 1,
               threads_per_job: int = 1, command: str | None = None) -> dict[str, Any]:
     """Train and evaluate every arm of ``config`` (reusing arms done in ``out``); write results.json and the figure.
@@ -492,7 +482,7 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
     batches = matched_batches(config)
     log_matching(config, batches.values(), "roles", log)
     records = run_arms(config, out, finished_arm=finished_arm, run_arm=run_arm, make_evaluator=Evaluator,
-                       worker=_run_arm_in_worker, in_workers=lambda pending: sorted(pending, key=ARM_COST_ORDER.index),
+                       in_workers=lambda pending: sorted(pending, key=ARM_COST_ORDER.index),
                        jobs=jobs, threads_per_job=threads_per_job, log=log)
     arm_scores = {arm: record.pop("scores") for arm, record in records.items()}
     summaries = {arm: arm_summary(arm_scores[arm]) for arm in config.arms}
