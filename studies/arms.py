@@ -43,7 +43,9 @@ def run_arms(config: Any, out: Path, *, finished_arm: Callable[..., dict[str, An
 
         log(f"running {len(parallel)} arms, {jobs} at a time with {threads_per_job} thread(s) each: "
             f"{', '.join(parallel)}")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        # one process per arm: a worker's memory (its model, its caches) goes back when its arm is done
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 max_tasks_per_child=1) as pool:
             futures = [pool.submit(run_arm_in_worker, run_arm, make_evaluator, arm, config, out, threads_per_job)
                        for arm in parallel]
             for future in as_completed(futures):
