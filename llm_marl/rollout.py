@@ -220,6 +220,7 @@ class RolloutEngine:
             # a fresh seed for every turn: reusing the call's seed would replay turn 0's noise
             generations = iter(self.sample(requests, params=params.for_call(turn_call)))
             turn_call += 1
+            bar.set_postfix_str(f"turn {turn_call} played by {len(live)} episodes")  # a chunk ends at its last turn
             still_live = []
             for e in live:
                 env = envs[e]
