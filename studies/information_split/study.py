@@ -449,6 +449,66 @@ def summary_figure(summaries: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def training_curves(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, list]]:
+    """Each trained arm's learning signal per step (per role for a solo arm trained once per role).
+
+    ``last_turn_reward``: the mean over agents of the last turn's reward (MAPPO: its mean reward per response);
+    ``zero_advantage_share``: the share of the last turn's sample groups whose rewards were all equal, so that they
+    gave no gradient (MAGRPO's tree; ``None`` for MAPPO).
+    """
+    curves: dict[str, dict[str, list]] = {}
+    for arm, record in records.items():
+        for row in record.get("history") or []:
+            if "step" not in row:
+                continue
+            label = arm if row.get("role") is None or arm != "own_view_solo" else f"{arm} (role {row['role']})"
+            turns = [int(key.split("/")[0][4:]) for key in row if key.startswith("turn") and key.endswith(
+                "/reward_mean") and key.count("/") == 2]
+            if turns:
+                last = f"turn{max(turns)}/"
+                agents = [key for key in row if key.startswith(last) and key.endswith("/reward_mean")]
+                reward = float(np.mean([row[key] for key in agents]))
+                zero = [row.get(key.replace("reward_mean", "zero_advantage_groups")) for key in agents]
+                zero_share = float(np.mean(zero)) if all(z is not None for z in zero) else None
+            elif "reward_mean" in row:
+                reward, zero_share = float(row["reward_mean"]), None
+            else:
+                continue
+            curve = curves.setdefault(label, {"step": [], "last_turn_reward": [], "zero_advantage_share": []})
+            curve["step"].append(int(row["step"]))
+            curve["last_turn_reward"].append(reward)
+            curve["zero_advantage_share"].append(zero_share)
+    return curves
+
+
+def training_figure(curves: dict[str, dict[str, list]], path: Path) -> Path:
+    """Two panels over training steps: each arm's last-turn reward, and the share of its groups with no gradient."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (reward_ax, zero_ax) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for label, curve in curves.items():
+        reward_ax.plot(curve["step"], curve["last_turn_reward"], marker=".", label=label)
+        points = [(s, z) for s, z in zip(curve["step"], curve["zero_advantage_share"]) if z is not None]
+        if points:
+            zero_ax.plot(*zip(*points), marker=".", label=label)
+    reward_ax.set_xlabel("training step")
+    reward_ax.set_ylabel("last-turn reward, mean over agents")
+    reward_ax.set_title("reward while training (not a result: held-out accuracy is)", fontsize=9)
+    zero_ax.set_xlabel("training step")
+    zero_ax.set_ylabel("share of groups with zero advantage")
+    zero_ax.set_ylim(-0.02, 1.02)
+    zero_ax.set_title("groups whose samples all earned the same reward (no gradient)", fontsize=9)
+    if curves:
+        reward_ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def format_table(summaries: dict[str, Any], paired: dict[str, Any]) -> str:
     """A Markdown table: one row per arm, its accuracy, its masked accuracy and its paired differences."""
     def ci(e: dict[str, Any] | None) -> str:
@@ -487,6 +547,7 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
     arm_scores = {arm: record.pop("scores") for arm, record in records.items()}
     summaries = {arm: arm_summary(arm_scores[arm]) for arm in config.arms}
     paired = comparisons(arm_scores)
+    curves = training_curves(records)
     results = {
         "study": "information-split study", "command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                                      time.gmtime()),
@@ -496,7 +557,7 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
                        "eval_seconds": records[arm]["eval_seconds"],
                        "play_seconds": records[arm].get("play_seconds"), "checkpoint": records[arm]["checkpoint"]}
                  for arm in config.arms},
-        "paired_differences": paired, "research_bar": research_bar(paired),
+        "paired_differences": paired, "research_bar": research_bar(paired), "training": curves,
         "protocol": {arm: records[arm]["transcripts"] for arm in config.arms},
         "accuracy": "greedy; final-turn accuracy: fraction of the seats right at the last turn (one seat for "
                     "full_view_solo), per task; masked: the same team with every partner's message replaced by an "
@@ -510,12 +571,13 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
     }
     write_text_atomically(out / "results.json", json.dumps(results, indent=2, default=str))
     summary_figure(summaries, out / "summary.png")
+    training_figure(curves, out / "training.png")
     log(format_table(summaries, paired))
     for arm, bar in results["research_bar"].items():
         log(f"research bar, {arm}: {'met' if bar['met'] else 'not met'} ({bar})")
     log(f"time: {results['wall_time_s']['all_arms'] / 60:.1f} min of training + evaluation summed over arms, this "
         f"call {results['wall_time_s']['this_call'] / 60:.1f} min wall with {jobs} job(s); wrote "
-        f"{out / 'results.json'} and {out / 'summary.png'}")
+        f"{out / 'results.json'}, {out / 'summary.png'} and {out / 'training.png'}")
     return results
 
 
@@ -575,4 +637,4 @@ def _commit() -> str | None:
 
 __all__ = ["ARMS", "Evaluator", "StudyConfig", "TEAM_ARMS", "arm_summary", "comparisons", "finished_arm",
            "format_table", "matched_batches", "research_bar", "run_arm", "run_seeds", "run_study", "summary_figure",
-           "train_arm", "transcripts"]
+           "train_arm", "training_curves", "training_figure", "transcripts"]

@@ -218,6 +218,10 @@ def test_the_command_runs_every_arm_writes_results_and_resumes(tiny_model_dir, t
     assert len(protocol["untrained"]) == 2 and len(protocol["untrained"][0]["turn0_messages"]) == 2
     assert protocol["magrpo"][0]["task_id"] == protocol["untrained"][0]["task_id"]
     assert (tmp_path / "summary.png").stat().st_size > 0
+    assert (tmp_path / "training.png").stat().st_size > 0
+    assert set(results["training"]) == {"own_view_solo (role 0)", "own_view_solo (role 1)", "full_view_solo",
+                                        "magrpo", "mappo", "counterfactual"}
+    assert all(curve["step"] == [1] for curve in results["training"].values())
     stamps = {arm: (tmp_path / "arms" / arm / "arm.json").stat().st_mtime_ns for arm in ARMS}
     lines = []
     from studies.information_split.study import run_study
@@ -267,3 +271,30 @@ def test_the_command_passes_env_arguments_and_refuses_bad_ones_in_one_line(capsy
             run.main(["--env", "reference_game-v0", "--out", "unused", *argv])
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and message in err and "Traceback" not in err
+
+
+def test_training_curves_read_the_last_turn_of_each_arms_history():
+    from studies.information_split.study import training_curves
+
+    def magrpo_row(step, rewards, zero, role=None):
+        row = {"step": step, "turn0/agent_0/reward_mean": 0.0, "turn0/agent_0/zero_advantage_groups": 1.0,
+               "turn1/joint_reward_mean": 9.0}
+        for i, (reward, share) in enumerate(zip(rewards, zero)):
+            row[f"turn1/agent_{i}/reward_mean"], row[f"turn1/agent_{i}/zero_advantage_groups"] = reward, share
+        return row if role is None else {**row, "role": role}
+
+    solo = [{"step": 1, "role": role, "turn0/agent_0/reward_mean": 0.1 * (role + 1),
+             "turn0/agent_0/zero_advantage_groups": 0.5} for role in (0, 1)]
+    records = {"untrained": {"history": []},
+               "own_view_solo": {"history": solo},
+               "magrpo": {"history": [magrpo_row(1, [0.2, 0.4], [0.0, 0.5]), {"eval/accuracy": 0.3},
+                                      magrpo_row(2, [1.0, 0.0], [1.0, 1.0])]},
+               "mappo": {"history": [{"step": 1, "reward_mean": 0.25}]}}
+    curves = training_curves(records)
+    assert list(curves) == ["own_view_solo (role 0)", "own_view_solo (role 1)", "magrpo", "mappo"]
+    assert curves["own_view_solo (role 1)"] == {"step": [1], "last_turn_reward": [pytest.approx(0.2)],
+                                                "zero_advantage_share": [0.5]}
+    assert curves["magrpo"]["step"] == [1, 2]                     # the row without a step is not a training step
+    assert curves["magrpo"]["last_turn_reward"] == [pytest.approx(0.3), pytest.approx(0.5)]   # turn 1, not turn 0
+    assert curves["magrpo"]["zero_advantage_share"] == [pytest.approx(0.25), 1.0]
+    assert curves["mappo"] == {"step": [1], "last_turn_reward": [0.25], "zero_advantage_share": [None]}
