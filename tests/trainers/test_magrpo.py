@@ -20,7 +20,7 @@ from trainers.common.incentives import IncentiveWeights, incentive_shaped
 from trainers.common.logging import read_metrics
 from trainers.experimental import ExperimentalMAGRPOConfig, ExperimentalMAGRPOTrainer
 from trainers.magrpo import MAGRPOConfig, MAGRPOTrainer, group_advantages
-from trainers.magrpo.trainer import TreeNode, sample_values
+from trainers.magrpo.trainer import TreeNode, sample_diagnostics, sample_values
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,6 +62,19 @@ def test_std_normalisation_and_floor():
     flat = torch.tensor([0.0, 0.0, 0.0, 1e-6], dtype=torch.float64)
     floored = group_advantages(flat, "mean", normalize=True, std_floor=1e-4)
     assert floored[3].item() == pytest.approx(0.75e-6 / 1e-4)
+
+
+@pytest.mark.parametrize("mode", ["mean", "rloo", "max"])
+@pytest.mark.parametrize("size", [3, 4, 6, 7])
+def test_a_group_of_equal_values_has_exactly_zero_advantage(mode, size):
+    """Three rewards of 0.1 have a mean of 0.10000000000000002: rounding must not pass for a signal."""
+    values = torch.full((size,), 0.1, dtype=torch.float64)
+    for normalize in (False, True):
+        assert group_advantages(values, mode, normalize=normalize).tolist() == [0.0] * size
+    assert sample_diagnostics([], [group_advantages(values, mode)])["zero_advantage_groups"] == 1.0
+    apart = values.clone()
+    apart[0] = 0.1 + 1e-9                              # a real difference, however small, is kept
+    assert group_advantages(apart, mode).abs().max() > 0
 
 
 def test_cross_mode_sample_values_average_over_partners():

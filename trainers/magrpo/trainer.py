@@ -69,8 +69,16 @@ class TreeNode:
 
 
 def group_advantages(values: torch.Tensor, mode: str, normalize: bool = False, std_floor: float = 1e-4) -> torch.Tensor:
-    """Group-relative advantages of G values (see the module docstring for the modes)."""
+    """Group-relative advantages of G values (see the module docstring for the modes).
+
+    A group whose values agree to rounding (e.g. three rewards of 0.1, whose mean is not exactly 0.1) has exactly
+    zero advantages in every relative mode: it carries no signal, and normalising would only scale rounding noise.
+    """
     g = values.numel()
+    if mode in ("mean", "rloo", "max") and g > 1:
+        scale = float(values.abs().max())
+        if float(values.max() - values.min()) <= 4 * g * torch.finfo(values.dtype).eps * max(1.0, scale):
+            return torch.zeros_like(values)
     if mode == "mean":
         advantages = values - values.mean()
     elif mode == "rloo":
