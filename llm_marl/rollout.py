@@ -38,7 +38,8 @@ class GreedyCache:
     At temperature 0 an answer is a function of the weights and the prompt. Two plays that share prompts share
     those answers: a team and the same team with its partners' messages masked
     (``mask_messages=True``) see the same turn-0 prompts, so the second play generates only its later turns.
-    Pass one cache to the :class:`RolloutEngine` of each play.
+    Pass one cache to the :class:`RolloutEngine` of each play. Within one play, episodes whose agent sees the same
+    prompt (two tasks that give it the same view) generate that answer once.
 
     An answer is kept under (the policy, its adapter, ``max_new_tokens``, ``no_repeat_ngram``, the conversation)
     and the policy's ``weights_version()``, so a load or an optimizer step makes the kept answers stale rather
@@ -124,24 +125,30 @@ class RolloutEngine:
                params: SamplingParams | None = None) -> list[list[Generation]]:
         """Sample for ``(agent, conversation)`` requests: one generate call per policy, results in input order.
 
-        With a :class:`GreedyCache`, a greedy request whose answer the cache holds is not generated again.
+        With a :class:`GreedyCache`, a greedy request whose answer the cache holds is not generated again, and
+        greedy requests that are the same (policy, adapter, settings and conversation) are generated once.
         """
         params = params or self.params
         results: list[list[Generation] | None] = [None] * len(requests)
         keys: list[tuple | None] = [None] * len(requests)
+        first_asked: dict[tuple, int] = {}     # key -> the request of this call that generates it
+        repeats: list[int] = []                # requests that take the answer of an earlier, identical one
         if self.greedy_cache is not None and num_samples == 1:
             for i, (agent, conversation) in enumerate(requests):
-                policy = self.team.policy(agent)
-                keys[i] = self.greedy_cache.key(policy, self.team.adapter(agent), params, conversation)
+                keys[i] = self.greedy_cache.key(self.team.policy(agent), self.team.adapter(agent), params,
+                                                conversation)
                 kept = self.greedy_cache.get(keys[i])
                 if kept is not None:
-                    adopt = getattr(policy, "adopt", None)
-                    if adopt is not None:
-                        adopt(conversation, kept)
+                    self._adopt(agent, conversation, kept)
                     results[i] = [kept]
+                elif keys[i] is not None and keys[i] in first_asked:
+                    repeats.append(i)
+                elif keys[i] is not None:
+                    first_asked[keys[i]] = i
         by_policy: dict[int, list[int]] = {}
+        repeated = set(repeats)
         for i, (agent, _) in enumerate(requests):
-            if results[i] is None:
+            if results[i] is None and i not in repeated:
                 by_policy.setdefault(id(self.team.policy(agent)), []).append(i)
         if not by_policy:
             return results  # type: ignore[return-value]
@@ -156,7 +163,18 @@ class RolloutEngine:
                 results[i] = generations
                 if self.greedy_cache is not None:
                     self.greedy_cache.put(keys[i], generations[0])
+        for i in repeats:
+            agent, conversation = requests[i]
+            kept = self.greedy_cache.get(keys[i])
+            self._adopt(agent, conversation, kept)
+            results[i] = [kept]
         return results  # type: ignore[return-value]
+
+    def _adopt(self, agent: str, conversation: Conversation, generation: Generation) -> None:
+        """Hand a kept answer to the agent's policy (where it takes one), so its next prompt holds these ids."""
+        adopt = getattr(self.team.policy(agent), "adopt", None)
+        if adopt is not None:
+            adopt(conversation, generation)
 
     # ------------------------------------------------------------------ plain episodes
     def collect(self, num_episodes: int | None = None, *, seeds: Sequence[int] | None = None,

@@ -78,3 +78,15 @@ def test_sampled_requests_are_never_kept(team):
     _, first = play(team, cache, params=sampled)
     _, second = play(team, cache, params=sampled)
     assert (first, second) == (2, 2) and len(cache) == 0 and cache.hits == 0
+
+
+def test_identical_greedy_requests_of_one_call_are_generated_once(team):
+    """Task 0 twice and task 1: per turn 6 requests, 4 distinct; the repeated episode plays exactly as its twin."""
+    env = llm_marl_envs.make("split_arithmetic-v0", num_turns=2)
+    cache = GreedyCache()
+    episodes = RolloutEngine(env, team, GREEDY, progress=False, greedy_cache=cache).collect(
+        task_indices=[0, 0, 1], seeds=[0, 0, 1])
+    assert (cache.misses, cache.hits) == (8, 4)                # 4 generated and 2 repeated, at each of 2 turns
+    assert trajectory(episodes[:1]) == trajectory(episodes[1:2])
+    fresh = RolloutEngine(env, team, GREEDY, progress=False).collect(task_indices=[0, 0, 1], seeds=[0, 0, 1])
+    assert trajectory(episodes) == trajectory(fresh)
