@@ -6,13 +6,16 @@ Builds the study's evaluator (:class:`studies.information_split.study.Evaluator`
 LoRA adapter per role, untrained, 2 roles x 2 turns, 40 new tokens, greedy) and plays the same tasks three times,
 one torch thread:
 
-1. the team, keeping its greedy answers in a :class:`llm_marl.rollout.GreedyCache`;
-2. the masked team with that cache: its turn-0 prompts are the team's, so only turn 1 is generated;
-3. the masked team with an empty cache: every turn generated, as without the cache.
+1. the team without a cache: every request generated;
+2. the team, keeping its greedy answers in a :class:`llm_marl.rollout.GreedyCache`: a request the same as an
+   earlier one (an agent whose view another task shares) takes that answer;
+3. the masked team with that cache: its turn-0 prompts are the team's, so only turn 1 is generated;
+4. the masked team with an empty cache: as without the team's answers.
 
-Prints the seconds of each play, whether plays 2 and 3 gave the same answers, and, as the last line,
-``ratio=<play 3 / play 2>`` (what the ablation costs without the cache over with it). The figures, with command,
-date, commit and machine, are on the documentation's Performance page.
+Prints the seconds of each play, whether plays 1 and 2 and plays 3 and 4 gave the same answers,
+``team_ratio=<play 1 / play 2>`` and, as the last line, ``ratio=<play 4 / play 3>`` (what the ablation costs
+without the team's answers over with them). The figures, with command, date, commit and machine, are on the
+documentation's Performance page.
 """
 from __future__ import annotations
 
@@ -42,18 +45,21 @@ def main(argv: list[str] | None = None) -> None:
     evaluator.load(evaluator.untrained)
     seconds, answers = {}, {}
     with tempfile.TemporaryDirectory() as out:
-        for label, setting, fresh_cache in (("team", "team", False), ("masked, team's answers kept", "masked", False),
-                                            ("masked, empty cache", "masked", True)):
-            if fresh_cache:
-                evaluator.greedy_cache = GreedyCache()
+        for label, setting, cache in (("team, no cache", "team", None), ("team", "team", "new"),
+                                      ("masked, team's answers kept", "masked", "kept"),
+                                      ("masked, empty cache", "masked", "new")):
+            if cache != "kept":
+                evaluator.greedy_cache = GreedyCache() if cache == "new" else None
             started = time.perf_counter()
             _, episodes = evaluator.play(setting, Path(out) / label.replace(" ", "_").replace(",", ""), label=label)
             seconds[label] = time.perf_counter() - started
             answers[label] = [e["answers"] for e in episodes]
-            print(f"{label:>28}: {seconds[label]:7.1f} s, {args.tasks} tasks, greedy cache hits "
-                  f"{evaluator.greedy_cache.hits}")
-    same = answers["masked, team's answers kept"] == answers["masked, empty cache"]
-    print(f"masked plays give the same answers: {same}")
+            hits = "no cache" if evaluator.greedy_cache is None else f"greedy cache hits {evaluator.greedy_cache.hits}"
+            print(f"{label:>28}: {seconds[label]:7.1f} s, {args.tasks} tasks, {hits}", flush=True)
+    print(f"team plays give the same answers: {answers['team, no cache'] == answers['team']}")
+    kept_answers = answers["masked, team's answers kept"]
+    print(f"masked plays give the same answers: {kept_answers == answers['masked, empty cache']}")
+    print(f"team_ratio={seconds['team, no cache'] / seconds['team']:.2f}")
     kept = seconds["masked, team's answers kept"]
     print(f"ratio={seconds['masked, empty cache'] / kept:.2f}")
 
