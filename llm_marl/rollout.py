@@ -132,7 +132,7 @@ class RolloutEngine:
         results: list[list[Generation] | None] = [None] * len(requests)
         keys: list[tuple | None] = [None] * len(requests)
         first_asked: dict[tuple, int] = {}     # key -> the request of this call that generates it
-        repeats: list[int] = []                # requests that take the answer of an earlier, identical one
+        repeats: set[int] = set()              # requests that take the answer of an earlier, identical one
         if self.greedy_cache is not None and num_samples == 1:
             for i, (agent, conversation) in enumerate(requests):
                 keys[i] = self.greedy_cache.key(self.team.policy(agent), self.team.adapter(agent), params,
@@ -142,13 +142,12 @@ class RolloutEngine:
                     self._adopt(agent, conversation, kept)
                     results[i] = [kept]
                 elif keys[i] is not None and keys[i] in first_asked:
-                    repeats.append(i)
+                    repeats.add(i)
                 elif keys[i] is not None:
                     first_asked[keys[i]] = i
         by_policy: dict[int, list[int]] = {}
-        repeated = set(repeats)
         for i, (agent, _) in enumerate(requests):
-            if results[i] is None and i not in repeated:
+            if results[i] is None and i not in repeats:
                 by_policy.setdefault(id(self.team.policy(agent)), []).append(i)
         if not by_policy:
             return results  # type: ignore[return-value]

@@ -462,11 +462,13 @@ def training_curves(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, l
             if "step" not in row:
                 continue
             label = arm if row.get("role") is None or arm != "own_view_solo" else f"{arm} (role {row['role']})"
-            turns = [int(key.split("/")[0][4:]) for key in row if key.startswith("turn") and key.endswith(
-                "/reward_mean") and key.count("/") == 2]
-            if turns:
-                last = f"turn{max(turns)}/"
-                agents = [key for key in row if key.startswith(last) and key.endswith("/reward_mean")]
+            per_turn: dict[int, list[str]] = {}      # turn -> its per-agent "turn<t>/<agent>/reward_mean" keys
+            for key in row:
+                parts = key.split("/")
+                if len(parts) == 3 and parts[0].startswith("turn") and parts[2] == "reward_mean":
+                    per_turn.setdefault(int(parts[0][4:]), []).append(key)
+            if per_turn:
+                agents = per_turn[max(per_turn)]
                 reward = float(np.mean([row[key] for key in agents]))
                 zero = [row.get(key.replace("reward_mean", "zero_advantage_groups")) for key in agents]
                 zero_share = float(np.mean(zero)) if all(z is not None for z in zero) else None
