@@ -5,6 +5,9 @@ Run from the repository root, one env per command::
     python -m studies.information_split.run --env split_arithmetic-v0 --out outputs/split_arithmetic
     # an env argument for every arm (here: a small reward for a readable wrong answer):
     python -m studies.information_split.run --env reference_game-v0 --env-arg format_reward=0.1 --out outputs/rg
+    # every arm (the untrained team too) starting from another study's full-view agent, seated in each role:
+    python -m studies.information_split.run --env split_arithmetic-v0 \
+        --warm-start outputs/split_arithmetic/arms/full_view_solo/team --out outputs/split_arithmetic_warm
     # a few arms, fewer steps and tasks, one job:
     python -m studies.information_split.run --env reference_game-v0 --arms untrained,own_view_solo,magrpo \
         --steps 5 --eval-tasks 50 --jobs 1 --out smoke
@@ -73,6 +76,9 @@ def main(argv: list[str] | None = None) -> None:
                              "--env-arg num_candidates=3); VALUE is read as YAML")
     parser.add_argument("--model", default=fields["model"].default,
                         help="base model: the embedded name or a local HF directory")
+    parser.add_argument("--warm-start", default=None, metavar="CHECKPOINT",
+                        help="a team checkpoint whose LoRA adapters every arm starts from, seat by seat (e.g. another "
+                             "study's OUT/arms/full_view_solo/team); the untrained team is this start")
     parser.add_argument("--seeds", default=None,
                         help="comma-separated seeds: the study once per seed in OUT/seed-<s>, and the spread in "
                              "OUT/seeds.json and OUT/seeds.png (overrides --seed)")

@@ -92,6 +92,9 @@ class StudyConfig:
     seed: int = 0
     arms: tuple[str, ...] = ARMS
     env_kwargs: dict[str, Any] = field(default_factory=dict)   # more make() arguments of the env (e.g. operators)
+    # a team checkpoint whose LoRA adapters every arm starts from, seat agent_k from its agent_k (e.g. another
+    # study's arms/full_view_solo/team); the untrained team is this start. None: fresh adapters
+    warm_start: str | None = None
 
     def __post_init__(self) -> None:
         self.arms = tuple(dict.fromkeys(self.arms))
@@ -121,6 +124,8 @@ class StudyConfig:
                              f"split_arithmetic-v0, reference_game-v0 or hidden_profile-v0")
 
         self._roles = len(probe.role_names)
+        if self.warm_start is not None:
+            warm_start_manifest(self)      # a checkpoint that cannot start every seat is refused here, not mid-run
 
     @property
     def num_agents(self) -> int:
@@ -154,10 +159,72 @@ class StudyConfig:
         play instead of repeating it.
         """
         settings = {k: v for k, v in asdict(self).items() if k != "arms"}
+        if self.warm_start is not None:       # the weights, not the path: a start trained again is another study
+            settings["warm_start"] = warm_start_digest(self)
         if arm == "untrained":
             settings = {k: v for k, v in settings.items() if k not in TRAINING_SETTINGS}
             settings["env_kwargs"] = {k: v for k, v in self.env_kwargs.items() if k not in REWARD_ONLY_ENV_ARGS}
         return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------------ warm start
+def warm_start_manifest(config: StudyConfig) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint dir and ``team.json`` of ``config.warm_start``; ``ValueError`` unless it holds a LoRA adapter
+    for every seat ``agent_0 … agent_{N-1}``, trained on the study's base model."""
+    from llm_marl.team_checkpoint import check_models, find_checkpoint, read_manifest
+
+    path = find_checkpoint(config.warm_start)
+    manifest = read_manifest(path)
+    check_models(path, manifest, [config.model])
+    seats = [f"agent_{i}" for i in range(config.num_agents)]
+    members = manifest["members"]
+    unfit = [seat for seat in seats if members.get(seat, {}).get("weights") != "lora"]
+    if unfit:
+        raise ValueError(f"warm_start={config.warm_start!r}: the study's seats {seats} each start from the "
+                         f"checkpoint's LoRA adapter of the same name, but it has none for {unfit} (it holds "
+                         f"{ {a: m.get('weights') for a, m in members.items()} }); pass a team checkpoint of "
+                         f"{config.num_agents} LoRA agents, e.g. another study's arms/full_view_solo/team")
+    return path, manifest
+
+
+def warm_start_digest(config: StudyConfig) -> str:
+    """A digest of the warm start's adapter configs and weights, seat by seat."""
+    from llm_marl.team_checkpoint import WEIGHT_FILES, agent_dir
+
+    path, manifest = warm_start_manifest(config)
+    digest = hashlib.sha256()
+    for i in range(config.num_agents):
+        folder = agent_dir(path, manifest, f"agent_{i}")
+        for name in WEIGHT_FILES["lora"]:
+            digest.update((folder / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def start_seats(config: StudyConfig, policy: Any, seats: Sequence[str]) -> None:
+    """Give every seat's adapter of ``policy`` its starting weights: the warm start's (if any), else leave the
+    fresh ones. ``ValueError`` when the checkpoint's LoRA settings differ from the seats' (another rank, scale or
+    set of layers would not be the adapter that was trained)."""
+    if config.warm_start is None:
+        return
+    from peft import PeftConfig
+
+    from llm_marl.team_checkpoint import agent_dir, read_agent
+
+    path, manifest = warm_start_manifest(config)
+    for seat in seats:
+        saved = PeftConfig.from_pretrained(str(agent_dir(path, manifest, seat)))
+        ours = policy.model.peft_config[seat]
+        differ = {name: (getattr(saved, name), getattr(ours, name)) for name in ("r", "lora_alpha", "target_modules")
+                  if _setting(getattr(saved, name)) != _setting(getattr(ours, name))}
+        if differ:
+            raise ValueError(f"warm_start={config.warm_start!r}: agent {seat!r} was trained with other LoRA "
+                             f"settings than the study's (saved, study): {differ}")
+        read_agent(path, manifest, seat, policy, seat)
+
+
+def _setting(value: Any) -> Any:
+    """A LoRA setting compared by content (target modules come back as a list or a set)."""
+    return sorted(value) if isinstance(value, (list, set, tuple)) else value
 
 
 # ------------------------------------------------------------------------------------------------ matching
@@ -235,6 +302,7 @@ def train_arm(arm: str, config: StudyConfig, batch: collaboration.ArmBatch, out:
     model, tokenizer = base_model(config)
     team = Team.adapter_per_agent(model, tokenizer, seats, name=config.model)
     policy = team.policy(seats[0])
+    start_seats(config, policy, seats)
     common = collaboration._trainer_config_kwargs(config, out)
     counter = SamplingCounter()
     started = time.perf_counter()
@@ -273,6 +341,7 @@ class Evaluator:
         model, tokenizer = base_model(config)
         self.team = Team.adapter_per_agent(model, tokenizer, self.seats, name=config.model)
         self.policy = self.team.policy(self.seats[0])
+        start_seats(config, self.policy, self.seats)
         self.untrained = {seat: self.policy.trainable_state_dict(seat) for seat in self.seats}
         self.greedy_cache = GreedyCache()
         self.envs = {"team": config.make_env("test"), "masked": config.make_env("test", mask_messages=True),

@@ -298,3 +298,76 @@ def test_training_curves_read_the_last_turn_of_each_arms_history():
     assert curves["magrpo"]["last_turn_reward"] == [pytest.approx(0.3), pytest.approx(0.5)]   # turn 1, not turn 0
     assert curves["magrpo"]["zero_advantage_share"] == [pytest.approx(0.25), 1.0]
     assert curves["mappo"] == {"step": [1], "last_turn_reward": [0.25], "zero_advantage_share": [None]}
+
+
+# ------------------------------------------------------------------ the warm start
+def saved_random_team(model_dir, out):
+    """A team checkpoint of the tiny model whose two seats hold distinct random adapters; the seats' tensors."""
+    from llm_marl.team_checkpoint import save_team
+
+    evaluator = Evaluator(tiny_config(model_dir, arms=("untrained",)))
+    noise = torch.Generator().manual_seed(1)
+    seats = {seat: {name: torch.randn(t.shape, generator=noise) for name, t in state.items()}
+             for seat, state in evaluator.untrained.items()}
+    evaluator.load(seats)
+    return save_team(out, 1, evaluator.team, env=evaluator.envs["team"]), seats
+
+
+def distance(a, b):
+    """The largest difference of two seats' adapters (tensor names hold the seat: compared in order)."""
+    assert len(a) == len(b)
+    return max((x - y).abs().max().item() for x, y in zip(a.values(), b.values()))
+
+
+def test_every_arm_and_the_untrained_team_start_from_the_warm_start(tiny_model_dir, tmp_path):
+    checkpoint, warm = saved_random_team(tiny_model_dir, tmp_path / "start")
+    fresh = Evaluator(tiny_config(tiny_model_dir, arms=("untrained",))).untrained
+    config = tiny_config(tiny_model_dir, arms=("magrpo", "own_view_solo"), warm_start=str(checkpoint))
+    evaluator = Evaluator(config)
+    for seat in evaluator.seats:                     # the untrained team is the warm start, seat by seat
+        assert distance(evaluator.untrained[seat], warm[seat]) == 0
+        assert distance(fresh[seat], warm[seat]) > 0.5
+    batches = matched_batches(config)
+    for arm in ("magrpo", "own_view_solo"):
+        trained = train_arm(arm, config, batches[arm], tmp_path / arm)
+        for seat in evaluator.seats:                 # one step (of at most a small change) from its own start
+            other = warm["agent_1" if seat == "agent_0" else "agent_0"]
+            assert distance(trained.seats[seat], warm[seat]) < 0.05 < distance(trained.seats[seat], other)
+            assert distance(trained.seats[seat], fresh[seat]) > 0.5
+
+
+def test_the_warm_start_is_part_of_every_arms_key(tiny_model_dir, tmp_path):
+    first, _ = saved_random_team(tiny_model_dir, tmp_path / "a")
+    config = tiny_config(tiny_model_dir, warm_start=str(first))
+    cold = tiny_config(tiny_model_dir)
+    keys = {arm: config.key(arm) for arm in ARMS}
+    assert all(keys[arm] != cold.key(arm) for arm in ARMS)
+    moved = tmp_path / "moved"
+    first.rename(moved)                               # the same weights elsewhere: the same study
+    assert {arm: replace(config, warm_start=str(moved)).key(arm) for arm in ARMS} == keys
+    weights = next((moved / "agents" / "agent_1").glob("*.safetensors"))
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(weights))
+    save_file({name: t + 1 for name, t in tensors.items()}, str(weights))   # trained again: another study
+    assert replace(config, warm_start=str(moved)).key("untrained") != keys["untrained"]
+
+
+def test_a_warm_start_that_cannot_start_the_seats_is_refused(tiny_model_dir, tmp_path, capsys):
+    from studies.information_split import run
+
+    with pytest.raises(ValueError, match="does not exist"):
+        tiny_config(tiny_model_dir, warm_start=str(tmp_path / "nowhere"))
+    checkpoint, _ = saved_random_team(tiny_model_dir, tmp_path / "start")
+    with pytest.raises(ValueError, match="trained on base model"):
+        StudyConfig(warm_start=str(checkpoint))                     # the embedded model, not the tiny one
+    settings = checkpoint / "agents" / "agent_0" / "adapter_config.json"
+    saved = json.loads(settings.read_text())
+    settings.write_text(json.dumps({**saved, "r": saved["r"] * 2}))
+    config = tiny_config(tiny_model_dir, warm_start=str(checkpoint))
+    with pytest.raises(ValueError, match=r"agent 'agent_0' was trained with other LoRA settings.*'r'"):
+        Evaluator(config)
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(["--env", "split_arithmetic-v0", "--out", "unused", "--warm-start", str(tmp_path / "nowhere")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "nowhere" in err and "Traceback" not in err
