@@ -21,6 +21,10 @@ completions and answer tokens actually sampled are counted with its
   (its adapter on the top ``MAPPO_CRITIC_LAYERS`` layers) and the ``last_turn`` reward rule (the env pays only
   the last turn), and MAGRPO with counterfactual per-message credit (:mod:`trainers.experimental.counterfactual`).
 
+With ``warm_start`` (a team checkpoint, e.g. another study's ``arms/full_view_solo/team``) every arm's adapters,
+the untrained team's too, start from that checkpoint's, seat ``agent_k`` from its ``agent_k``
+(:func:`start_seats`).
+
 Evaluation, greedy on the same ``eval_tasks`` held-out test tasks: each team's final-turn accuracy (mean over
 seats, and per seat), the same team again with ``mask_messages=True`` (**the communication ablation**: every
 partner's message replaced by an empty one), ``own_view_solo`` seated in the team and ``full_view_solo`` alone.
