@@ -142,8 +142,14 @@ def bootstrap_ci(
         estimate = np.asarray(statistic(rows), dtype=float)
         samples = np.stack([np.asarray(statistic(rows[idx]), dtype=float) for idx in draws])
     tail = (1 - confidence) / 2 * 100
-    low, high = np.nanpercentile(samples, [tail, 100 - tail], axis=0)
-    return estimate, low, high
+    # a statistic undefined in every resample (a rate whose denominator is always 0) has no interval: NaN bounds
+    columns = samples.reshape(num_resamples, -1)
+    defined = ~np.isnan(columns).all(axis=0)
+    low, high = np.full(columns.shape[1], np.nan), np.full(columns.shape[1], np.nan)
+    if defined.any():
+        low[defined], high[defined] = np.nanpercentile(columns[:, defined], [tail, 100 - tail], axis=0)
+    shape = np.shape(estimate)          # [()]: a scalar statistic's bounds come back as numpy scalars
+    return estimate, low.reshape(shape)[()], high.reshape(shape)[()]
 
 
 def transition_totals(counts: np.ndarray | Sequence[Any]) -> np.ndarray:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -54,6 +55,20 @@ def test_bootstrap_ci_brackets_the_mean_and_is_seeded():
     assert tuple(constant) == (2.0, 2.0, 2.0)
     with pytest.raises(ValueError, match="at least one episode"):
         metrics.bootstrap_ci([])
+
+
+def test_a_statistic_undefined_in_every_resample_has_nan_bounds_and_no_warning():
+    never_correct = np.array([[0, 0, 1, 3], [0, 0, 0, 2]])     # no C→* transition: the break rate is 0/0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                         # numpy's "All-NaN slice" would be raised here
+        estimate, low, high = metrics.bootstrap_ci(never_correct, metrics.break_rate)
+        both = metrics.bootstrap_ci(never_correct, lambda rows: [metrics.fix_rate(rows), metrics.break_rate(rows)])
+        summary = metrics.transition_summary(never_correct)
+    assert np.isnan(estimate) and np.isnan(low) and np.isnan(high)
+    assert both[0][0] == pytest.approx(1 / 6) and both[1][0] <= 1 / 6 <= both[2][0]
+    assert np.isnan(both[1][1]) and np.isnan(both[2][1])
+    assert summary["break_rate"] == {"mean": None, "ci95": [None, None]}
+    assert isinstance(metrics.bootstrap_ci([0.0, 1.0])[1], np.floating)      # scalar bounds stay scalars
 
 
 def test_fix_and_break_rates_divide_by_the_answers_that_could_make_that_transition():
