@@ -269,7 +269,8 @@ def agent_weights_file(path: str | os.PathLike, agent: str) -> Path:
 def read_agent(path: str | os.PathLike, manifest: Mapping[str, Any], agent: str, policy: HFPolicy,
                adapter: str | None) -> None:
     """Load ``agent``'s saved weights (checkpoint ``path``, its ``manifest``) into ``adapter`` of ``policy`` (``None``:
-    the whole model); a ``ValueError`` names missing files, or the tensors that do not fit and both shapes."""
+    the whole model); a ``ValueError`` names missing files, LoRA settings that differ from the adapter's
+    (:func:`check_lora_settings`), or the tensors that do not fit and both shapes."""
     from safetensors.torch import load_file
 
     directory = agent_dir(path, manifest, agent)
@@ -281,6 +282,8 @@ def read_agent(path: str | os.PathLike, manifest: Mapping[str, Any], agent: str,
     if missing:
         raise ValueError(f"checkpoint {path} has no weights for agent {agent!r}: {directory} lacks {missing} "
                          f"(expected {' + '.join(WEIGHT_FILES[kind])}); the checkpoint is incomplete")
+    if adapter is not None:
+        check_lora_settings(directory, agent, policy, adapter)
     file = directory / WEIGHT_FILES[kind][1]
     try:
         if adapter is None:
@@ -289,6 +292,27 @@ def read_agent(path: str | os.PathLike, manifest: Mapping[str, Any], agent: str,
             policy.load_peft_state_dict(adapter, load_file(str(file)))
     except ValueError as error:
         raise ValueError(f"checkpoint {file} does not fit base model {policy.name!r}: {error}") from None
+
+
+# LoRA settings that change what an adapter's tensors mean: another rank or set of layers does not fit, another
+# alpha scales the same tensors differently
+LORA_SETTINGS = ("r", "lora_alpha", "target_modules")
+
+
+def check_lora_settings(directory: str | os.PathLike, agent: str, policy: HFPolicy, adapter: str) -> None:
+    """``ValueError`` naming each differing setting unless the adapter saved in ``directory`` (``agent``'s) has the
+    :data:`LORA_SETTINGS` of ``adapter`` in ``policy``, the adapter it is loaded into."""
+    from peft import PeftConfig
+
+    def content(value: Any) -> Any:            # target modules come back as a list or a set
+        return sorted(value) if isinstance(value, (list, set, tuple)) else value
+
+    saved, here = PeftConfig.from_pretrained(str(directory)), policy.model.peft_config[adapter]
+    differ = {name: (getattr(saved, name), getattr(here, name)) for name in LORA_SETTINGS
+              if content(getattr(saved, name)) != content(getattr(here, name))}
+    if differ:
+        raise ValueError(f"checkpoint {directory}: agent {agent!r} was trained with other LoRA settings than adapter "
+                         f"{adapter!r} it is loaded into (saved, here): {differ}")
 
 
 # ---------------------------------------------------------------------------------- loading
@@ -377,8 +401,8 @@ def save_team(output_dir: str | os.PathLike, step: int, team: Team, agents: Sequ
     return target
 
 
-__all__ = ["AGENTS_DIR", "MANIFEST_FILE", "PREFIX", "WEIGHT_FILES", "agent_dir", "agent_weights_file",
-           "base_model_name", "check_agents", "check_base_models", "check_models", "checkpoint_dir", "find_checkpoint",
-           "latest_checkpoint", "load_team", "manifest_models", "newest_step", "read_agent", "read_manifest",
-           "relocate_base", "same_model", "save_team", "shared_bases", "team_manifest", "write_agent",
-           "write_manifest", "write_team"]
+__all__ = ["AGENTS_DIR", "LORA_SETTINGS", "MANIFEST_FILE", "PREFIX", "WEIGHT_FILES", "agent_dir", "agent_weights_file",
+           "base_model_name", "check_agents", "check_base_models", "check_lora_settings", "check_models",
+           "checkpoint_dir", "find_checkpoint", "latest_checkpoint", "load_team", "manifest_models", "newest_step",
+           "read_agent", "read_manifest", "relocate_base", "same_model", "save_team", "shared_bases", "team_manifest",
+           "write_agent", "write_manifest", "write_team"]

@@ -207,28 +207,14 @@ def warm_start_digest(config: StudyConfig) -> str:
 def start_seats(config: StudyConfig, policy: Any, seats: Sequence[str]) -> None:
     """Give every seat's adapter of ``policy`` its starting weights: the warm start's (if any), else leave the
     fresh ones. ``ValueError`` when the checkpoint's LoRA settings differ from the seats' (another rank, scale or
-    set of layers would not be the adapter that was trained)."""
+    set of layers would not be the adapter that was trained; :func:`llm_marl.team_checkpoint.read_agent`)."""
     if config.warm_start is None:
         return
-    from peft import PeftConfig
-
-    from llm_marl.team_checkpoint import agent_dir, read_agent
+    from llm_marl.team_checkpoint import read_agent
 
     path, manifest = warm_start_manifest(config)
     for seat in seats:
-        saved = PeftConfig.from_pretrained(str(agent_dir(path, manifest, seat)))
-        ours = policy.model.peft_config[seat]
-        differ = {name: (getattr(saved, name), getattr(ours, name)) for name in ("r", "lora_alpha", "target_modules")
-                  if _setting(getattr(saved, name)) != _setting(getattr(ours, name))}
-        if differ:
-            raise ValueError(f"warm_start={config.warm_start!r}: agent {seat!r} was trained with other LoRA "
-                             f"settings than the study's (saved, study): {differ}")
         read_agent(path, manifest, seat, policy, seat)
-
-
-def _setting(value: Any) -> Any:
-    """A LoRA setting compared by content (target modules come back as a list or a set)."""
-    return sorted(value) if isinstance(value, (list, set, tuple)) else value
 
 
 # ------------------------------------------------------------------------------------------------ matching

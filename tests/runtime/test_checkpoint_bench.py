@@ -231,6 +231,23 @@ def test_weights_that_do_not_fit_the_base_are_refused(tmp_path, capsys):
     assert "is (8, 64) in the checkpoint but (8, 32) in the model" in err
 
 
+def test_an_adapter_with_other_lora_settings_is_refused_before_its_tensors_load(tmp_path):
+    from llm_marl.team import default_lora_config
+    from llm_marl.team_checkpoint import read_agent, save_team
+
+    model, tokenizer = tiny_model()
+    step = save_team(tmp_path, 1, Team.adapter_per_agent(model, tokenizer, AGENTS))
+    manifest = read_manifest(step)
+    model, tokenizer = tiny_model()
+    scaled = Team.adapter_per_agent(model, tokenizer, AGENTS, lora_config=default_lora_config(alpha=32))
+    with pytest.raises(ValueError, match=r"agent 'agent_0' was trained with other LoRA settings .*'lora_alpha': "
+                                         r"\(16, 32\)"):
+        read_agent(step, manifest, "agent_0", scaled.policy("agent_0"), "agent_0")   # same shapes, other scale
+    model, tokenizer = tiny_model()
+    same = Team.adapter_per_agent(model, tokenizer, AGENTS)
+    read_agent(step, manifest, "agent_0", same.policy("agent_0"), "agent_0")
+
+
 # ------------------------------------------------------------------ a base model that moved
 def test_a_checkpoint_whose_base_directory_moved_is_pointed_at_its_new_place(tiny_model_dir, tmp_path, capsys):
     base, moved = tmp_path / "base", tmp_path / "elsewhere" / "base"
