@@ -88,3 +88,21 @@ def test_seed_spread_is_the_mean_and_sample_std_of_the_seeds_means():
     spread = seed_spread([0, 1, 2], values)
     assert spread["mean"] == pytest.approx(0.1) and spread["std"] == pytest.approx(0.2)
     assert (spread["min"], spread["max"]) == (-0.1, 0.3) and spread["per_seed"]["1"] == values[1]
+
+
+def test_one_groups_seeds_stay_in_its_slot_not_across_the_axis():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from trainers.common.experiment import plot_seed_points
+
+    per_seed = {str(s): {"mean": 0.1 * s, "low": 0.1 * s - 0.02, "high": 0.1 * s + 0.02} for s in range(3)}
+    fig, ax = plt.subplots()
+    plot_seed_points(ax, 0, per_seed, [0, 1, 2], width=0.15, label=True)
+    left, right = ax.get_xlim()
+    assert left <= -0.5 and right >= 0.5          # the seeds sit within ±0.15 of the one tick, not at the edges
+    plot_seed_points(ax, 1, per_seed, [0, 1, 2], width=0.15, label=False)
+    assert ax.get_xlim()[0] == left and ax.get_xlim()[1] >= 1.5
+    plt.close(fig)

@@ -359,12 +359,16 @@ def repeat_over_seeds(run_one: Callable[[Any, argparse.Namespace], dict[str, Any
 
 def plot_seed_points(ax: Any, x: float, per_seed: dict[str, dict[str, float]], seeds: Sequence[int], *,
                      width: float, label: bool) -> None:
-    """One point with its 95% CI per seed around ``x`` (``width`` apart, one colour per seed; ``label``: name them)."""
+    """One point with its 95% CI per seed around ``x`` (``width`` apart, one colour per seed; ``label``: name them);
+    the axis then spans at least ``x ± 0.5``."""
     for j, seed in enumerate(seeds):
         v = per_seed[str(seed)]
         ax.errorbar(x + (j - (len(seeds) - 1) / 2) * width, v["mean"],
                     yerr=[[v["mean"] - v["low"]], [v["high"] - v["mean"]]], fmt="o", color=f"C{j}", capsize=3,
                     label=f"seed {seed}" if label else None)
+    # the group's slot is x ± 0.5 even when it is the only one (autoscale would spread its seeds over the axis)
+    left, right = ax.get_xlim()
+    ax.set_xlim(min(left, x - 0.5), max(right, x + 0.5))
 
 
 def parse_seeds(text: str) -> list[int]:
