@@ -23,13 +23,18 @@ for the listener every object could be the target.
 ```python
 llm_marl_envs.make("reference_game-v0", num_agents=2, num_turns=2, view="split", seat=None,
                    mask_messages=False, format_reward=0.0, split="test", num_tasks=500, num_candidates=4, num_attributes=3,
-                   max_action_chars=8192, render_mode=None, data_dir=None)
+                   letter_position="before", max_action_chars=8192, render_mode=None, data_dir=None)
 ```
 
 `num_candidates`: objects per scene, 2..8 (letters `A`..`H`).
 
 `num_attributes`: attributes per object: 2 (colour, shape), 3 (colour, size, shape: "red small
 circle") or 4 (pattern first: "striped red small circle").
+
+`letter_position`: where the listener's list puts each letter: `"before"` the object ("B. red
+circle") or `"after"` it ("red circle (B)"). After the object, the letter is the text that follows
+the words an agent repeats from the target's description, which a small model can copy; the
+information each view holds is the same either way.
 
 A scene is drawn around a base object: every other object changes one or two of its attributes,
 so objects share attributes and the speaker must say enough to single the target out; the target
@@ -66,6 +71,7 @@ SIZES = ("small", "medium", "large")
 SHAPES = ("circle", "square", "triangle", "star", "heart", "diamond")
 ATTRIBUTES = {2: (COLOURS, SHAPES), 3: (COLOURS, SIZES, SHAPES), 4: (PATTERNS, COLOURS, SIZES, SHAPES)}
 DRAWS_PER_OBJECT = 100
+LETTER_POSITIONS = ("before", "after")
 
 
 class ReferenceGameEnv(InformationSplitEnv):
@@ -76,15 +82,19 @@ class ReferenceGameEnv(InformationSplitEnv):
     verifier_name = "verifiers.choice.verify_choice"
     role_names = ("speaker", "listener")
 
-    def __init__(self, *, num_candidates: int = 4, num_attributes: int = 3, **kwargs: Any) -> None:
+    def __init__(self, *, num_candidates: int = 4, num_attributes: int = 3, letter_position: str = "before",
+                 **kwargs: Any) -> None:
         if not isinstance(num_candidates, int) or isinstance(num_candidates, bool) \
                 or not 2 <= num_candidates <= MAX_CHOICES:
             raise ValueError(f"num_candidates must be an int in [2, {MAX_CHOICES}], got {num_candidates!r}")
         if num_attributes not in ATTRIBUTES or isinstance(num_attributes, bool):
             raise ValueError(f"num_attributes must be one of {sorted(ATTRIBUTES)}, got {num_attributes!r}")
+        if letter_position not in LETTER_POSITIONS:
+            raise ValueError(f"letter_position must be one of {list(LETTER_POSITIONS)}, got {letter_position!r}")
         super().__init__(**kwargs)
         self.num_candidates = num_candidates
         self.num_attributes = num_attributes
+        self.letter_position = letter_position
         letters = LETTERS[:num_candidates]
         self.answer_instruction = f"Give the target's letter in the listener's list ({letters[0]}-{letters[-1]}) " \
                                   "in \\boxed{}."
@@ -123,8 +133,7 @@ class ReferenceGameEnv(InformationSplitEnv):
         if role == 0:
             listing = "\n".join(f"- {obj}" for obj in sorted(task["objects"]))
             return f"The objects (in alphabetical order):\n{listing}\n{self._target_line(task)}."
-        listing = "\n".join(f"{LETTERS[i]}. {obj}" for i, obj in enumerate(task["objects"]))
-        return f"The objects, lettered:\n{listing}"
+        return "The objects, lettered:\n" + "\n".join(self._lettered(task))
 
     @staticmethod
     def _target_line(task: Record) -> str:
@@ -133,6 +142,12 @@ class ReferenceGameEnv(InformationSplitEnv):
     def private_facts(self, task: Record, role: int) -> list[str]:
         if role == 0:
             return [self._target_line(task)]
+        return self._lettered(task)
+
+    def _lettered(self, task: Record) -> list[str]:
+        """The listener's list, one line per object, its letter before or after it (``letter_position``)."""
+        if self.letter_position == "after":
+            return [f"{obj} ({LETTERS[i]})" for i, obj in enumerate(task["objects"])]
         return [f"{LETTERS[i]}. {obj}" for i, obj in enumerate(task["objects"])]
 
     def verify(self, response: str, task: Record) -> Verdict:

@@ -122,6 +122,24 @@ def test_own_view_seat_and_full_view_prompts():
     assert rewards == {"agent_0": 1.0}
 
 
+def test_reference_game_letters_after_the_objects():
+    """``letter_position="after"``: the same tasks, each letter written after its object; an answer that repeats
+    the target's line is read as that line's letter."""
+    before = llm_marl_envs.make("reference_game-v0", view="own", num_agents=1, seat=1, num_turns=1, num_tasks=20)
+    after = llm_marl_envs.make("reference_game-v0", view="own", num_agents=1, seat=1, num_turns=1, num_tasks=20,
+                               letter_position="after")
+    assert after.tasks == before.tasks
+    obs = after.reset(options={"task_index": 0})[0]["agent_0"]
+    task = after.task
+    for letter, obj in zip("ABCD", task["objects"]):
+        assert f"\n{obj} ({letter})" in obs and f"{letter}. {obj}" not in obs
+    full = llm_marl_envs.make("reference_game-v0", view="full", num_agents=1, num_turns=1, letter_position="after")
+    full.reset(options={"task_index": 0})
+    target, letter = full.task["target"], full.task["answer"]
+    _, rewards, _, _, _ = full.step({"agent_0": f"The target is the {target} ({letter})."})
+    assert rewards == {"agent_0": 1.0}
+
+
 def test_reference_game_leaves_a_lone_listener_at_chance():
     """The target is uniform over the listener's letters and no likelier to be the scene's most typical object."""
     env = llm_marl_envs.make("reference_game-v0")
@@ -193,6 +211,7 @@ def test_format_reward_pays_a_readable_wrong_answer_and_never_counts_it_right(en
     ("split_arithmetic-v0", {"format_reward": "0.1"}, r"format_reward must be a number .* got '0.1'"),
     ("reference_game-v0", {"num_candidates": 9}, r"num_candidates must be an int in \[2, 8\]"),
     ("reference_game-v0", {"num_attributes": 5}, r"num_attributes must be one of \[2, 3, 4\]"),
+    ("reference_game-v0", {"letter_position": "left"}, r"letter_position must be one of .* got 'left'"),
     ("hidden_profile-v0", {"num_requirements": 2}, r"num_requirements must be an int in \[3, 6\]"),
 ])
 def test_bad_arguments_are_value_errors_naming_the_problem(env_id, kwargs, match):
@@ -210,6 +229,7 @@ def test_every_option_value_still_splits_the_information():
     for env_id, kwargs in [("split_arithmetic-v0", {"operators": "+-*", "min_digits": 1, "max_digits": 3}),
                            ("reference_game-v0", {"num_candidates": 2, "num_attributes": 2}),
                            ("reference_game-v0", {"num_candidates": 8, "num_attributes": 4}),
+                           ("reference_game-v0", {"num_candidates": 3, "letter_position": "after"}),
                            ("hidden_profile-v0", {"num_requirements": 3}),
                            ("hidden_profile-v0", {"num_requirements": 6})]:
         env = llm_marl_envs.make(env_id, num_tasks=50, **kwargs)
