@@ -32,9 +32,10 @@ llm_marl_envs.make("reference_game-v0", num_agents=2, num_turns=2, view="split",
 circle") or 4 (pattern first: "striped red small circle").
 
 `letter_position`: where the listener's list puts each letter: `"before"` the object ("B. red
-circle") or `"after"` it ("red circle (B)"). After the object, the letter is the text that follows
-the words an agent repeats from the target's description, which a small model can copy; the
-information each view holds is the same either way.
+circle") or `"after"` it ("red circle (B)"). With `"after"`, the last turn asks each agent to repeat
+the target's line from the listener's list before it answers: the letter is then the text that
+follows words it has just written, which a small model can copy. The information each view holds is
+the same either way.
 
 A scene is drawn around a base object: every other object changes one or two of its attributes,
 so objects share attributes and the speaker must say enough to single the target out; the target
@@ -95,9 +96,12 @@ class ReferenceGameEnv(InformationSplitEnv):
         self.num_candidates = num_candidates
         self.num_attributes = num_attributes
         self.letter_position = letter_position
-        letters = LETTERS[:num_candidates]
-        self.answer_instruction = f"Give the target's letter in the listener's list ({letters[0]}-{letters[-1]}) " \
-                                  "in \\boxed{}."
+        letters = f"({LETTERS[0]}-{LETTERS[num_candidates - 1]})"
+        if letter_position == "after":      # the line repeated ends in the letter: copying it is the lookup
+            self.answer_instruction = f"Repeat the target's line from the listener's list, then give its letter " \
+                                      f"{letters} in \\boxed{{}}."
+        else:
+            self.answer_instruction = f"Give the target's letter in the listener's list {letters} in \\boxed{{}}."
 
     # -- the task
     def draw_task(self, rng: np.random.Generator) -> Record:

@@ -123,8 +123,8 @@ def test_own_view_seat_and_full_view_prompts():
 
 
 def test_reference_game_letters_after_the_objects():
-    """``letter_position="after"``: the same tasks, each letter written after its object; an answer that repeats
-    the target's line is read as that line's letter."""
+    """``letter_position="after"``: the same tasks, each letter written after its object, and the last turn asks
+    for the target's line before the letter; an answer that repeats the line is read as its letter."""
     before = llm_marl_envs.make("reference_game-v0", view="own", num_agents=1, seat=1, num_turns=1, num_tasks=20)
     after = llm_marl_envs.make("reference_game-v0", view="own", num_agents=1, seat=1, num_turns=1, num_tasks=20,
                                letter_position="after")
@@ -133,6 +133,8 @@ def test_reference_game_letters_after_the_objects():
     task = after.task
     for letter, obj in zip("ABCD", task["objects"]):
         assert f"\n{obj} ({letter})" in obs and f"{letter}. {obj}" not in obs
+    assert "Repeat the target's line from the listener's list, then give its letter (A-D)" in obs
+    assert "Repeat" not in before.reset(options={"task_index": 0})[0]["agent_0"]
     full = llm_marl_envs.make("reference_game-v0", view="full", num_agents=1, num_turns=1, letter_position="after")
     full.reset(options={"task_index": 0})
     target, letter = full.task["target"], full.task["answer"]
