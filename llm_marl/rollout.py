@@ -302,3 +302,36 @@ class RolloutEngine:
                 infos.append(info)
             expansions.append(Expansion(node, prompts, samples, joint, children, rewards, done, infos))
         return expansions
+
+    def play_trees(self, task_indices: Sequence[int], seeds: Sequence[int | None] | None = None, *,
+                   num_generations: int, params: SamplingParams | None = None) -> list[Episode]:
+        """Play each task as an ``aligned`` tree (:meth:`expand` to the end) and return its finished episodes.
+
+        Every node samples G answers per agent and the g-th answers act together, so a task with T turns
+        ends in ``G^T`` episodes, root to leaf. Episodes that pass through one node's sample hold the
+        same :class:`AgentTurn` object for it (its ``id`` names the sample), in task order, then leaf order.
+        """
+        roots = self.reset_nodes(task_indices, seeds)
+        seeds = list(seeds) if seeds is not None else [None] * len(roots)
+        frontier = [(node, root, []) for root, node in enumerate(roots)]
+        finished: list[list[tuple[int, list[dict[str, AgentTurn]]]]] = [[] for _ in roots]
+        while frontier:
+            expansions = self.expand([node for node, _, _ in frontier], num_generations, "aligned", params)
+            next_frontier = []
+            for (node, root, path), expansion in zip(frontier, expansions):
+                agents = list(expansion.samples)
+                for j, combo in enumerate(expansion.joint):
+                    child = expansion.children[j]
+                    acts = {agent: self._agent_turn(agent, node.turn, expansion.prompts[agent],
+                                                    expansion.samples[agent][g], expansion.rewards[j][agent],
+                                                    child.verdicts[-1][agent], expansion.infos[j].get(agent, {}))
+                            for agent, g in zip(agents, combo)}
+                    if expansion.done[j]:
+                        finished[root].append((root, path + [acts]))
+                    else:
+                        next_frontier.append((child, root, path + [acts]))
+            frontier = next_frontier
+        self.clear_caches()                  # the trees are complete: nothing extends their KV caches
+        return [Episode(env=self.env_name, task_id=roots[root].task.get("task_id"), seed=seeds[root],
+                        task_index=task_indices[root], turns=turns)
+                for paths in finished for root, turns in paths]

@@ -17,9 +17,10 @@ completions and answer tokens actually sampled are counted with its
 - ``full_view_solo``: one agent trained alone with every view (``view="full"``, ``num_agents=1``), ``C / G``
   prompts × G answers per step; played alone with the full view (the upper bound of a team).
 - ``magrpo``, ``mappo``, ``counterfactual``: the team trained with one adapter per role
-  (``Team.adapter_per_agent``): MAGRPO's aligned tree, MAPPO with a centralized critic that reads every role's view
-  (its adapter on the top ``MAPPO_CRITIC_LAYERS`` layers) and the ``last_turn`` reward rule (the env pays only
-  the last turn), and MAGRPO with counterfactual per-message credit (:mod:`trainers.experimental.counterfactual`).
+  (``Team.adapter_per_agent``): MAGRPO's aligned tree, MAPPO on the same trees (``num_generations = G``, one
+  minibatch a step) with a centralized critic that reads every role's view (its adapter on the top
+  ``MAPPO_CRITIC_LAYERS`` layers) and the ``last_turn`` reward rule (the env pays only the last turn), and MAGRPO
+  with counterfactual per-message credit (:mod:`trainers.experimental.counterfactual`).
 
 With ``warm_start`` (a team checkpoint, e.g. another study's ``arms/full_view_solo/team``) every arm's adapters,
 the untrained team's too, start from that checkpoint's, seat ``agent_k`` from its ``agent_k``
@@ -233,6 +234,9 @@ def matched_batches(config: StudyConfig) -> dict[str, collaboration.ArmBatch]:
     if c % (n * g):
         raise ValueError(f"own_view_solo cannot be matched: C={c} is not a multiple of N·G={n * g}")
     batches = {arm: shared[arm] for arm in TEAM_ARMS}
+    # MAPPO plays MAGRPO's task trees (MAPPOConfig.num_generations): the same prompts, shared the same way
+    batches["mappo"] = replace(shared["magrpo"], arm="mappo",
+                               settings={"episodes_per_step": config.prompts_per_step, "num_generations": g})
     batches["full_view_solo"] = replace(shared["solo"], arm="full_view_solo",
                                         how=f"{c // g} prompts x G={g} answers (1 agent with every view, "
                                             f"{config.solo_turns} turn(s))")
@@ -271,8 +275,9 @@ def team_trainer(arm: str, config: StudyConfig, batch: collaboration.ArmBatch, t
         from trainers.mappo import MAPPOConfig, MAPPOTrainer
 
         depth = team.policy(team.agents[0]).model.config.num_hidden_layers
-        settings = {"ppo_epochs": 1, "minibatch_size": 16, "critic_learning_rate": 1e-4, "reward_rule": "last_turn",
-                    "critic_layers": min(MAPPO_CRITIC_LAYERS, depth), **overrides}
+        # one minibatch of the whole step (a node's samples share their prompt in one pass, as in MAGRPO's loss)
+        settings = {"ppo_epochs": 1, "minibatch_size": batch.completions_per_step, "critic_learning_rate": 1e-4,
+                    "reward_rule": "last_turn", "critic_layers": min(MAPPO_CRITIC_LAYERS, depth), **overrides}
         trainer = MAPPOTrainer(env, team, MAPPOConfig(**common, **batch.settings, **settings))
     else:
         raise ValueError(f"unknown trained arm {arm!r}; choose from {ARMS[1:]}")

@@ -58,8 +58,8 @@ def batch_completions(arm, batch, config):
         return n * s["prompts_per_step"] * s["num_generations"]     # one trainer per role
     if arm == "full_view_solo":
         return s["prompts_per_step"] * s["num_generations"]
-    if arm == "mappo":
-        return s["episodes_per_step"] * n * t
+    if arm == "mappo":      # task trees of G answers per agent and node
+        return s["episodes_per_step"] * n * sum(s["num_generations"] ** k for k in range(1, t + 1))
     return s["transcripts_per_step"] * completions_per_transcript(n, t, s["counterfactual_samples"])
 
 

@@ -24,8 +24,8 @@ class MAPPOConfig(TrainerConfig):
         verifier, reward_model_path, reward_server_url: the env's answer label, or a learned verifier (its
             scores replace s_i^t; the incentives still use the labels, as MAPoRL does).
 
-    Parameters that control the PPO update:
-        episodes_per_step, ppo_epochs, minibatch_size, critic_learning_rate, gae_gamma, gae_lambda,
+    Parameters that control the rollouts and the PPO update:
+        episodes_per_step, num_generations, ppo_epochs, minibatch_size, critic_learning_rate, gae_gamma, gae_lambda,
         clip_eps, value_clip, vf_coef, entropy_coef, kl_estimator, recompute_old_logprobs, whiten_advantages,
         whiten_scope; and from
         :class:`~trainers.common.config.TrainerConfig`: learning_rate, weight_decay, max_grad_norm, kl_coef.
@@ -75,6 +75,13 @@ class MAPPOConfig(TrainerConfig):
             "(split between them under accelerate launch)."
         },
     )
+    num_generations: int = field(default=1, metadata={
+        "help": "Answers each agent samples per node of a task tree (G). 1: plain episodes (MAPoRL). With G > 1 "
+                "each of the step's episodes_per_step tasks is played as a tree, as MAGRPO plays it: at every turn "
+                "each node samples G answers per agent, the g-th answers act together (G children per node), so a "
+                "node's samples share their prompt in sampling, in the actors' loss and, as the task part of its "
+                "context, in the critic; an answer's reward is the mean over the finished episodes through it. A "
+                "step samples episodes_per_step x N x (G + G^2 + ... + G^T) answers."})
     ppo_epochs: int = field(default=2, metadata={"help": "Passes over each step's responses."})
     minibatch_size: int = field(
         default=4,
@@ -149,7 +156,8 @@ class MAPPOConfig(TrainerConfig):
         else:
             require(self.reward_model_path is None and self.reward_server_url is None,
                     "reward_model_path/reward_server_url are only used with verifier='learned'; set verifier='learned'")
-        for name in ("episodes_per_step", "ppo_epochs", "minibatch_size", "critic_lora_r", "critic_max_context_tokens"):
+        for name in ("episodes_per_step", "num_generations", "ppo_epochs", "minibatch_size", "critic_lora_r",
+                     "critic_max_context_tokens"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         require(self.critic_layers is None or self.critic_layers >= 1,
                 f"critic_layers must be None (every layer) or >= 1, got {self.critic_layers}")

@@ -118,7 +118,15 @@ class CentralizedCritic(torch.nn.Module):
         budget = self.max_context_tokens
         if isinstance(context, str):
             return tokenize(context)[-budget:]
-        parts = list(context)
+        task, rest = self.split_context_ids(context)
+        return task + rest
+
+    def split_context_ids(self, parts: Sequence[str]) -> tuple[list[int], list[int]]:
+        """:meth:`context_ids` of :func:`critic_context_parts` in two pieces: the task's tokens, then the answers' and
+        the header's. Contexts of one task and agent share the first piece, which the critic can run once."""
+        tokenize = lambda text: list(self.policy.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+        budget = self.max_context_tokens
+        parts = list(parts)
         if len(parts) < 2:
             raise ValueError(f"critic context parts need the task and the agent's header, got {len(parts)} part(s)")
         header = tokenize(SEPARATOR + parts[-1])[-budget:]
@@ -131,7 +139,7 @@ class CentralizedCritic(torch.nn.Module):
                 break
             kept.insert(0, ids)
             room -= len(ids)
-        return task + [i for ids in kept for i in ids] + header
+        return task, [i for ids in kept for i in ids] + header
 
     def check_tokenizer(self, agent: str, policy: Any) -> None:
         """Refuse an agent whose tokenizer differs from the critic's: its completion ids would mean other tokens."""
@@ -148,12 +156,18 @@ class CentralizedCritic(torch.nn.Module):
 
     def values(
         self, context_ids: Sequence[list[int]], completion_ids: Sequence[list[int]],
-        trunk: Sequence[torch.Tensor] | None = None,
+        trunk: Sequence[torch.Tensor] | None = None, prefix_ids: Sequence[list[int]] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``V_k`` for every completion token ``[B, L]`` (right-padded) and its mask; differentiable.
 
         ``trunk``: each row's :meth:`trunk` states, so that only the adapted layers run (needs ``layers``).
+        ``prefix_ids``: each row's context starts with these tokens (the task, :meth:`split_context_ids`) and
+        ``context_ids`` holds only the rest; rows that share a prefix run it once.
         """
+        if prefix_ids is not None:
+            if trunk is not None:
+                raise ValueError("give trunk states or shared context prefixes, not both")
+            return self._values_after_prefixes(prefix_ids, context_ids, completion_ids)
         if trunk is None:
             with self.policy.using(self.adapter):
                 out, width, completion_mask = self.policy.completion_forward(
@@ -179,6 +193,24 @@ class CentralizedCritic(torch.nn.Module):
             completion_mask = mask[:, -width:]
         hidden = hidden[:, -(width + 1):-1, :].float()     # state before each completion token
         return self.head(hidden).squeeze(-1) * completion_mask, completion_mask
+
+    def _values_after_prefixes(self, prefix_ids: Sequence[list[int]], context_ids: Sequence[list[int]],
+                               completion_ids: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`values` of rows ``prefix + context + completion``, each distinct prefix run once."""
+        if not (len(prefix_ids) == len(context_ids) == len(completion_ids)) or not prefix_ids:
+            raise ValueError(f"need one prefix, context and completion per row, got {len(prefix_ids)}, "
+                             f"{len(context_ids)} and {len(completion_ids)}")
+        if any(not p for p in prefix_ids):
+            raise ValueError("every shared context prefix needs at least one token")
+        rows = [list(c) + list(x) for c, x in zip(context_ids, completion_ids)]
+        with self.policy.using(self.adapter):
+            hidden, _, _ = self.policy.completion_hidden(prefix_ids, rows)   # [B, W, d]: the state before token k
+        length = max(1, max(len(x) for x in completion_ids))
+        at = torch.tensor([[len(c) + min(k, max(len(x) - 1, 0)) for k in range(length)]
+                           for c, x in zip(context_ids, completion_ids)], device=hidden.device)
+        states = hidden.gather(1, at[..., None].expand(-1, -1, hidden.shape[-1])).float()
+        mask = torch.tensor([[1] * len(x) + [0] * (length - len(x)) for x in completion_ids], device=hidden.device)
+        return self.head(states).squeeze(-1) * mask, mask
 
     @torch.no_grad()
     def trunk(self, context_ids: Sequence[list[int]], completion_ids: Sequence[list[int]]) -> list[torch.Tensor]:

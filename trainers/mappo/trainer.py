@@ -71,6 +71,7 @@ class Response:
     completion_ids: list[int]
     critic_ids: list[int]
     reward: float = 0.0
+    critic_prefix_ids: list[int] | None = None      # the critic context's task part, shared by a tree's rows
     rollout_logprobs: list[float] | None = None     # per completion token, as the sampler computed them
     # filled by compute_advantages (1-D, one entry per completion token)
     old_logprobs: torch.Tensor | None = None
@@ -173,14 +174,24 @@ class MAPPOTrainer(Trainer):
         return SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
                               seed=step_seed(c.seed, step, 1, self.distributed.rank))
 
+    @property
+    def plays_trees(self) -> bool:
+        """Whether a step plays task trees (``num_generations > 1``) rather than plain episodes."""
+        return self.config.num_generations > 1
+
     def collect(self, step: int) -> list[Episode]:
-        """Play this process's share of the step's episodes (tasks drawn from ``(seed, step)``) through the engine."""
+        """Play this process's share of the step's episodes (tasks drawn from ``(seed, step)``) through the engine:
+        plain episodes, or each task's tree (``num_generations > 1``: its root-to-leaf episodes, which share the
+        :class:`~llm_marl.episode.AgentTurn` of a common answer)."""
         rng = np.random.default_rng(step_seed(self.config.seed, step, 2))
         draws = rng.integers(len(self.train_tasks), size=self.config.episodes_per_step)    # global, same everywhere
         tasks = [self.train_tasks[i] for i in draws]
         seeds = [step_seed(self.config.seed, step, 3 + i) for i in range(len(tasks))]
         engine = RolloutEngine(self.env, self.team, self.sampling_params(step), progress=False)
         with self.accelerator.autocast():
+            if self.plays_trees:
+                return engine.play_trees(self.distributed.shard(tasks), self.distributed.shard(seeds),
+                                         num_generations=self.config.num_generations)
             return engine.collect(seeds=self.distributed.shard(seeds), task_indices=self.distributed.shard(tasks),
                                   desc=f"mappo step {step}")
 
@@ -217,9 +228,15 @@ class MAPPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ 3. rewards
     def compute_rewards(self, episodes: Sequence[Any]) -> list[Response]:
-        """One :class:`Response` per (episode, turn, agent) carrying ``R_i^t`` (returns + incentives)."""
+        """One :class:`Response` per answer carrying ``R_i^t`` (returns + incentives).
+
+        An answer that several episodes of a tree share (the same :class:`~llm_marl.episode.AgentTurn`) is one
+        response whose reward is the mean of its ``R_i^t`` over those episodes.
+        """
         c = self.config
-        responses = []
+        responses: list[Response] = []
+        returns: dict[int, list[float]] = {}        # id(answer) -> its R_i^t in each episode through it
+        answers_of: list[int] = []                   # id(answer) of each response
         for episode in episodes:
             outcome = self.score(episode)
             rewards = turn_rewards(outcome.scores, outcome.correct, gamma=c.reward_gamma, rule=c.reward_rule,
@@ -231,11 +248,22 @@ class MAPPOTrainer(Trainer):
                     act = turn[agent]
                     if not act.completion_ids:
                         continue            # nothing was generated: no token to credit
+                    if id(act) in returns:  # an earlier episode of the tree holds this answer's response
+                        returns[id(act)].append(float(rewards[t, i]))
+                        continue
+                    returns[id(act)] = [float(rewards[t, i])]
                     task_text = critic_task_text(openings, agent)    # its opening prompt and the others' views
                     context = critic_context_parts(task_text, answers, agent, t)
-                    responses.append(Response(agent, t, list(act.prompt_ids), list(act.completion_ids),
-                                              self.critic.context_ids(context), float(rewards[t, i]),
-                                              None if act.logprobs is None else list(act.logprobs)))
+                    if self.plays_trees:     # the task part apart: the critic runs it once for the tree's rows
+                        prefix, rest = self.critic.split_context_ids(context)
+                    else:
+                        prefix, rest = None, self.critic.context_ids(context)
+                    responses.append(Response(agent, t, list(act.prompt_ids), list(act.completion_ids), rest,
+                                              rollout_logprobs=None if act.logprobs is None else list(act.logprobs),
+                                              critic_prefix_ids=prefix))
+                    answers_of.append(id(act))
+        for response, answer in zip(responses, answers_of):
+            response.reward = float(np.mean(returns[answer]))
         return responses
 
     # ------------------------------------------------------------------ 4. advantages
@@ -269,7 +297,7 @@ class MAPPOTrainer(Trainer):
             kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
         else:           # no KL penalty: the reference forward would only feed a term multiplied by 0
             kl = torch.zeros_like(logp)
-        if self.critic.first_layer:              # the frozen layers, once for the whole step
+        if self.critic.first_layer and not self.plays_trees:    # the frozen layers, once for the whole step
             self._store_trunk(responses)
         values, _ = _pad_with_mask(self.rollout_values(responses))
         # r_k = -β·kl_k on every token, plus R_i^t on the last one
@@ -316,9 +344,14 @@ class MAPPOTrainer(Trainer):
     def rollout_values(self, responses: Sequence[Response]) -> list[torch.Tensor]:
         """The centralized critic's ``V_k`` of every completion token, before the update."""
         return self._scored(responses, key=lambda r: 0, critic=True,
-                            score=lambda agent, chunk: self.critic.values([r.critic_ids for r in chunk],
-                                                                          [r.completion_ids for r in chunk],
-                                                                          trunk=self._trunk(chunk))[0])
+                            score=lambda agent, chunk: self.critic_values(chunk)[0])
+
+    def critic_values(self, group: Sequence[Response]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The critic's ``V_k`` ``[B, L]`` of the group's responses and their mask (from the stored trunk states, or
+        running each shared task prefix once, where the step has either)."""
+        prefixes = [r.critic_prefix_ids for r in group]
+        return self.critic.values([r.critic_ids for r in group], [r.completion_ids for r in group],
+                                  trunk=self._trunk(group), prefix_ids=None if None in prefixes else prefixes)
 
     def _store_trunk(self, responses: Sequence[Response]) -> None:
         """Keep each response's critic trunk states (the frozen layers' output), computed in length buckets."""
@@ -330,7 +363,7 @@ class MAPPOTrainer(Trainer):
 
     def _trunk(self, group: Sequence[Response]) -> list[torch.Tensor] | None:
         """The group's stored critic trunk states, or ``None`` when the critic runs every layer."""
-        return [r.critic_trunk for r in group] if self.critic.first_layer else None
+        return [r.critic_trunk for r in group] if self.critic.first_layer and not self.plays_trees else None
 
     def _scored(self, responses: Sequence[Response], key, score, critic: bool = False) -> list[torch.Tensor]:
         """``score(agent, chunk)`` ``[B, L]`` over chunks of <= ``minibatch_size`` responses sharing ``key(response)``.
@@ -349,12 +382,14 @@ class MAPPOTrainer(Trainer):
         return [rows[id(r)] for r in responses]
 
     def _chunks(self, responses: Sequence[Response], key, critic: bool = False) -> list[list[Response]]:
-        """Forward batches of <= ``minibatch_size`` responses sharing ``key(response)``, in :func:`length_buckets`."""
+        """Forward batches of <= ``minibatch_size`` responses sharing ``key(response)``: :func:`length_buckets`, or
+        for a tree's responses :func:`prefix_batches` (rows with one prompt or task prefix together)."""
         groups: dict[Any, list[Response]] = {}
         for response in responses:
             groups.setdefault(key(response), []).append(response)
+        batches = prefix_batches if self.plays_trees else length_buckets
         return [chunk for members in groups.values()
-                for chunk in length_buckets(members, critic=critic, max_rows=self.config.minibatch_size)]
+                for chunk in batches(members, critic=critic, max_rows=self.config.minibatch_size)]
 
     def whiten_advantages(self, responses: Sequence[Response]) -> None:
         """Whiten advantages over all processes' tokens: per (turn, agent) group, or all together (``whiten_scope``)."""
@@ -409,8 +444,7 @@ class MAPPOTrainer(Trainer):
 
     def value_loss(self, group: Sequence[Response], tokens: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """Clipped value loss ``½·E[max((V-G)², (V_clip-G)²)]`` of the centralized critic on these responses."""
-        values, mask = self.critic.values([r.critic_ids for r in group], [r.completion_ids for r in group],
-                                          trunk=self._trunk(group))
+        values, mask = self.critic_values(group)
         old, targets = (
             _pad(rows).to(values.device) for rows in ([r.old_values for r in group], [r.value_targets for r in group])
         )
@@ -469,8 +503,9 @@ class MAPPOTrainer(Trainer):
 
     def _loss_passes(self, agent: str, group: Sequence[Response], weight: float, loss_of, critic: bool = False
                      ) -> list[tuple[dict[str, float], int]]:
-        """Forward and backward ``weight · loss_of(part)`` over the group's length buckets; (stats, tokens) per part."""
-        parts = length_buckets(group, critic=critic)
+        """Forward and backward ``weight · loss_of(part)`` over the group's length buckets (a tree's: one pass, its
+        shared prefixes run once); (stats, tokens) per part."""
+        parts = prefix_batches(group, critic=critic) if self.plays_trees else length_buckets(group, critic=critic)
         passes = self.distributed.lockstep(len(parts))          # the most any process has, under sharded weights
         done = []
         for k in range(passes):
@@ -499,9 +534,8 @@ class MAPPOTrainer(Trainer):
                 local.update(self.compute_advantages(responses))
         with clock("update"):
             local.update(self.update(responses, step))
-        local["train_accuracy"] = float(
-            np.mean([bool(c) for e in episodes for turn in e.correct for c in turn.values()])
-        )
+        answers = {id(act): act for e in episodes for turn in e.turns for act in turn.values()}   # a tree's once
+        local["train_accuracy"] = float(np.mean([bool(act.correct) for act in answers.values()]))
         local["responses"] = float(len(responses))
         local.update(clock.metrics())
         # wall times: the slowest process's; response counts: summed over processes
@@ -563,6 +597,22 @@ def length_buckets(responses: Sequence[Response], *, critic: bool = False, max_r
         buckets.append([r])
         longest_prefix, longest_completion, real = p, n, p + n
     return buckets
+
+
+def prefix_batches(responses: Sequence[Response], *, critic: bool = False,
+                   max_rows: int | None = None) -> list[list[Response]]:
+    """Responses ordered so that those sharing a prefix (the prompt, or the critic's task part when ``critic``) sit
+    together, cut into batches of at most ``max_rows`` (all in one when ``None``).
+
+    A forward runs each distinct prefix of its batch once, so a tree's responses pad only their completions
+    and the rest of the critic's context.
+    """
+    def prefix(r: Response) -> tuple[int, ...]:
+        return tuple((r.critic_prefix_ids or []) if critic else r.prompt_ids)
+
+    ordered = sorted(responses, key=lambda r: (prefix(r), len(r.critic_ids) if critic else 0, len(r.completion_ids)))
+    size = max_rows or max(len(ordered), 1)
+    return [ordered[start:start + size] for start in range(0, len(ordered), size)]
 
 
 def _combined_stats(parts: Sequence[tuple[dict[str, float], int]]) -> dict[str, float]:

@@ -1,0 +1,128 @@
+"""MAPPO on task trees (``num_generations > 1``): the answers a step samples, the shared answers' rewards, the
+critic's shared task prefix, and a step that trains."""
+import numpy as np
+import pytest
+import torch
+
+from tests.trainers.test_mappo_trainer import build_trainer
+from trainers.mappo import MAPPOConfig
+from trainers.mappo.rewards import turn_rewards
+from trainers.mappo.trainer import prefix_batches
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+G = 2
+
+
+def tree_trainer(tmp_path, **overrides):
+    """2 agents x 2 turns, one task a step played as a tree of G = 2 answers per agent and node."""
+    return build_trainer(tmp_path, num_generations=G, episodes_per_step=1, minibatch_size=64, **overrides)
+
+
+def distinct_answers(episodes, turn):
+    """The distinct AgentTurn objects of ``turn`` over the episodes (shared answers once)."""
+    return {id(e.turns[turn][a]): e.turns[turn][a] for e in episodes for a in e.agents}
+
+
+def test_a_tree_plays_g_to_the_t_episodes_that_share_their_earlier_answers(tmp_path):
+    trainer = tree_trainer(tmp_path)
+    episodes = trainer.collect(1)
+    n = len(trainer.agents)
+    assert len(episodes) == G ** 2 and all(len(e.turns) == 2 for e in episodes)
+    assert len({e.task_index for e in episodes}) == 1
+    assert len(distinct_answers(episodes, 0)) == n * G          # each turn-0 answer is in G episodes
+    assert len(distinct_answers(episodes, 1)) == n * G ** 2     # each last-turn answer in one
+    for e in episodes:          # the g-th answers act together: agent_1's turn-1 prompt holds its partner's answer
+        partner = e.turns[0]["agent_0"].text.strip()
+        assert partner in "\n".join(m["content"] for m in e.turns[1]["agent_1"].messages)
+    # the samples of a node share their prompt
+    prompts = {tuple(a.prompt_ids) for a in distinct_answers(episodes, 0).values()}
+    assert len(prompts) == n
+    again = tree_trainer(tmp_path / "again").collect(1)          # a seeded step replays
+    texts = lambda played: [a.text for e in played for a in e.turns[1].values()]  # noqa: E731
+    assert texts(again) == texts(episodes)
+
+
+def test_a_shared_answer_is_one_response_whose_reward_is_its_mean_return(tmp_path):
+    trainer = tree_trainer(tmp_path)
+    episodes = trainer.collect(1)
+    responses = trainer.compute_rewards(episodes)
+    n = len(trainer.agents)
+    assert len(responses) == n * (G + G ** 2)
+    returns = {}
+    for e in episodes:
+        outcome = trainer.score(e)
+        c = trainer.config
+        table = turn_rewards(outcome.scores, outcome.correct, gamma=c.reward_gamma, rule=c.reward_rule,
+                             future_mean=c.future_mean, incentives=c.incentives)
+        for t, turn in enumerate(e.turns):
+            for i, agent in enumerate(trainer.agents):
+                returns.setdefault(id(turn[agent]), (turn[agent], []))[1].append(float(table[t, i]))
+    expected = {(tuple(act.completion_ids), tuple(act.prompt_ids)): np.mean(values)
+                for act, values in returns.values()}
+    assert len(expected) == len(responses)
+    for r in responses:
+        assert r.reward == pytest.approx(expected[tuple(r.completion_ids), tuple(r.prompt_ids)], abs=1e-12)
+    turn0 = [len(values) for act, values in returns.values() if act.turn == 0]
+    assert turn0 == [G] * (n * G)
+    # the critic's context: the task part is shared by an agent's responses, the rest holds the partner's answer
+    for agent in trainer.agents:
+        assert len({tuple(r.critic_prefix_ids) for r in responses if r.agent == agent}) == 1
+    decode = trainer.team.policy("agent_0").tokenizer.decode
+    first = next(r for r in responses if r.turn == 0 and r.agent == "agent_0")
+    partner = next(e.turns[0]["agent_1"].text for e in episodes
+                   if list(e.turns[0]["agent_0"].completion_ids) == first.completion_ids)
+    assert partner.strip() in decode(first.critic_ids)
+
+
+def test_the_critic_with_a_shared_task_prefix_gives_the_values_of_the_whole_context(tmp_path):
+    trainer = tree_trainer(tmp_path)
+    responses = trainer.compute_rewards(trainer.collect(1))
+    critic = trainer.critic
+    whole = [list(r.critic_prefix_ids) + list(r.critic_ids) for r in responses]
+    completions = [r.completion_ids for r in responses]
+    with torch.no_grad():
+        expected, expected_mask = critic.values(whole, completions)
+        shared, mask = critic.values([r.critic_ids for r in responses], completions,
+                                     prefix_ids=[r.critic_prefix_ids for r in responses])
+    assert torch.equal(mask.bool(), expected_mask.bool())
+    # the same positions in two forwards (a KV cache vs one pass): float rounding only (measured: 3e-8)
+    assert torch.allclose(shared, expected, atol=1e-5)
+    assert shared.abs().sum() > 0
+    with pytest.raises(ValueError, match="not both"):
+        critic.values(whole, completions, trunk=[torch.zeros(1)], prefix_ids=whole)
+
+
+def test_prefix_batches_keep_each_response_once_with_its_prefix_group_together():
+    from trainers.mappo.trainer import Response
+
+    rows = [Response("a", 0, [k % 3] * 5, [1] * (k % 4 + 1), [2], critic_prefix_ids=[k % 2]) for k in range(12)]
+    for critic, prefix in ((False, lambda r: tuple(r.prompt_ids)), (True, lambda r: tuple(r.critic_prefix_ids))):
+        batches = prefix_batches(rows, critic=critic, max_rows=5)
+        flat = [r for b in batches for r in b]
+        assert sorted(map(id, flat)) == sorted(map(id, rows)) and max(map(len, batches)) == 5
+        keys = [prefix(r) for r in flat]
+        assert keys == sorted(keys)                  # one prefix's rows are contiguous
+    assert len(prefix_batches(rows)) == 1
+
+
+@pytest.mark.parametrize("critic_layers", [None, 1])
+def test_a_tree_step_trains_every_actor_and_the_critic(tmp_path, critic_layers):
+    trainer = tree_trainer(tmp_path, critic_layers=critic_layers, kl_coef=0.0)
+    if critic_layers:           # a tree shares the task prefix instead of storing frozen-layer states
+        trainer.critic.trunk = lambda *a, **k: pytest.fail("a tree step ran the critic's trunk")
+    before = {a: {k: v.clone() for k, v in trainer.team.policy(a).trainable_state_dict(a).items()}
+              for a in trainer.agents}
+    head = trainer.critic.head.weight.detach().clone()
+    metrics = trainer.train()[0]
+    assert metrics["responses"] == len(trainer.agents) * (G + G ** 2)
+    assert metrics["value_loss"] == metrics["value_loss"] and metrics["policy_loss"] == metrics["policy_loss"]
+    for agent in trainer.agents:
+        after = trainer.team.policy(agent).trainable_state_dict(agent)
+        assert any(not torch.equal(before[agent][k], after[k]) for k in after), agent
+    assert not torch.equal(head, trainer.critic.head.weight)
+
+
+def test_num_generations_below_one_is_refused():
+    with pytest.raises(ValueError, match="num_generations must be >= 1"):
+        MAPPOConfig(num_generations=0)
