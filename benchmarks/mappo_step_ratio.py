@@ -1,16 +1,20 @@
 """A MAPPO step against a MAGRPO step at the same sampled completions, on the information-split study's shape.
 
     PYTHONPATH=. python benchmarks/mappo_step_ratio.py --repeats 3
+    PYTHONPATH=. python benchmarks/mappo_step_ratio.py --repeats 2 --rollouts trees,episodes
     PYTHONPATH=. python benchmarks/mappo_step_ratio.py --env reference_game-v0 --critic-layers 8,30
 
 Builds the study's MAGRPO and MAPPO trainers (:func:`studies.information_split.study.team_trainer`, the study's
 defaults: SmolLM2-135M-Instruct fp32, one LoRA adapter per role, 2 roles x 2 turns, ``C = 40`` completions a
-step, 40 new tokens) — MAPPO once per ``--critic-layers`` value (``all``: the critic adapts every layer) — and
-times their training steps in turns: round ``r`` runs step ``r`` of every trainer, so load on the machine falls
-on all of them alike. One torch thread; per step, the wall and CPU seconds, and MAPPO's phases (``time/*``).
+step, 40 new tokens) — MAPPO once per ``--critic-layers`` value (``all``: the critic adapts every layer) and
+``--rollouts`` shape (``trees``: the study's, MAGRPO's task trees with ``num_generations = G``; ``episodes``: 10
+plain episodes, minibatches of 16) — and times their training steps in turns: round ``r`` runs step ``r`` of every
+trainer, so load on the machine falls on all of them alike. One torch thread; per step, the wall and CPU
+seconds, MAPPO's phases (``time/*``) and the share of MAGRPO's sample groups whose advantages are all 0 (MAGRPO
+skips those rows in its update, so a step in which no answer is right costs it the rollout alone).
 
 Prints the median seconds per step of each trainer and, as the last lines, ``ratio=<MAPPO step / MAGRPO step>``
-per critic setting (CPU seconds; the study's goal: at most 2).
+per MAPPO setting (CPU seconds; the study's goal: at most 2).
 
 ``--critic-only`` times instead the critic's share of a step for each ``--critic-layers`` setting: the gradient-free
 pass over 16 rows (a critic context of 380-470 tokens and a completion of 12-40, the study's lengths; with
@@ -34,8 +38,10 @@ short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch s
 import torch  # noqa: E402
 
 
-def build(arm: str, config, critic_layers: int | None, out: Path):
-    """One team trainer of the study, on its own copy of the base model."""
+def build(arm: str, config, critic_layers: int | None, out: Path, rollouts: str = "trees"):
+    """One team trainer of the study, on its own copy of the base model (MAPPO on ``rollouts``)."""
+    from dataclasses import replace
+
     from llm_marl.team import Team
     from studies.collaboration.study import _trainer_config_kwargs
     from studies.information_split.study import base_model, matched_batches, team_trainer
@@ -45,8 +51,13 @@ def build(arm: str, config, critic_layers: int | None, out: Path):
     model, tokenizer = base_model(config)
     team = Team.adapter_per_agent(model, tokenizer, seats, name=config.model)
     common = {**_trainer_config_kwargs(config, out), "progress": False}
+    batch = matched_batches(config)[arm]
     overrides = {"critic_layers": critic_layers} if arm == "mappo" else {}
-    return team_trainer(arm, config, matched_batches(config)[arm], team, common, **overrides)
+    if arm == "mappo" and rollouts == "episodes":     # the same completions as plain episodes of N x T answers
+        episodes = batch.completions_per_step // (config.num_agents * config.num_turns)
+        batch = replace(batch, settings={"episodes_per_step": episodes, "num_generations": 1})
+        overrides["minibatch_size"] = 16
+    return team_trainer(arm, config, batch, team, common, **overrides)
 
 
 def critic_only(settings: list[int | None], model_name: str) -> None:
@@ -87,6 +98,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed steps of each trainer")
     parser.add_argument("--critic-layers", default="8,all",
                         help="comma-separated MAPPO critic settings: a number of top layers, or all")
+    parser.add_argument("--rollouts", default="trees",
+                        help="comma-separated MAPPO rollout shapes: trees (the study's), episodes (plain)")
     parser.add_argument("--critic-only", action="store_true", help="time only the critic's passes of a step")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -97,10 +110,14 @@ def main() -> None:
     if args.critic_only:
         critic_only(settings, config.model)
         return
-    names = ["magrpo"] + [f"mappo (critic_layers={'all' if s is None else s})" for s in settings]
+    shapes = [r.strip() for r in args.rollouts.split(",")]
+    if not set(shapes) <= {"trees", "episodes"}:
+        parser.error(f"--rollouts takes trees and/or episodes, got {args.rollouts!r}")
+    variants = [(s, r) for r in shapes for s in settings]
+    names = ["magrpo"] + [f"mappo ({r}, critic_layers={'all' if s is None else s})" for s, r in variants]
     with tempfile.TemporaryDirectory() as tmp:
         trainers = [build("magrpo", config, None, Path(tmp) / "magrpo")]
-        trainers += [build("mappo", config, s, Path(tmp) / f"mappo-{i}") for i, s in enumerate(settings)]
+        trainers += [build("mappo", config, s, Path(tmp) / f"mappo-{i}", r) for i, (s, r) in enumerate(variants)]
         wall = {name: [] for name in names}
         cpu = {name: [] for name in names}
         for round_ in range(args.repeats):
@@ -110,6 +127,9 @@ def main() -> None:
                 wall[name].append(time.perf_counter() - started)
                 cpu[name].append(time.process_time() - started_cpu)
                 phases = ", ".join(f"{k[5:]} {v:.1f}" for k, v in record.items() if k.startswith("time/"))
+                zero = [v for k, v in record.items() if k.endswith("/zero_advantage_groups")]
+                if zero:
+                    phases = f"zero-advantage groups {sum(zero) / len(zero):.2f} (mean over turns and agents)"
                 print(f"round {round_ + 1} {name}: {wall[name][-1]:.1f} s wall, {cpu[name][-1]:.1f} s CPU"
                       + (f" ({phases})" if phases else ""), flush=True)
     for name in names:
