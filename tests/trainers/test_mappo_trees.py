@@ -91,6 +91,13 @@ def test_the_critic_with_a_shared_task_prefix_gives_the_values_of_the_whole_cont
     assert shared.abs().sum() > 0
     with pytest.raises(ValueError, match="not both"):
         critic.values(whole, completions, trunk=[torch.zeros(1)], prefix_ids=whole)
+    # sharded weights (FSDP): every process must make the same forwards, so the whole contexts run in one
+    critic.policy.lockstep = True
+    critic.policy.completion_hidden = lambda *a, **k: pytest.fail("a shared-prefix forward under lockstep")
+    with torch.no_grad():
+        locked, _ = critic.values([r.critic_ids for r in responses], completions,
+                                  prefix_ids=[r.critic_prefix_ids for r in responses])
+    assert torch.equal(locked, expected)
 
 
 def test_prefix_batches_keep_each_response_once_with_its_prefix_group_together():

@@ -202,6 +202,8 @@ class CentralizedCritic(torch.nn.Module):
                              f"{len(context_ids)} and {len(completion_ids)}")
         if any(not p for p in prefix_ids):
             raise ValueError("every shared context prefix needs at least one token")
+        if getattr(self.policy, "lockstep", False):   # sharded weights: every process makes the same forward calls
+            return self.values([list(p) + list(c) for p, c in zip(prefix_ids, context_ids)], completion_ids)
         rows = [list(c) + list(x) for c, x in zip(context_ids, completion_ids)]
         with self.policy.using(self.adapter):
             hidden, _, _ = self.policy.completion_hidden(prefix_ids, rows)   # [B, W, d]: the state before token k
