@@ -391,6 +391,22 @@ class MAPPOTrainer(Trainer):
             total = loss if total is None else total + loss
         return total, parts
 
+    def kept_value_losses(self, counts: Mapping[str, list[int]], batch_size: int) -> dict[str, list[tuple[dict, int]]]:
+        """Backward every agent's value loss (weighted as :meth:`update` weighs it) through the forward kept by
+        :meth:`values_for_the_update`, before the actors' passes, so that its graph is freed first; (stats, tokens)
+        per agent and kept chunk."""
+        total, parts = None, {}
+        for agent, (size, tokens) in counts.items():
+            loss, parts[agent] = self.kept_value_loss(agent, tokens)
+            if loss is not None:
+                part = size / batch_size * self.config.vf_coef * loss
+                total = part if total is None else total + part
+        if total is not None:
+            with self.critic.policy.using(self.critic.adapter):    # its adapter trainable (PEFT marks the active one)
+                self.accelerator.backward(total)
+        self.critic_graphs = None
+        return parts
+
     def critic_values(self, group: Sequence[Response]) -> tuple[torch.Tensor, torch.Tensor]:
         """The critic's ``V_k`` ``[B, L]`` of the group's responses and their mask (from the stored trunk states, or
         running each shared task prefix once, where the step has either)."""
@@ -521,8 +537,7 @@ class MAPPOTrainer(Trainer):
                 local = self._by_agent([responses[i] for rank, i, _, _ in batch if rank == self.distributed.rank])
                 for optimizer, _ in steps:
                     optimizer.zero_grad(set_to_none=True)
-                kept = self.critic_graphs is not None      # one_critic_pass: the values' forward has its graph
-                value_loss = None
+                kept = self.kept_value_losses(counts, len(batch)) if self.critic_graphs is not None else None
                 for agent in self.agents:
                     if agent not in counts:
                         continue
@@ -535,11 +550,8 @@ class MAPPOTrainer(Trainer):
                     actor_parts = self._loss_passes(
                         agent, group, weight, lambda part: self.policy_loss(agent, part, tokens)
                     )
-                    if kept:
-                        loss, critic_parts = self.kept_value_loss(agent, tokens)
-                        if loss is not None:
-                            part = weight * c.vf_coef * loss
-                            value_loss = part if value_loss is None else value_loss + part
+                    if kept is not None:
+                        critic_parts = kept.get(agent, [])
                     else:
                         critic_parts = self._loss_passes(
                             agent, group, weight * c.vf_coef, lambda part: self.value_loss(part, tokens), critic=True
@@ -550,10 +562,6 @@ class MAPPOTrainer(Trainer):
                     stats["loss"] = stats["policy_loss"] + c.vf_coef * stats["value_loss"]
                     for key, value in stats.items():
                         totals.setdefault(key, []).append(value)
-                if value_loss is not None:          # every agent's value loss through the kept graph, once; its
-                    with self.critic.policy.using(self.critic.adapter):   # adapter trainable again (the actors'
-                        self.accelerator.backward(value_loss)             # forwards since made only theirs so)
-                self.critic_graphs = None
                 # Σ over processes of each actor's and the critic's gradients, clip, step (trainers.common.distributed)
                 self.distributed.optimizer_step(steps, c.max_grad_norm)
         return {key: float(np.mean(values)) for key, values in totals.items()}
