@@ -115,7 +115,6 @@ class MAPPOTrainer(Trainer):
         if config.future_mean == "others" and len(env.possible_agents) < 2:
             raise ValueError("future_mean='others' needs at least 2 agents; use future_mean='all'")
         self.verifier = verifier
-        self.critic_graphs: list[tuple[list[Response], torch.Tensor]] | None = None   # see values_for_the_update
         super().__init__(env, team, config, eval_env=eval_env, accelerator=accelerator)
 
     def build_models(self) -> list[torch.nn.Parameter]:
@@ -300,10 +299,7 @@ class MAPPOTrainer(Trainer):
             kl = torch.zeros_like(logp)
         if self.critic.first_layer and not self.plays_trees:    # the frozen layers, once for the whole step
             self._store_trunk(responses)
-        if self.one_critic_pass(responses):     # the values keep their graph: the value loss reuses this forward
-            values, _ = _pad_with_mask(self.values_for_the_update(responses))
-        else:
-            values, _ = _pad_with_mask(self.rollout_values(responses))
+        values, _ = _pad_with_mask(self.rollout_values(responses))
         # r_k = -β·kl_k on every token, plus R_i^t on the last one
         rewards = token_rewards(torch.tensor([r.reward for r in responses]), mask, kl=kl, kl_coef=c.kl_coef)
         # δ_k = r_k + γV_{k+1} - V_k ;  A_k = δ_k + γλA_{k+1} ;  G_k = A_k + V_k
@@ -349,63 +345,6 @@ class MAPPOTrainer(Trainer):
         """The centralized critic's ``V_k`` of every completion token, before the update."""
         return self._scored(responses, key=lambda r: 0, critic=True,
                             score=lambda agent, chunk: self.critic_values(chunk)[0])
-
-    def one_critic_pass(self, responses: Sequence[Response]) -> bool:
-        """Whether the critic's forward for the advantages can also serve the value loss: one process, one epoch and
-        one minibatch, so the critic has not stepped between the two and its values are the same numbers."""
-        c = self.config
-        return c.ppo_epochs == 1 and c.minibatch_size >= len(responses) and self.distributed.num_processes == 1
-
-    def values_for_the_update(self, responses: Sequence[Response]) -> list[torch.Tensor]:
-        """:meth:`rollout_values` through a forward with gradients, kept (``self.critic_graphs``) for the value loss
-        of the step's one minibatch (:meth:`one_critic_pass`)."""
-        self.critic_graphs = []
-        rows: dict[int, torch.Tensor] = {}
-        with torch.enable_grad():
-            for chunk in self._chunks(responses, key=lambda r: 0, critic=True):
-                with self.accelerator.autocast():
-                    values, _ = self.critic_values(chunk)
-                self.critic_graphs.append((chunk, values))
-                out = values.detach().float().cpu()
-                for row, response in enumerate(chunk):
-                    rows[id(response)] = out[row, :len(response.completion_ids)]
-        return [rows[id(r)] for r in responses]
-
-    def kept_value_loss(self, agent: str, tokens: int) -> tuple[torch.Tensor | None, list[tuple[dict, int]]]:
-        """The agent's value loss from the forward kept by :meth:`values_for_the_update` (no second forward); the
-        loss (``None`` when it has no response) and (stats, tokens) per kept chunk."""
-        total, parts = None, []
-        for chunk, values in self.critic_graphs:
-            rows = [k for k, r in enumerate(chunk) if r.agent == agent]
-            if not rows:
-                continue
-            group = [chunk[k] for k in rows]
-            width = max(len(r.completion_ids) for r in group)
-            old, targets = (_pad(rows_).to(values.device)
-                            for rows_ in ([r.old_values for r in group], [r.value_targets for r in group]))
-            mask = _pad([torch.ones(len(r.completion_ids)) for r in group]).to(values.device)
-            loss, stats = clipped_value_loss(values[rows, :width], old, targets, mask, self.config.value_clip,
-                                             tokens=tokens)
-            stats["value_loss"] = float(loss.detach())
-            parts.append((stats, sum(len(r.completion_ids) for r in group)))
-            total = loss if total is None else total + loss
-        return total, parts
-
-    def kept_value_losses(self, counts: Mapping[str, list[int]], batch_size: int) -> dict[str, list[tuple[dict, int]]]:
-        """Backward every agent's value loss (weighted as :meth:`update` weighs it) through the forward kept by
-        :meth:`values_for_the_update`, before the actors' passes, so that its graph is freed first; (stats, tokens)
-        per agent and kept chunk."""
-        total, parts = None, {}
-        for agent, (size, tokens) in counts.items():
-            loss, parts[agent] = self.kept_value_loss(agent, tokens)
-            if loss is not None:
-                part = size / batch_size * self.config.vf_coef * loss
-                total = part if total is None else total + part
-        if total is not None:
-            with self.critic.policy.using(self.critic.adapter):    # its adapter trainable (PEFT marks the active one)
-                self.accelerator.backward(total)
-        self.critic_graphs = None
-        return parts
 
     def critic_values(self, group: Sequence[Response]) -> tuple[torch.Tensor, torch.Tensor]:
         """The critic's ``V_k`` ``[B, L]`` of the group's responses and their mask (from the stored trunk states, or
@@ -537,7 +476,6 @@ class MAPPOTrainer(Trainer):
                 local = self._by_agent([responses[i] for rank, i, _, _ in batch if rank == self.distributed.rank])
                 for optimizer, _ in steps:
                     optimizer.zero_grad(set_to_none=True)
-                kept = self.kept_value_losses(counts, len(batch)) if self.critic_graphs is not None else None
                 for agent in self.agents:
                     if agent not in counts:
                         continue
@@ -550,12 +488,9 @@ class MAPPOTrainer(Trainer):
                     actor_parts = self._loss_passes(
                         agent, group, weight, lambda part: self.policy_loss(agent, part, tokens)
                     )
-                    if kept is not None:
-                        critic_parts = kept.get(agent, [])
-                    else:
-                        critic_parts = self._loss_passes(
-                            agent, group, weight * c.vf_coef, lambda part: self.value_loss(part, tokens), critic=True
-                        )
+                    critic_parts = self._loss_passes(
+                        agent, group, weight * c.vf_coef, lambda part: self.value_loss(part, tokens), critic=True
+                    )
                     if not group:
                         continue
                     stats = {**_combined_stats(actor_parts), **_combined_stats(critic_parts)}
@@ -588,7 +523,6 @@ class MAPPOTrainer(Trainer):
         """Collect, reward, advantage, update once; the step's metrics, merged over processes."""
         local: dict[str, float] = {}
         clock = PhaseClock()
-        self.critic_graphs = None
         with self.distributed.full_weights():          # sharded weights are gathered for the gradient-free passes
             with clock("collect"):
                 episodes = self.collect(step)
