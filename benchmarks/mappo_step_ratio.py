@@ -2,7 +2,6 @@
 
     PYTHONPATH=. python benchmarks/mappo_step_ratio.py --repeats 3
     PYTHONPATH=. python benchmarks/mappo_step_ratio.py --repeats 2 --rollouts trees,episodes
-    PYTHONPATH=. python benchmarks/mappo_step_ratio.py --repeats 3 --kl-coef 0.05
     PYTHONPATH=. python benchmarks/mappo_step_ratio.py --env reference_game-v0 --critic-layers 8,30
 
 Builds the study's MAGRPO and MAPPO trainers (:func:`studies.information_split.study.team_trainer`, the study's
@@ -12,9 +11,7 @@ step, 40 new tokens) — MAPPO once per ``--critic-layers`` value (``all``: the 
 plain episodes, minibatches of 16) — and times their training steps in turns: round ``r`` runs step ``r`` of every
 trainer, so load on the machine falls on all of them alike. One torch thread; per step, the wall and CPU
 seconds, MAPPO's phases (``time/*``) and the share of MAGRPO's sample groups whose advantages are all 0 (MAGRPO
-skips those rows in its update, so a step in which no answer is right costs it the rollout alone). ``--kl-coef``
-sets both trainers' KL penalty to the base model (the study's default is 0): every MAGRPO row then carries an
-advantage, so both trainers update every row and both pay a reference forward.
+skips those rows in its update, so a step in which no answer is right costs it the rollout alone).
 
 Prints the median seconds per step of each trainer and, as the last lines, ``ratio=<MAPPO step / MAGRPO step>``
 per MAPPO setting (CPU seconds; the study's goal: at most 2).
@@ -103,13 +100,12 @@ def main() -> None:
                         help="comma-separated MAPPO critic settings: a number of top layers, or all")
     parser.add_argument("--rollouts", default="trees",
                         help="comma-separated MAPPO rollout shapes: trees (the study's), episodes (plain)")
-    parser.add_argument("--kl-coef", type=float, default=0.0, help="both trainers' KL penalty to the base model")
     parser.add_argument("--critic-only", action="store_true", help="time only the critic's passes of a step")
     args = parser.parse_args()
     torch.set_num_threads(1)
     from studies.information_split.study import StudyConfig
 
-    config = StudyConfig(env=args.env, steps=args.repeats, arms=("untrained", "magrpo", "mappo"), kl_coef=args.kl_coef)
+    config = StudyConfig(env=args.env, steps=args.repeats, arms=("untrained", "magrpo", "mappo"))
     settings = [None if s.strip() == "all" else int(s) for s in args.critic_layers.split(",")]
     if args.critic_only:
         critic_only(settings, config.model)
