@@ -71,8 +71,8 @@ class Response:
     completion_ids: list[int]
     critic_ids: list[int]
     reward: float = 0.0
-    critic_prefix_ids: list[int] | None = None      # the critic context's task part, shared by a tree's rows
     rollout_logprobs: list[float] | None = None     # per completion token, as the sampler computed them
+    critic_prefix_ids: list[int] | None = None      # the critic context's task part, shared by a tree's rows
     # filled by compute_advantages (1-D, one entry per completion token)
     old_logprobs: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
