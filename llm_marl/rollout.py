@@ -314,7 +314,7 @@ class RolloutEngine:
         roots = self.reset_nodes(task_indices, seeds)
         seeds = list(seeds) if seeds is not None else [None] * len(roots)
         frontier = [(node, root, []) for root, node in enumerate(roots)]
-        finished: list[list[tuple[int, list[dict[str, AgentTurn]]]]] = [[] for _ in roots]
+        finished: list[list[list[dict[str, AgentTurn]]]] = [[] for _ in roots]    # per task: its episodes' turns
         while frontier:
             expansions = self.expand([node for node, _, _ in frontier], num_generations, "aligned", params)
             next_frontier = []
@@ -327,11 +327,11 @@ class RolloutEngine:
                                                     child.verdicts[-1][agent], expansion.infos[j].get(agent, {}))
                             for agent, g in zip(agents, combo)}
                     if expansion.done[j]:
-                        finished[root].append((root, path + [acts]))
+                        finished[root].append(path + [acts])
                     else:
                         next_frontier.append((child, root, path + [acts]))
             frontier = next_frontier
         self.clear_caches()                  # the trees are complete: nothing extends their KV caches
         return [Episode(env=self.env_name, task_id=roots[root].task.get("task_id"), seed=seeds[root],
                         task_index=task_indices[root], turns=turns)
-                for paths in finished for root, turns in paths]
+                for root, paths in enumerate(finished) for turns in paths]
