@@ -3,15 +3,21 @@
     PYTHONPATH=. python benchmarks/mappo_step_ratio.py --repeats 3
     PYTHONPATH=. python benchmarks/mappo_step_ratio.py --repeats 2 --rollouts trees,episodes
     PYTHONPATH=. python benchmarks/mappo_step_ratio.py --env reference_game-v0 --critic-layers 8,30
+    PYTHONPATH=. python benchmarks/mappo_step_ratio.py --critic-layers 8 --critic-passes fused,two \
+        --env-arg format_reward=0.1
 
 Builds the study's MAGRPO and MAPPO trainers (:func:`studies.information_split.study.team_trainer`, the study's
 defaults: SmolLM2-135M-Instruct fp32, one LoRA adapter per role, 2 roles x 2 turns, ``C = 40`` completions a
 step, 40 new tokens) — MAPPO once per ``--critic-layers`` value (``all``: the critic adapts every layer) and
 ``--rollouts`` shape (``trees``: the study's, MAGRPO's task trees with ``num_generations = G``; ``episodes``: 10
-plain episodes, minibatches of 16) — and times their training steps in turns: round ``r`` runs step ``r`` of every
-trainer, so load on the machine falls on all of them alike. One torch thread; per step, the wall and CPU
-seconds, MAPPO's phases (``time/*``) and the share of MAGRPO's sample groups whose advantages are all 0 (MAGRPO
-skips those rows in its update, so a step in which no answer is right costs it the rollout alone).
+plain episodes, minibatches of 16) and ``--critic-passes`` (``fused``: the study's one critic forward a step,
+``fused_critic_pass``; ``two``: a gradient-free pass for the advantages and another for the value loss) — and times
+their training steps in turns: round ``r`` runs step ``r`` of every trainer, so load on the machine falls on all of
+them alike. ``--env-arg NAME=VALUE`` passes a ``make()`` argument to the env: ``format_reward=0.1`` gives a readable
+wrong answer 0.1, so the base model's sample groups differ in reward and MAGRPO updates rather than skipping them.
+One torch thread; per step, the wall and CPU seconds, MAPPO's phases (``time/*``) and the share of MAGRPO's sample
+groups whose advantages are all 0 (MAGRPO skips those rows in its update, so a step in which every answer of a group
+earns the same costs it the rollout alone).
 
 Prints the median seconds per step of each trainer and, as the last lines, ``ratio=<MAPPO step / MAGRPO step>``
 per MAPPO setting (CPU seconds; the study's goal: at most 2).
@@ -37,9 +43,12 @@ short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch s
 
 import torch  # noqa: E402
 
+from studies.information_split.run import env_argument  # noqa: E402
 
-def build(arm: str, config, critic_layers: int | None, out: Path, rollouts: str = "trees"):
-    """One team trainer of the study, on its own copy of the base model (MAPPO on ``rollouts``)."""
+
+def build(arm: str, config, critic_layers: int | None, out: Path, rollouts: str = "trees", fused: bool = True):
+    """One team trainer of the study, on its own copy of the base model (MAPPO on ``rollouts``, its critic
+    running once a step where it can when ``fused``)."""
     from dataclasses import replace
 
     from llm_marl.team import Team
@@ -52,7 +61,7 @@ def build(arm: str, config, critic_layers: int | None, out: Path, rollouts: str 
     team = Team.adapter_per_agent(model, tokenizer, seats, name=config.model)
     common = {**_trainer_config_kwargs(config, out), "progress": False}
     batch = matched_batches(config)[arm]
-    overrides = {"critic_layers": critic_layers} if arm == "mappo" else {}
+    overrides = {"critic_layers": critic_layers, "fused_critic_pass": fused} if arm == "mappo" else {}
     if arm == "mappo" and rollouts == "episodes":     # the same completions as plain episodes of N x T answers
         episodes = batch.completions_per_step // (config.num_agents * config.num_turns)
         batch = replace(batch, settings={"episodes_per_step": episodes, "num_generations": 1})
@@ -100,12 +109,23 @@ def main() -> None:
                         help="comma-separated MAPPO critic settings: a number of top layers, or all")
     parser.add_argument("--rollouts", default="trees",
                         help="comma-separated MAPPO rollout shapes: trees (the study's), episodes (plain)")
+    parser.add_argument("--critic-passes", default="fused",
+                        help="comma-separated MAPPO critic passes a step: fused (one, the study's), two")
+    parser.add_argument("--env-arg", action="append", default=[], metavar="NAME=VALUE", type=env_argument,
+                        help="a make() argument of the env, repeatable (e.g. format_reward=0.1); VALUE is read as YAML")
     parser.add_argument("--critic-only", action="store_true", help="time only the critic's passes of a step")
     args = parser.parse_args()
     torch.set_num_threads(1)
     from studies.information_split.study import StudyConfig
 
-    config = StudyConfig(env=args.env, steps=args.repeats, arms=("untrained", "magrpo", "mappo"))
+    passes = [p.strip() for p in args.critic_passes.split(",")]
+    if not set(passes) <= {"fused", "two"}:
+        parser.error(f"--critic-passes takes fused and/or two, got {args.critic_passes!r}")
+    try:
+        config = StudyConfig(env=args.env, steps=args.repeats, arms=("untrained", "magrpo", "mappo"),
+                             env_kwargs=dict(args.env_arg))
+    except (ValueError, TypeError) as error:
+        parser.error(str(error))
     settings = [None if s.strip() == "all" else int(s) for s in args.critic_layers.split(",")]
     if args.critic_only:
         critic_only(settings, config.model)
@@ -113,11 +133,13 @@ def main() -> None:
     shapes = [r.strip() for r in args.rollouts.split(",")]
     if not set(shapes) <= {"trees", "episodes"}:
         parser.error(f"--rollouts takes trees and/or episodes, got {args.rollouts!r}")
-    variants = [(s, r) for r in shapes for s in settings]
-    names = ["magrpo"] + [f"mappo ({r}, critic_layers={'all' if s is None else s})" for s, r in variants]
+    variants = [(s, r, p) for r in shapes for p in passes for s in settings]
+    names = ["magrpo"] + [f"mappo ({r}, critic_layers={'all' if s is None else s}, critic passes: {p})"
+                          for s, r, p in variants]
     with tempfile.TemporaryDirectory() as tmp:
         trainers = [build("magrpo", config, None, Path(tmp) / "magrpo")]
-        trainers += [build("mappo", config, s, Path(tmp) / f"mappo-{i}", r) for i, (s, r) in enumerate(variants)]
+        trainers += [build("mappo", config, s, Path(tmp) / f"mappo-{i}", r, fused=p == "fused")
+                     for i, (s, r, p) in enumerate(variants)]
         wall = {name: [] for name in names}
         cpu = {name: [] for name in names}
         for round_ in range(args.repeats):

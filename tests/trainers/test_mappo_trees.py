@@ -16,7 +16,7 @@ G = 2
 
 def tree_trainer(tmp_path, **overrides):
     """2 agents x 2 turns, one task a step played as a tree of G = 2 answers per agent and node."""
-    return build_trainer(tmp_path, num_generations=G, episodes_per_step=1, minibatch_size=64, **overrides)
+    return build_trainer(tmp_path, **{"num_generations": G, "episodes_per_step": 1, "minibatch_size": 64, **overrides})
 
 
 def distinct_answers(episodes, turn):
@@ -134,3 +134,66 @@ def test_num_generations_below_one_is_refused():
     with pytest.raises(ValueError, match="num_generations must be >= 1"):
         MAPPOConfig(num_generations=0)
 
+
+
+def step_gradients(trainer):
+    """One training step's gradients of every actor's and the critic's trainable weights (before the optimizer
+    steps), and the step's responses."""
+    grads, step = {}, trainer.distributed.optimizer_step
+
+    def record(steps, max_norm):
+        for optimizer, params in steps:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    grads[id(p)] = None if p.grad is None else p.grad.detach().clone()
+        return step(steps, max_norm)
+
+    trainer.distributed.optimizer_step = record
+    episodes = trainer.collect(1)
+    responses = trainer.compute_rewards(episodes)
+    trainer.compute_advantages(responses)
+    stats = trainer.update(responses, 1)
+    names = {id(p): name for name, p in [(f"head.{n}", p) for n, p in trainer.critic.head.named_parameters()]
+             + [(n, p) for n, p in trainer.team.policy("agent_0").model.named_parameters()]}
+    return {names[k]: v for k, v in grads.items()}, responses, stats
+
+
+@pytest.mark.parametrize("generations,critic_layers", [(G, None), (1, 1)])
+def test_the_fused_critic_pass_gives_the_two_pass_gradients(tmp_path, generations, critic_layers):
+    settings = dict(num_generations=generations, episodes_per_step=1 if generations > 1 else 2, minibatch_size=64,
+                    ppo_epochs=1, critic_layers=critic_layers)
+    fused = build_trainer(tmp_path / "fused", **settings)
+    assert fused.config.fused_critic_pass
+    fused.value_loss = lambda *a, **k: pytest.fail("the fused step ran the critic's value loss forward")
+    two = build_trainer(tmp_path / "two", fused_critic_pass=False, **settings)
+    forwards = []
+    critic_values = two.critic_values
+    two.critic_values = lambda group: forwards.append(len(group)) or critic_values(group)
+    fused_grads, fused_responses, fused_stats = step_gradients(fused)
+    two_grads, two_responses, two_stats = step_gradients(two)
+    assert sum(forwards) == 2 * len(two_responses)       # the two-pass step runs every row through the critic twice
+    for a, b in zip(fused_responses, two_responses):
+        assert a.completion_ids == b.completion_ids
+        torch.testing.assert_close(a.old_values, b.old_values, rtol=0, atol=1e-6)
+        torch.testing.assert_close(a.value_targets, b.value_targets, rtol=0, atol=1e-6)
+        torch.testing.assert_close(a.advantages, b.advantages, rtol=0, atol=1e-5)
+    critic = [k for k in fused_grads if k.startswith("head.") or ".critic." in k]
+    assert critic and any(".critic." in k for k in critic)
+    for name in fused_grads:
+        if two_grads[name] is None or not two_grads[name].any():
+            assert fused_grads[name] is None or not fused_grads[name].any(), name
+            continue
+        # float sums in another order: measured at most 6e-7 of the tensor's largest gradient
+        scale = two_grads[name].abs().max()
+        assert (fused_grads[name] - two_grads[name]).abs().max() <= 1e-5 * scale, name
+    assert any(fused_grads[k] is not None and fused_grads[k].abs().sum() > 0 for k in critic if ".critic." in k)
+    assert fused_stats["value_loss"] == pytest.approx(two_stats["value_loss"], rel=1e-5)
+
+
+def test_the_critic_runs_twice_when_the_step_has_several_minibatches(tmp_path):
+    trainer = tree_trainer(tmp_path, ppo_epochs=1, minibatch_size=4)
+    episodes = trainer.collect(1)
+    responses = trainer.compute_rewards(episodes)
+    assert len(responses) > 4 and not trainer.fuses_critic_pass(responses)
+    assert tree_trainer(tmp_path / "one", ppo_epochs=1).fuses_critic_pass(responses)
+    assert not tree_trainer(tmp_path / "epochs", ppo_epochs=2).fuses_critic_pass(responses)

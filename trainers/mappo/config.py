@@ -31,7 +31,7 @@ class MAPPOConfig(TrainerConfig):
         :class:`~trainers.common.config.TrainerConfig`: learning_rate, weight_decay, max_grad_norm, kl_coef.
 
     Parameters that control the critic:
-        critic_lora_r, critic_max_context_tokens, critic_layers.
+        critic_lora_r, critic_max_context_tokens, critic_layers, fused_critic_pass.
 
     Parameters that control generation, the run, evaluation, logging and scaling out (all from ``TrainerConfig``):
         max_new_tokens, temperature, top_p, max_steps, seed, eval_every, eval_tasks, eval_temperature,
@@ -125,6 +125,11 @@ class MAPPOConfig(TrainerConfig):
         "help": "Decoder layers the critic's adapter adapts, counted from the top (None: every layer). With a "
                 "number, the frozen layers below run once per step without gradients and every critic pass of "
                 "the step (the values, the value loss) starts from their output."})
+    fused_critic_pass: bool = field(default=True, metadata={
+        "help": "When one PPO epoch's one minibatch holds the whole step (ppo_epochs=1, minibatch_size >= the "
+                "step's responses) and weights are not sharded, the critic's forward for the advantages also takes "
+                "the value loss's gradient (chunk by chunk), so the update runs no critic forward: the same gradients, "
+                "one critic pass a step instead of two. False: always two passes."})
 
     # ---------------------------------------------------------------- this trainer's defaults of shared fields
     max_new_tokens: int = trainer_default("max_new_tokens", 128)

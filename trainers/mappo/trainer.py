@@ -115,6 +115,7 @@ class MAPPOTrainer(Trainer):
         if config.future_mean == "others" and len(env.possible_agents) < 2:
             raise ValueError("future_mean='others' needs at least 2 agents; use future_mean='all'")
         self.verifier = verifier
+        self._fused_value_stats: dict[str, dict[str, float]] | None = None   # set by a step whose critic runs once
         super().__init__(env, team, config, eval_env=eval_env, accelerator=accelerator)
 
     def build_models(self) -> list[torch.nn.Parameter]:
@@ -281,27 +282,34 @@ class MAPPOTrainer(Trainer):
             groups.setdefault(response.agent, []).append(response)
         return groups
 
-    @torch.no_grad()
     def compute_advantages(self, responses: Sequence[Response]) -> dict[str, float]:
         """Fill ``old_logprobs``, ``old_values``, ``advantages``, ``value_targets`` of every response (on the CPU).
 
-        The reference policy is scored only when ``kl_coef > 0`` (``kl_ref`` is logged then).
+        The reference policy is scored only when ``kl_coef > 0`` (``kl_ref`` is logged then). When
+        :meth:`fuses_critic_pass`, the critic's forward here also takes the value loss's gradient.
         """
         c = self.config
+        self._fused_value_stats = None
         if not responses:
             return {}
-        logp, mask = _pad_with_mask(self.old_logprobs(responses))
-        score_reference = c.kl_coef > 0
-        if score_reference:
-            ref_logp, _ = _pad_with_mask(self.reference_logprobs(responses))
-            kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
-        else:           # no KL penalty: the reference forward would only feed a term multiplied by 0
-            kl = torch.zeros_like(logp)
-        if self.critic.first_layer and not self.plays_trees:    # the frozen layers, once for the whole step
-            self._store_trunk(responses)
-        values, _ = _pad_with_mask(self.rollout_values(responses))
-        # r_k = -β·kl_k on every token, plus R_i^t on the last one
-        rewards = token_rewards(torch.tensor([r.reward for r in responses]), mask, kl=kl, kl_coef=c.kl_coef)
+        with torch.no_grad():
+            logp, mask = _pad_with_mask(self.old_logprobs(responses))
+            score_reference = c.kl_coef > 0
+            if score_reference:
+                ref_logp, _ = _pad_with_mask(self.reference_logprobs(responses))
+                kl = kl_per_token(logp, ref_logp, c.kl_estimator) * mask
+            else:           # no KL penalty: the reference forward would only feed a term multiplied by 0
+                kl = torch.zeros_like(logp)
+            if self.critic.first_layer and not self.plays_trees:    # the frozen layers, once for the whole step
+                self._store_trunk(responses)
+            # r_k = -β·kl_k on every token, plus R_i^t on the last one
+            rewards = token_rewards(torch.tensor([r.reward for r in responses]), mask, kl=kl, kl_coef=c.kl_coef)
+        if self.fuses_critic_pass(responses):
+            rows, self._fused_value_stats = self.values_with_value_gradient(responses, rewards, mask)
+        else:
+            with torch.no_grad():
+                rows = self.rollout_values(responses)
+        values, _ = _pad_with_mask(rows)
         # δ_k = r_k + γV_{k+1} - V_k ;  A_k = δ_k + γλA_{k+1} ;  G_k = A_k + V_k
         advantages, targets = generalized_advantages(rewards, values, mask, c.gae_gamma, c.gae_lambda)
         for row, response in enumerate(responses):
@@ -345,6 +353,57 @@ class MAPPOTrainer(Trainer):
         """The centralized critic's ``V_k`` of every completion token, before the update."""
         return self._scored(responses, key=lambda r: 0, critic=True,
                             score=lambda agent, chunk: self.critic_values(chunk)[0])
+
+    def fuses_critic_pass(self, responses: Sequence[Response]) -> bool:
+        """Whether this step's critic runs once: ``fused_critic_pass``, one PPO epoch whose one minibatch holds
+        every process's responses, and whole (unsharded) weights. The update's critic then equals the rollout's,
+        so the value loss needs no forward of its own."""
+        c = self.config
+        return (c.fused_critic_pass and c.ppo_epochs == 1 and not self.distributed.sharded
+                and self.distributed.sum([len(responses)])[0] <= c.minibatch_size)
+
+    def values_with_value_gradient(self, responses: Sequence[Response], rewards: torch.Tensor, mask: torch.Tensor
+                                   ) -> tuple[list[torch.Tensor], dict[str, dict[str, float]]]:
+        """The critic's ``V_k`` of every response (CPU rows, in order), taking the gradient of the update's value
+        loss on the way; and each agent's ``value_loss`` and ``vf_clipfrac`` stats.
+
+        Each critic chunk's values give its rows' GAE targets ``G_k`` (``rewards`` and ``mask``: the step's padded
+        token rewards), and ``vf_coef · ½(V_k - G_k)²`` is backpropagated at once, each agent's tokens weighted as
+        :meth:`update` weights them (its share of the minibatch's responses over its tokens in it). ``V`` equals
+        ``V_old`` here, so the clip is never in force.
+        """
+        c = self.config
+        counts: dict[str, list[int]] = {}           # agent -> [responses, tokens] over all processes
+        for part in self.distributed.gather([(r.agent, len(r.completion_ids)) for r in responses]):
+            for agent, n in part:
+                counts.setdefault(agent, [0, 0])
+                counts[agent][0] += 1
+                counts[agent][1] += n
+        total = sum(size for size, _ in counts.values())
+        row_of = {id(r): row for row, r in enumerate(responses)}
+        values: dict[int, torch.Tensor] = {}
+        errors: dict[str, float] = {}
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        for chunk in self._chunks(responses, key=lambda r: 0, critic=True):
+            with self.accelerator.autocast():
+                chunk_values, chunk_mask = self.critic_values(chunk)
+            chunk_values = chunk_values.float()
+            rows = [row_of[id(r)] for r in chunk]
+            width = chunk_values.shape[1]
+            detached = chunk_values.detach().cpu()
+            with torch.no_grad():
+                _, targets = generalized_advantages(rewards[rows, :width], detached, mask[rows, :width],
+                                                    c.gae_gamma, c.gae_lambda)
+            squared = 0.5 * (chunk_values - targets.to(chunk_values.device)) ** 2 * chunk_mask
+            per_row = squared.sum(-1)
+            weights = torch.tensor([counts[r.agent][0] / total / counts[r.agent][1] for r in chunk],
+                                   device=per_row.device)
+            self.accelerator.backward(c.vf_coef * (per_row * weights).sum())
+            for row, response in enumerate(chunk):
+                values[id(response)] = detached[row, :len(response.completion_ids)]
+                errors[response.agent] = errors.get(response.agent, 0.0) + float(per_row[row].detach())
+        stats = {agent: {"value_loss": error / counts[agent][1], "vf_clipfrac": 0.0} for agent, error in errors.items()}
+        return [values[id(r)] for r in responses], stats
 
     def critic_values(self, group: Sequence[Response]) -> tuple[torch.Tensor, torch.Tensor]:
         """The critic's ``V_k`` ``[B, L]`` of the group's responses and their mask (from the stored trunk states, or
@@ -474,8 +533,10 @@ class MAPPOTrainer(Trainer):
                     counts[agent][0] += 1
                     counts[agent][1] += n
                 local = self._by_agent([responses[i] for rank, i, _, _ in batch if rank == self.distributed.rank])
+                fused = self._fused_value_stats        # the critic's gradient is already taken
                 for optimizer, _ in steps:
-                    optimizer.zero_grad(set_to_none=True)
+                    if not (fused is not None and optimizer is self.critic_optimizer):
+                        optimizer.zero_grad(set_to_none=True)
                 for agent in self.agents:
                     if agent not in counts:
                         continue
@@ -488,12 +549,13 @@ class MAPPOTrainer(Trainer):
                     actor_parts = self._loss_passes(
                         agent, group, weight, lambda part: self.policy_loss(agent, part, tokens)
                     )
-                    critic_parts = self._loss_passes(
+                    critic_parts = [] if fused is not None else self._loss_passes(
                         agent, group, weight * c.vf_coef, lambda part: self.value_loss(part, tokens), critic=True
                     )
                     if not group:
                         continue
-                    stats = {**_combined_stats(actor_parts), **_combined_stats(critic_parts)}
+                    critic_stats = fused[agent] if fused is not None else _combined_stats(critic_parts)
+                    stats = {**_combined_stats(actor_parts), **critic_stats}
                     stats["loss"] = stats["policy_loss"] + c.vf_coef * stats["value_loss"]
                     for key, value in stats.items():
                         totals.setdefault(key, []).append(value)
