@@ -384,7 +384,8 @@ class MAPPOTrainer(Trainer):
         values: dict[int, torch.Tensor] = {}
         errors: dict[str, float] = {}
         self.critic_optimizer.zero_grad(set_to_none=True)
-        for chunk in self._chunks(responses, key=lambda r: 0, critic=True):
+        # one agent's rows a chunk, as the update's value loss runs them: a chunk's graph is all the memory held
+        for chunk in self._chunks(responses, key=lambda r: r.agent, critic=True):
             with self.accelerator.autocast():
                 chunk_values, chunk_mask = self.critic_values(chunk)
             chunk_values = chunk_values.float()
