@@ -379,11 +379,15 @@ def transcripts(episodes: Sequence[dict[str, Any]], count: int) -> list[dict[str
 
 
 def finished_arm(config: StudyConfig, out: Path, arm: str) -> dict[str, Any] | None:
-    """The stored record of ``arm`` in ``out`` if it was run with these settings, else ``None``."""
+    """The stored record of ``arm`` in ``out`` if it was run with these settings, else ``None``; its checkpoint is
+    the one in ``out`` (the arm may have been run under another path and its folder copied here)."""
     path = out / "arms" / arm / "arm.json"
     if path.is_file():
         record = json.loads(path.read_text())
         if record.get("key") == config.key(arm):
+            if record.get("checkpoint"):
+                name = Path(record["checkpoint"]).name
+                record["checkpoint"] = str(out / "arms" / arm / "team" / "checkpoints" / name)
             return record
     return None
 

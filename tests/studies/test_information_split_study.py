@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -239,6 +240,21 @@ def test_an_arm_with_other_settings_is_run_again(tiny_model_dir, tmp_path):
     run_study(config, tmp_path, log=lambda line: None)
     assert finished_arm(config, tmp_path, "untrained") is not None
     assert finished_arm(tiny_config(tiny_model_dir, arms=("untrained",), eval_tasks=3), tmp_path, "untrained") is None
+
+
+def test_a_reused_arm_names_the_checkpoint_in_the_study_it_is_reused_by(tiny_model_dir, tmp_path):
+    import shutil
+
+    from studies.information_split.study import finished_arm, run_study
+
+    config = tiny_config(tiny_model_dir, arms=("full_view_solo",), eval_tasks=2)
+    run_study(config, tmp_path / "first", log=lambda line: None)
+    shutil.copytree(tmp_path / "first", tmp_path / "copy")
+    shutil.rmtree(tmp_path / "first")
+    checkpoint = Path(finished_arm(config, tmp_path / "copy", "full_view_solo")["checkpoint"])
+    assert checkpoint.is_dir() and checkpoint.is_relative_to(tmp_path / "copy")
+    results = run_study(config, tmp_path / "copy", log=lambda line: None)
+    assert results["arms"]["full_view_solo"]["checkpoint"] == str(checkpoint)
 
 
 def test_the_untrained_play_is_shared_by_studies_that_differ_only_in_training_or_reward():
