@@ -15,7 +15,8 @@ Jobs run in order, each with a fresh trainer on the same tiny model and toy env:
   ``OUT/NAME/rank<r>.json`` (weights fingerprint, tasks this process collected) and, on the main
   process, ``OUT/NAME/weights.pt``.
 - ``mappo-update``: MAPPO's advantage pass and one update on this process's shard of the
-  pre-collected responses ``OUT/mappo-batch.pkl``; writes ``OUT/mappo-update-rank<r>.pt``.
+  pre-collected responses ``OUT/mappo-batch.pkl``; writes ``OUT/mappo-update-rank<r>.pt``. ``mappo-fused-update``:
+  the same with one epoch of one minibatch (the critic runs once); writes ``OUT/mappo-fused-update-rank<r>.pt``.
 - ``mappo-train:NAME:STEPS``: MAPPO training into ``OUT/NAME``; writes ``OUT/NAME/rank<r>.json``.
   ``mappo-fsdp-update``, ``mappo-fsdp-train`` and ``mappo-fsdp-resume``: the same with sharded weights.
 
@@ -113,10 +114,11 @@ def build_mappo(output_dir: str | Path, max_steps: int = 2, init_seed: int | Non
     verifier = RewardModel.from_causal_lm(verifier_lm, verifier_tokenizer, seed=1, max_length=96)
     if env is None:
         env = llm_marl_envs.make("arithmetic_debate-v0", num_agents=2, num_turns=2, num_tasks=20, split="train")
-    config = MAPPOConfig(max_new_tokens=6, episodes_per_step=3, minibatch_size=5, ppo_epochs=2, learning_rate=1e-3,
-                         critic_learning_rate=1e-3, max_steps=max_steps, output_dir=str(output_dir), progress=False,
-                         report_to=("jsonl",), eval_tasks=2, alpha1=0.5, beta1=0.5, fsdp=fsdp,
-                         resume_from_checkpoint="latest" if resume else None, **overrides)
+    settings = dict(max_new_tokens=6, episodes_per_step=3, minibatch_size=5, ppo_epochs=2, learning_rate=1e-3,
+                    critic_learning_rate=1e-3, max_steps=max_steps, output_dir=str(output_dir), progress=False,
+                    report_to=("jsonl",), eval_tasks=2, alpha1=0.5, beta1=0.5, fsdp=fsdp,
+                    resume_from_checkpoint="latest" if resume else None)
+    config = MAPPOConfig(**{**settings, **overrides})
     return MAPPOTrainer(env, team, config, verifier=verifier)
 
 
@@ -128,10 +130,14 @@ def mappo_trainable(trainer: MAPPOTrainer) -> dict[str, torch.Tensor]:
     return weights
 
 
-def run_mappo_update(out: Path, batch_file: Path, fsdp: bool = False) -> dict:
-    """Advantages and one PPO update (all epochs and minibatches) on this process's shard of the responses."""
-    trainer = build_mappo(out / ("mappo-fsdp-update-run" if fsdp else "mappo-update-run"), max_steps=1, fsdp=fsdp)
+def run_mappo_update(out: Path, batch_file: Path, fsdp: bool = False, fused: bool = False) -> dict:
+    """Advantages and one PPO update (all epochs and minibatches) on this process's shard of the responses;
+    ``fused``: one epoch of one minibatch, so the critic runs once (``fused_critic_pass``)."""
+    name = "mappo-fsdp-update-run" if fsdp else "mappo-fused-update-run" if fused else "mappo-update-run"
+    one_pass = {"ppo_epochs": 1, "minibatch_size": 12} if fused else {}
+    trainer = build_mappo(out / name, max_steps=1, fsdp=fsdp, **one_pass)
     responses = trainer.distributed.shard(pickle.loads(batch_file.read_bytes()))
+    fuses = trainer.fuses_critic_pass(responses)
     with trainer.distributed.full_weights():
         stats = trainer.compute_advantages(responses)
     trainer.update(responses, step=1)
@@ -143,7 +149,7 @@ def run_mappo_update(out: Path, batch_file: Path, fsdp: bool = False) -> dict:
             "sharded": sorted(name for name, p in named.items() if isinstance(p, DTensor)),
             "responses": len(responses),
             "advantages": [r.advantages for r in responses], "num_processes": trainer.distributed.num_processes,
-            "stats": stats}
+            "stats": stats, "fused": fuses}
 
 
 def run_update(out: Path, batch_file: Path, fsdp: bool = False) -> dict:
@@ -204,8 +210,8 @@ def main() -> None:
             except ValueError as err:
                 message = str(err)
             (out / f"{job}-rank{rank()}.txt").write_text(message)
-        elif job in ("mappo-update", "mappo-fsdp-update"):
-            result = run_mappo_update(out, out / "mappo-batch.pkl", fsdp="fsdp" in job)
+        elif job in ("mappo-update", "mappo-fsdp-update", "mappo-fused-update"):
+            result = run_mappo_update(out, out / "mappo-batch.pkl", fsdp="fsdp" in job, fused="fused" in job)
             torch.save(result, out / f"{job}-rank{rank()}.pt")
         elif job.startswith("mappo-"):                 # mappo-train, mappo-fsdp-train, mappo-fsdp-resume
             kind, name, steps = job.split(":")

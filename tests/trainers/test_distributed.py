@@ -373,9 +373,12 @@ def launched(tmp_path_factory):
             response.completion_ids = response.completion_ids[:2 + i % 5]
         (out / "mappo-batch.pkl").write_bytes(pickle.dumps(responses))
         mappo_whole = {"initial": mappo_trainable(mappo), **run_mappo_update(out, out / "mappo-batch.pkl")}
+        fused_whole = {"initial": mappo_whole["initial"], **run_mappo_update(out, out / "mappo-batch.pkl", fused=True)}
+        torch.save(fused_whole, out / "mappo-fused-whole.pt")
     finally:
         torch.set_num_threads(previous)
-    launch(out, "update", "mappo-update", "train:straight:3", "train:resumed:1", "mappo-train:mappo:1",
+    launch(out, "update", "mappo-update", "mappo-fused-update", "train:straight:3", "train:resumed:1",
+           "mappo-train:mappo:1",
            "fsdp-update", "fsdp-train:fsdp-straight:3", "fsdp-train:fsdp-resumed:1",
            "mappo-fsdp-update", "mappo-fsdp-train:mappo-fsdp-straight:2", "mappo-fsdp-train:mappo-fsdp-resumed:1",
            "fsdp-agent-devices")
@@ -438,6 +441,20 @@ def test_mappo_on_two_processes_matches_one_process_and_stays_identical(launched
     trained = reports(out / "mappo")
     assert [r["num_processes"] for r in trained] == [2, 2] and trained[0]["fingerprint"] == trained[1]["fingerprint"]
     assert trained[0]["history"] == trained[1]["history"]               # one merged record per step on every process
+
+
+@pytest.mark.slow
+@pytest.mark.ci_slow
+@pytest.mark.timeout(LAUNCH_TIMEOUT_S + 300)
+def test_mappo_with_one_critic_pass_on_two_processes_matches_one_process(launched):
+    out, _, _ = launched
+    whole = torch.load(out / "mappo-fused-whole.pt", weights_only=False)
+    split = [torch.load(out / f"mappo-fused-update-rank{r}.pt", weights_only=False) for r in range(2)]
+    assert whole["fused"] and all(s["fused"] for s in split)      # 12 responses, one minibatch of 12, one epoch
+    assert [s["responses"] for s in split] == [6, 6] and split[0]["fingerprint"] == split[1]["fingerprint"]
+    assert any(not torch.equal(w, whole["initial"][n]) for n, w in whole["weights"].items())
+    assert {name.split("/")[0] for name in whole["gradients"]} == {"agent_0", "agent_1", "critic", "head"}
+    assert_same_update(split[0], whole, weight_atol=1e-5)               # each process's rows weighted by global counts
 
 
 @pytest.mark.slow
