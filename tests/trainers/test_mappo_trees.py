@@ -135,7 +135,6 @@ def test_num_generations_below_one_is_refused():
         MAPPOConfig(num_generations=0)
 
 
-
 def step_gradients(trainer):
     """One training step's gradients of every actor's and the critic's trainable weights (before the optimizer
     steps), and the step's responses."""

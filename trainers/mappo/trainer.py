@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -367,43 +367,41 @@ class MAPPOTrainer(Trainer):
         """The critic's ``V_k`` of every response (CPU rows, in order), taking the gradient of the update's value
         loss on the way; and each agent's ``value_loss`` and ``vf_clipfrac`` stats.
 
-        Each critic chunk's values give its rows' GAE targets ``G_k`` (``rewards`` and ``mask``: the step's padded
-        token rewards), and ``vf_coef · ½(V_k - G_k)²`` is backpropagated at once, each agent's tokens weighted as
-        :meth:`update` weights them (its share of the minibatch's responses over its tokens in it). ``V`` equals
-        ``V_old`` here, so the clip is never in force.
+        Each critic chunk (one agent's rows) gives its rows' GAE targets ``G_k`` (``rewards`` and ``mask``: the
+        step's padded token rewards), and the chunk's :func:`clipped_value_loss` is backpropagated at once, weighted as
+        :meth:`update` weights the agent's (``vf_coef`` times its share of the minibatch's responses, over its tokens
+        in it). ``V`` equals ``V_old`` here, so the clip is never in force.
         """
         c = self.config
-        counts: dict[str, list[int]] = {}           # agent -> [responses, tokens] over all processes
-        for part in self.distributed.gather([(r.agent, len(r.completion_ids)) for r in responses]):
-            for agent, n in part:
-                counts.setdefault(agent, [0, 0])
-                counts[agent][0] += 1
-                counts[agent][1] += n
+        shared = self.distributed.gather([(r.agent, len(r.completion_ids)) for r in responses])
+        counts = agent_counts(pair for part in shared for pair in part)          # over all processes
         total = sum(size for size, _ in counts.values())
         row_of = {id(r): row for row, r in enumerate(responses)}
         values: dict[int, torch.Tensor] = {}
-        errors: dict[str, float] = {}
+        parts: dict[str, list[tuple[dict[str, float], int]]] = {}
         self.critic_optimizer.zero_grad(set_to_none=True)
         # one agent's rows a chunk, as the update's value loss runs them: a chunk's graph is all the memory held
         for chunk in self._chunks(responses, key=lambda r: r.agent, critic=True):
+            agent = chunk[0].agent
+            size, tokens = counts[agent]
             with self.accelerator.autocast():
                 chunk_values, chunk_mask = self.critic_values(chunk)
             chunk_values = chunk_values.float()
+            detached = chunk_values.detach()
+            on_cpu = detached.cpu()
             rows = [row_of[id(r)] for r in chunk]
             width = chunk_values.shape[1]
-            detached = chunk_values.detach().cpu()
             with torch.no_grad():
-                _, targets = generalized_advantages(rewards[rows, :width], detached, mask[rows, :width],
+                _, targets = generalized_advantages(rewards[rows, :width], on_cpu, mask[rows, :width],
                                                     c.gae_gamma, c.gae_lambda)
-            squared = 0.5 * (chunk_values - targets.to(chunk_values.device)) ** 2 * chunk_mask
-            per_row = squared.sum(-1)
-            weights = torch.tensor([counts[r.agent][0] / total / counts[r.agent][1] for r in chunk],
-                                   device=per_row.device)
-            self.accelerator.backward(c.vf_coef * (per_row * weights).sum())
+            loss, stats = clipped_value_loss(chunk_values, detached, targets.to(chunk_values.device), chunk_mask,
+                                             c.value_clip, tokens=tokens)
+            stats["value_loss"] = float(loss.detach())
+            self.accelerator.backward(size / total * c.vf_coef * loss)
+            parts.setdefault(agent, []).append((stats, sum(len(r.completion_ids) for r in chunk)))
             for row, response in enumerate(chunk):
-                values[id(response)] = detached[row, :len(response.completion_ids)]
-                errors[response.agent] = errors.get(response.agent, 0.0) + float(per_row[row].detach())
-        stats = {agent: {"value_loss": error / counts[agent][1], "vf_clipfrac": 0.0} for agent, error in errors.items()}
+                values[id(response)] = on_cpu[row, :len(response.completion_ids)]
+        stats = {agent: _combined_stats(agent_parts) for agent, agent_parts in parts.items()}
         return [values[id(r)] for r in responses], stats
 
     def critic_values(self, group: Sequence[Response]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -528,11 +526,7 @@ class MAPPOTrainer(Trainer):
         totals: dict[str, list[float]] = {}
         for epoch in range(c.ppo_epochs):
             for batch in self._minibatches(layout, shuffle_seed=step_seed(c.seed, step, 1000 + epoch)):
-                counts: dict[str, list[int]] = {}          # agent -> [responses, tokens] in the whole minibatch
-                for _, _, agent, n in batch:
-                    counts.setdefault(agent, [0, 0])
-                    counts[agent][0] += 1
-                    counts[agent][1] += n
+                counts = agent_counts((agent, n) for _, _, agent, n in batch)        # in the whole minibatch
                 local = self._by_agent([responses[i] for rank, i, _, _ in batch if rank == self.distributed.rank])
                 fused = self._fused_value_stats        # the critic's gradient is already taken
                 for optimizer, _ in steps:
@@ -676,6 +670,15 @@ def prefix_batches(responses: Sequence[Response], *, critic: bool = False,
     ordered = sorted(responses, key=lambda r: (prefix(r), len(r.critic_ids) if critic else 0, len(r.completion_ids)))
     size = max_rows or max(len(ordered), 1)
     return [ordered[start:start + size] for start in range(0, len(ordered), size)]
+
+
+def agent_counts(pairs: Iterable[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+    """``agent -> (responses, tokens)`` of ``(agent, completion tokens)`` pairs, agents in order of first sight."""
+    counts: dict[str, tuple[int, int]] = {}
+    for agent, n in pairs:
+        size, tokens = counts.get(agent, (0, 0))
+        counts[agent] = (size + 1, tokens + n)
+    return counts
 
 
 def _combined_stats(parts: Sequence[tuple[dict[str, float], int]]) -> dict[str, float]:
