@@ -5,13 +5,16 @@
     PYTHONPATH=. python benchmarks/mappo_step_ratio.py --env reference_game-v0 --critic-layers 8,30
     PYTHONPATH=. python benchmarks/mappo_step_ratio.py --critic-layers 8 --critic-passes fused,two \
         --env-arg format_reward=0.1
+    PYTHONPATH=. python benchmarks/mappo_step_ratio.py --critic-layers 8 --critic-depth all,8 \
+        --env-arg format_reward=0.1
 
 Builds the study's MAGRPO and MAPPO trainers (:func:`studies.information_split.study.team_trainer`, the study's
 defaults: SmolLM2-135M-Instruct fp32, one LoRA adapter per role, 2 roles x 2 turns, ``C = 40`` completions a
 step, 40 new tokens) — MAPPO once per ``--critic-layers`` value (``all``: the critic adapts every layer) and
 ``--rollouts`` shape (``trees``: the study's, MAGRPO's task trees with ``num_generations = G``; ``episodes``: 10
 plain episodes, minibatches of 16) and ``--critic-passes`` (``fused``: the study's one critic forward a step,
-``fused_critic_pass``; ``two``: a gradient-free pass for the advantages and another for the value loss) — and times
+``fused_critic_pass``; ``two``: a gradient-free pass for the advantages and another for the value loss) and
+``--critic-depth`` (``all``, or the base's first N layers: ``critic_depth``, a shallower value model) — and times
 their training steps in turns: round ``r`` runs step ``r`` of every trainer, so load on the machine falls on all of
 them alike. ``--env-arg NAME=VALUE`` passes a ``make()`` argument to the env: ``format_reward=0.1`` gives a readable
 wrong answer 0.1, so the base model's sample groups differ in reward and MAGRPO updates rather than skipping them.
@@ -46,9 +49,10 @@ import torch  # noqa: E402
 from studies.information_split.run import env_argument  # noqa: E402
 
 
-def build(arm: str, config, critic_layers: int | None, out: Path, rollouts: str = "trees", fused: bool = True):
+def build(arm: str, config, critic_layers: int | None, out: Path, rollouts: str = "trees", fused: bool = True,
+          critic_depth: int | None = None):
     """One team trainer of the study, on its own copy of the base model (MAPPO on ``rollouts``, its critic
-    running once a step where it can when ``fused``)."""
+    running once a step where it can when ``fused``, over the base's first ``critic_depth`` layers)."""
     from dataclasses import replace
 
     from llm_marl.team import Team
@@ -61,7 +65,8 @@ def build(arm: str, config, critic_layers: int | None, out: Path, rollouts: str 
     team = Team.adapter_per_agent(model, tokenizer, seats, name=config.model)
     common = {**_trainer_config_kwargs(config, out), "progress": False}
     batch = matched_batches(config)[arm]
-    overrides = {"critic_layers": critic_layers, "fused_critic_pass": fused} if arm == "mappo" else {}
+    overrides = ({"critic_layers": critic_layers, "fused_critic_pass": fused, "critic_depth": critic_depth}
+                 if arm == "mappo" else {})
     if arm == "mappo" and rollouts == "episodes":     # the same completions as plain episodes of N x T answers
         episodes = batch.completions_per_step // (config.num_agents * config.num_turns)
         batch = replace(batch, settings={"episodes_per_step": episodes, "num_generations": 1})
@@ -109,6 +114,8 @@ def main() -> None:
                         help="comma-separated MAPPO critic settings: a number of top layers, or all")
     parser.add_argument("--rollouts", default="trees",
                         help="comma-separated MAPPO rollout shapes: trees (the study's), episodes (plain)")
+    parser.add_argument("--critic-depth", default="all",
+                        help="comma-separated MAPPO critic depths: the base's first N layers, or all")
     parser.add_argument("--critic-passes", default="fused",
                         help="comma-separated MAPPO critic passes a step: fused (one, the study's), two")
     parser.add_argument("--env-arg", action="append", default=[], metavar="NAME=VALUE", type=env_argument,
@@ -133,13 +140,17 @@ def main() -> None:
     shapes = [r.strip() for r in args.rollouts.split(",")]
     if not set(shapes) <= {"trees", "episodes"}:
         parser.error(f"--rollouts takes trees and/or episodes, got {args.rollouts!r}")
-    variants = [(s, r, p) for r in shapes for p in passes for s in settings]
-    names = ["magrpo"] + [f"mappo ({r}, critic_layers={'all' if s is None else s}, critic passes: {p})"
-                          for s, r, p in variants]
+    depths = [None if d.strip() == "all" else int(d) for d in args.critic_depth.split(",")]
+    variants = [(s, r, p, d) for r in shapes for p in passes for d in depths for s in settings
+                if s is None or d is None or s <= d]
+    if not variants:
+        parser.error("no --critic-layers setting fits within a --critic-depth one")
+    names = ["magrpo"] + [f"mappo ({r}, critic_depth={'all' if d is None else d}, "
+                          f"critic_layers={'all' if s is None else s}, critic passes: {p})" for s, r, p, d in variants]
     with tempfile.TemporaryDirectory() as tmp:
         trainers = [build("magrpo", config, None, Path(tmp) / "magrpo")]
-        trainers += [build("mappo", config, s, Path(tmp) / f"mappo-{i}", r, fused=p == "fused")
-                     for i, (s, r, p) in enumerate(variants)]
+        trainers += [build("mappo", config, s, Path(tmp) / f"mappo-{i}", r, fused=p == "fused", critic_depth=d)
+                     for i, (s, r, p, d) in enumerate(variants)]
         wall = {name: [] for name in names}
         cpu = {name: [] for name in names}
         for round_ in range(args.repeats):

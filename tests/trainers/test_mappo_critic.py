@@ -129,3 +129,86 @@ def test_trunk_states_need_a_critic_with_frozen_lower_layers(team_and_critic):
     _, critic = team_and_critic
     with pytest.raises(ValueError, match="every layer"):
         critic.trunk([[5, 6]], [[11]])
+
+
+def _shallow_critic(depth: int, layers: int | None = None) -> tuple[Team, CentralizedCritic]:
+    model, tokenizer = tiny_model(seed=0, num_layers=3)
+    team = Team.adapter_per_agent(model, tokenizer, agents=2)
+    critic = CentralizedCritic(team.policy("agent_0"), max_context_tokens=32, seed=0, depth=depth, layers=layers)
+    with torch.no_grad():             # LoRA starts as the identity (B = 0): make the adapter change the layers
+        for name, p in team.policy("agent_0").model.named_parameters():
+            if ".critic." in name and "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.5)
+        critic.head.weight.copy_(torch.randn_like(critic.head.weight))
+    return team, critic
+
+
+def _adapted_layers(team: Team) -> set[int]:
+    return {int(n.split(".layers.")[1].split(".")[0]) for n, _ in team.policy("agent_0").model.named_parameters()
+            if ".critic." in n}
+
+
+@pytest.mark.parametrize("depth,layers", [(2, None), (2, 1), (1, None)])
+def test_a_shallow_critic_reads_the_normed_output_of_its_last_layer(depth, layers):
+    team, critic = _shallow_critic(depth, layers)
+    assert _adapted_layers(team) == set(range(depth - (layers or depth), depth))
+    contexts, completions = [[5, 6, 7, 8, 9], [21, 22]], [[11, 12, 13], [11]]
+    values, mask = critic.values(contexts, completions)
+    # the same rows through the whole 3-layer stack with the critic's adapter: layer `depth`'s output, normed
+    policy = team.policy("agent_0")
+    ids, row_mask, width = policy.scoring_rows(contexts, completions)
+    decoder = policy.model.get_base_model().get_decoder()
+    captured = []
+    hook = decoder.layers[depth - 1].register_forward_hook(lambda module, args, out: captured.append(out))
+    try:
+        with torch.no_grad(), policy.using("critic"):
+            out = decoder(input_ids=ids, attention_mask=row_mask, use_cache=False,
+                          position_ids=(row_mask.cumsum(-1) - 1).clamp(min=0))
+    finally:
+        hook.remove()
+    layer_out = captured[0][0] if isinstance(captured[0], tuple) else captured[0]
+    with torch.no_grad():
+        expected = critic.head(decoder.norm(layer_out)[:, -(width + 1):-1]).squeeze(-1) * mask
+    assert len(decoder.layers) == 3 and depth < 3
+    torch.testing.assert_close(values.detach(), expected, atol=1e-5, rtol=1e-4)
+    # and not the whole stack's: the layers above `depth` change the state
+    with torch.no_grad():
+        whole = critic.head(out.last_hidden_state[:, -(width + 1):-1]).squeeze(-1) * mask
+    assert float((whole - expected).abs().max()) > 1e-3
+
+
+def test_a_shallow_critic_never_runs_the_layers_above_its_depth():
+    team, critic = _shallow_critic(depth=1)
+    layers = team.policy("agent_0").model.get_base_model().get_decoder().layers
+    ran = []
+    hooks = [layer.register_forward_hook(lambda module, args, out, k=k: ran.append(k)) for k, layer in
+             enumerate(layers)]
+    try:
+        values, _ = critic.values([[5, 6, 7]], [[11, 12]])                          # one row through the model
+        critic.values([[5, 6, 7], [5, 6, 7]], [[11], [12, 13]], prefix_ids=[[1, 2], [1, 2]])   # a shared prefix
+        values.sum().backward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert ran and set(ran) == {0}
+    assert len(layers) == 3                       # the stack is whole again afterwards
+    assert critic.head.weight.grad is not None
+
+
+def test_the_prefix_path_of_a_shallow_critic_equals_its_plain_path():
+    _, critic = _shallow_critic(depth=2)
+    prefixes, contexts, completions = [[1, 2, 3], [1, 2, 3]], [[5, 6], [7]], [[11, 12], [13, 14, 15]]
+    shared, mask = critic.values(contexts, completions, prefix_ids=prefixes)
+    plain, plain_mask = critic.values([p + c for p, c in zip(prefixes, contexts)], completions)
+    assert torch.equal(mask.cpu(), plain_mask.cpu())
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=1e-4)
+
+
+def test_critic_depth_is_refused_outside_the_stack():
+    model, tokenizer = tiny_model(seed=0, num_layers=3)
+    team = Team.adapter_per_agent(model, tokenizer, agents=2)
+    for depth in (0, 4, True, 1.5):
+        with pytest.raises(ValueError, match=r"critic depth must be an int in \[1, 3\]"):
+            CentralizedCritic(team.policy("agent_0"), adapter=f"critic_{depth}", depth=depth)
+    with pytest.raises(ValueError, match=r"critic layers must be in \[1, 2\] for a critic that runs 2 layers"):
+        CentralizedCritic(team.policy("agent_0"), adapter="critic_x", depth=2, layers=3)

@@ -215,3 +215,10 @@ def test_a_critic_on_the_top_layers_trains_from_the_trunk_run_once_per_step(tmp_
 def test_critic_layers_is_refused_with_the_range():
     with pytest.raises(ValueError, match="critic_layers must be None"):
         MAPPOConfig(critic_layers=0)
+
+
+def test_critic_depth_is_refused_with_the_range():
+    with pytest.raises(ValueError, match="critic_depth must be None"):
+        MAPPOConfig(critic_depth=0)
+    with pytest.raises(ValueError, match="counts adapted layers within critic_depth"):
+        MAPPOConfig(critic_depth=2, critic_layers=3)

@@ -113,9 +113,9 @@ def test_prefix_batches_keep_each_response_once_with_its_prefix_group_together()
     assert len(prefix_batches(rows)) == 1
 
 
-@pytest.mark.parametrize("critic_layers", [None, 1])
-def test_a_tree_step_trains_every_actor_and_the_critic(tmp_path, critic_layers):
-    trainer = tree_trainer(tmp_path, critic_layers=critic_layers, kl_coef=0.0)
+@pytest.mark.parametrize("critic_layers,critic_depth", [(None, None), (1, None), (None, 1)])
+def test_a_tree_step_trains_every_actor_and_the_critic(tmp_path, critic_layers, critic_depth):
+    trainer = tree_trainer(tmp_path, critic_layers=critic_layers, critic_depth=critic_depth, kl_coef=0.0)
     if critic_layers:           # a tree shares the task prefix instead of storing frozen-layer states
         trainer.critic.trunk = lambda *a, **k: pytest.fail("a tree step ran the critic's trunk")
     before = {a: {k: v.clone() for k, v in trainer.team.policy(a).trainable_state_dict(a).items()}
@@ -157,10 +157,10 @@ def step_gradients(trainer):
     return {names[k]: v for k, v in grads.items()}, responses, stats
 
 
-@pytest.mark.parametrize("generations,critic_layers", [(G, None), (1, 1)])
-def test_the_fused_critic_pass_gives_the_two_pass_gradients(tmp_path, generations, critic_layers):
+@pytest.mark.parametrize("generations,critic_layers,critic_depth", [(G, None, None), (1, 1, None), (G, None, 1)])
+def test_the_fused_critic_pass_gives_the_two_pass_gradients(tmp_path, generations, critic_layers, critic_depth):
     settings = dict(num_generations=generations, episodes_per_step=1 if generations > 1 else 2, minibatch_size=64,
-                    ppo_epochs=1, critic_layers=critic_layers)
+                    ppo_epochs=1, critic_layers=critic_layers, critic_depth=critic_depth)
     fused = build_trainer(tmp_path / "fused", **settings)
     assert fused.config.fused_critic_pass
     fused.value_loss = lambda *a, **k: pytest.fail("the fused step ran the critic's value loss forward")

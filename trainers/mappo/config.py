@@ -31,7 +31,7 @@ class MAPPOConfig(TrainerConfig):
         :class:`~trainers.common.config.TrainerConfig`: learning_rate, weight_decay, max_grad_norm, kl_coef.
 
     Parameters that control the critic:
-        critic_lora_r, critic_max_context_tokens, critic_layers, fused_critic_pass.
+        critic_lora_r, critic_max_context_tokens, critic_layers, critic_depth, fused_critic_pass.
 
     Parameters that control generation, the run, evaluation, logging and scaling out (all from ``TrainerConfig``):
         max_new_tokens, temperature, top_p, max_steps, seed, eval_every, eval_tasks, eval_temperature,
@@ -125,6 +125,10 @@ class MAPPOConfig(TrainerConfig):
         "help": "Decoder layers the critic's adapter adapts, counted from the top (None: every layer). With a "
                 "number, the frozen layers below run once per step without gradients and every critic pass of "
                 "the step (the values, the value loss) starts from their output."})
+    critic_depth: int | None = field(default=None, metadata={
+        "help": "Decoder layers of the shared base the critic runs, from the bottom (None: all of them): a shallower "
+                "value model whose passes cost about critic_depth / (the base's layers) of a full one. The value "
+                "head reads the final norm of layer critic_depth's output; critic_layers counts within these."})
     fused_critic_pass: bool = field(default=True, metadata={
         "help": "When one PPO epoch's one minibatch holds the whole step (ppo_epochs=1, minibatch_size >= the "
                 "step's responses) and weights are not sharded, the critic's forward for the advantages also takes "
@@ -166,6 +170,11 @@ class MAPPOConfig(TrainerConfig):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         require(self.critic_layers is None or self.critic_layers >= 1,
                 f"critic_layers must be None (every layer) or >= 1, got {self.critic_layers}")
+        require(self.critic_depth is None or self.critic_depth >= 1,
+                f"critic_depth must be None (every layer) or >= 1, got {self.critic_depth}")
+        require(self.critic_layers is None or self.critic_depth is None or self.critic_layers <= self.critic_depth,
+                f"critic_layers ({self.critic_layers}) counts adapted layers within critic_depth "
+                f"({self.critic_depth}): it cannot be larger")
         # evaluate() plays held-out tasks only (trainers.common.evaluation.held_out_tasks): at least one
         require(self.eval_tasks >= 1, f"eval_tasks must be >= 1, got {self.eval_tasks}")
         for name in ("critic_learning_rate", "clip_eps", "value_clip"):

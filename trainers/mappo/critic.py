@@ -78,10 +78,14 @@ class CentralizedCritic(torch.nn.Module):
     adapter, named ``adapter``, costs a few MB instead of a second model) and reads, for every
     completion token ``k``, the hidden state of the position before it — the state in which the
     token was chosen — so ``V_k`` pairs with the log-prob of token ``k`` as GAE needs.
+
+    ``depth``: the critic runs only the base's first ``depth`` decoder layers (then its final norm and
+    the head), a smaller value model on the same base; ``layers``: its adapter adapts the top ``layers``
+    of those, and the frozen ones below can run once per step (:meth:`trunk`).
     """
 
     def __init__(self, policy: Any, adapter: str = "critic", lora_r: int = 8, max_context_tokens: int = 768,
-                 seed: int = 0, layers: int | None = None) -> None:
+                 seed: int = 0, layers: int | None = None, depth: int | None = None) -> None:
         super().__init__()
         if not getattr(policy, "is_peft", False):
             raise ValueError(f"the centralized critic shares a LoRA base; policy {policy.name!r} is a plain model. "
@@ -91,12 +95,13 @@ class CentralizedCritic(torch.nn.Module):
         from llm_marl.team import default_lora_config
 
         self.policy, self.adapter, self.max_context_tokens = policy, adapter, max_context_tokens
+        self.depth = self._depth(depth)
         self.first_layer = self._first_adapted_layer(layers)
         if adapter not in policy.adapter_names:
             lora = default_lora_config(r=lora_r)
-            if self.first_layer:
+            if self.first_layer or self.depth < len(self._decoder().layers):
                 lora = default_lora_config(r=lora_r, target_modules=self._linear_names())
-                lora.layers_to_transform = list(range(self.first_layer, len(self._decoder().layers)))
+                lora.layers_to_transform = list(range(self.first_layer, self.depth))
             with torch.random.fork_rng():
                 torch.manual_seed(seed)
                 policy.model.add_adapter(adapter, lora)
@@ -168,6 +173,10 @@ class CentralizedCritic(torch.nn.Module):
             if trunk is not None:
                 raise ValueError("give trunk states or shared context prefixes, not both")
             return self._values_after_prefixes(prefix_ids, context_ids, completion_ids)
+        if trunk is None and self.depth < len(self._decoder().layers):     # the decoder's own output, normed
+            with self.policy.using(self.adapter), self._layers(0, self.depth):
+                states, width, completion_mask = self.policy.completion_hidden(context_ids, completion_ids)
+            return self.head(states.float()).squeeze(-1) * completion_mask, completion_mask
         if trunk is None:
             with self.policy.using(self.adapter):
                 out, width, completion_mask = self.policy.completion_forward(
@@ -186,7 +195,7 @@ class CentralizedCritic(torch.nn.Module):
             embeds = states.new_zeros(*ids.shape, states.shape[-1])
             embeds[real.to(embeds.device)] = states
             mask = mask.to(self.policy.device)
-            with self.policy.using(self.adapter), self._layers(self.first_layer, None):
+            with self.policy.using(self.adapter), self._layers(self.first_layer, self.depth):
                 hidden = self._decoder()(inputs_embeds=embeds, attention_mask=mask,
                                          position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
                                          use_cache=False).last_hidden_state
@@ -205,7 +214,7 @@ class CentralizedCritic(torch.nn.Module):
         if getattr(self.policy, "lockstep", False):   # sharded weights: every process makes the same forward calls
             return self.values([list(p) + list(c) for p, c in zip(prefix_ids, context_ids)], completion_ids)
         rows = [list(c) + list(x) for c, x in zip(context_ids, completion_ids)]
-        with self.policy.using(self.adapter):
+        with self.policy.using(self.adapter), self._layers(0, self.depth):
             hidden, _, _ = self.policy.completion_hidden(prefix_ids, rows)   # [B, W, d]: the state before token k
         length = max(1, max(len(x) for x in completion_ids))
         at = torch.tensor([[len(c) + min(k, max(len(x) - 1, 0)) for k in range(length)]
@@ -251,24 +260,41 @@ class CentralizedCritic(torch.nn.Module):
                 names.add(name.split(".")[-1])
         return sorted(names)
 
+    def _depth(self, depth: int | None) -> int:
+        """How many of the base's decoder layers the critic runs (all when ``depth`` is None)."""
+        decoder = self._decoder()
+        if depth is None:
+            return len(decoder.layers) if hasattr(decoder, "layers") else 0
+        self._require_layer_stack(f"critic depth={depth}", "depth=None")
+        total = len(decoder.layers)
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= total:
+            raise ValueError(f"critic depth must be an int in [1, {total}] for a {total}-layer model, got {depth!r}")
+        return depth
+
     def _first_adapted_layer(self, layers: int | None) -> int:
-        """Index of the lowest layer the adapter adapts (0: every layer)."""
+        """Index of the lowest layer the adapter adapts (0: every layer the critic runs)."""
         if layers is None:
             return 0
+        self._require_layer_stack(f"critic layers={layers}", "layers=None")
+        if not 1 <= layers <= self.depth:
+            raise ValueError(f"critic layers must be in [1, {self.depth}] for a critic that runs {self.depth} "
+                             f"layers, got {layers}")
+        return self.depth - layers
+
+    def _require_layer_stack(self, setting: str, instead: str) -> None:
         decoder = self._decoder()
         if not (hasattr(decoder, "layers") and hasattr(decoder, "norm")):
-            raise ValueError(f"critic layers={layers} needs a decoder with .layers and .norm (Llama-style); "
-                             f"{type(decoder).__name__} has not both; use layers=None")
-        total = len(decoder.layers)
-        if not 1 <= layers <= total:
-            raise ValueError(f"critic layers must be in [1, {total}] for a {total}-layer model, got {layers}")
-        return total - layers
+            raise ValueError(f"{setting} needs a decoder with .layers and .norm (Llama-style); "
+                             f"{type(decoder).__name__} has not both; use {instead}")
 
     @contextlib.contextmanager
     def _layers(self, start: int, stop: int | None):
         """Run the decoder over ``layers[start:stop]`` only (the others are skipped) inside the block."""
         decoder = self._decoder()
-        every = decoder.layers
+        every = getattr(decoder, "layers", None)
+        if every is None or (start == 0 and stop in (None, len(every))):    # the whole stack: nothing to swap
+            yield
+            return
         decoder.layers = torch.nn.ModuleList(list(every)[start:stop])
         try:
             yield

@@ -125,7 +125,7 @@ class MAPPOTrainer(Trainer):
         self.critic = CentralizedCritic(self.team.policy(self.agents[0]), adapter=CRITIC_ADAPTER,
                                         lora_r=config.critic_lora_r,
                                         max_context_tokens=config.critic_max_context_tokens, seed=config.seed,
-                                        layers=config.critic_layers)
+                                        layers=config.critic_layers, depth=config.critic_depth)
         for agent in self.agents:
             self.critic.check_tokenizer(agent, self.team.policy(agent))
         if self.verifier is None:
@@ -137,6 +137,9 @@ class MAPPOTrainer(Trainer):
         if self.config.critic_layers is not None and self.distributed.sharded:
             raise ValueError("critic_layers runs the critic's frozen layers apart from the rest, which sharded "
                              "weights (FSDP) do not allow; use critic_layers=None with FSDP")
+        if self.config.critic_depth is not None and self.distributed.sharded:
+            raise ValueError("critic_depth runs part of the sharded layer stack, which FSDP's gathers do not allow; "
+                             "use critic_depth=None with FSDP")
         self.critic.head.to(self.critic.policy.device)     # the value head is not in the team: it follows its base
         self.add_agent_optimizers()
         self.critic_params = self.critic.trainable_parameters()
