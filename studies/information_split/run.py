@@ -54,6 +54,16 @@ def env_argument(text: str) -> tuple[str, object]:
         raise argparse.ArgumentTypeError(f"{name.strip()}: {value!r} is not a YAML value ({error})") from None
 
 
+def critic_depth(text: str) -> int | None:
+    """``--mappo-critic-depth``: a number of layers, or ``all``."""
+    if text.strip().lower() in ("all", "none"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of layers or 'all', got {text!r}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="split_arithmetic-v0",
@@ -79,6 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warm-start", default=None, metavar="CHECKPOINT",
                         help="a team checkpoint whose LoRA adapters every arm starts from, seat by seat (e.g. another "
                              "study's OUT/arms/full_view_solo/team); the untrained team is this start")
+    parser.add_argument("--mappo-critic-depth", type=critic_depth, default=fields["mappo_critic_depth"].default,
+                        help="the base's layers MAPPO's critic runs, from the bottom, or all (a shallower value model "
+                             "costs less; default: %(default)s)")
     parser.add_argument("--seeds", default=None,
                         help="comma-separated seeds: the study once per seed in OUT/seed-<s>, and the spread in "
                              "OUT/seeds.json and OUT/seeds.png (overrides --seed)")

@@ -18,8 +18,9 @@ completions and answer tokens actually sampled are counted with its
   prompts × G answers per step; played alone with the full view (the upper bound of a team).
 - ``magrpo``, ``mappo``, ``counterfactual``: the team trained with one adapter per role
   (``Team.adapter_per_agent``): MAGRPO's aligned tree, MAPPO on the same trees (``num_generations = G``, one
-  minibatch a step) with a centralized critic that reads every role's view (its adapter on the top
-  ``MAPPO_CRITIC_LAYERS`` layers) and the ``last_turn`` reward rule (the env pays only the last turn), and MAGRPO
+  minibatch a step) with a centralized critic that reads every role's view (the base's first
+  ``mappo_critic_depth`` layers, its adapter on the top ``MAPPO_CRITIC_LAYERS`` of them) and the ``last_turn``
+  reward rule (the env pays only the last turn), and MAGRPO
   with counterfactual per-message credit (:mod:`trainers.experimental.counterfactual`).
 
 With ``warm_start`` (a team checkpoint, e.g. another study's ``arms/full_view_solo/team``) every arm's adapters,
@@ -100,6 +101,8 @@ class StudyConfig:
     # a team checkpoint whose LoRA adapters every arm starts from, seat agent_k from its agent_k (e.g. another
     # study's arms/full_view_solo/team); the untrained team is this start. None: fresh adapters
     warm_start: str | None = None
+    # the base's layers MAPPO's critic runs (MAPPOConfig.critic_depth; None: all): part of the mappo arm's key only
+    mappo_critic_depth: int | None = 8
 
     def __post_init__(self) -> None:
         self.arms = tuple(dict.fromkeys(self.arms))
@@ -117,6 +120,11 @@ class StudyConfig:
         if self.num_generations < 2:
             raise ValueError(f"num_generations must be >= 2 (a group-relative baseline needs two samples), got "
                              f"{self.num_generations}")
+        if self.mappo_critic_depth is not None and (isinstance(self.mappo_critic_depth, bool)
+                                                    or not isinstance(self.mappo_critic_depth, int)
+                                                    or self.mappo_critic_depth < 1):
+            raise ValueError(f"mappo_critic_depth must be None (every layer) or an int >= 1, got "
+                             f"{self.mappo_critic_depth!r}")
         if self.transcripts < 0 or self.kl_coef < 0 or not self.temperature > 0:
             raise ValueError(f"need transcripts >= 0, kl_coef >= 0 and temperature > 0, got {self.transcripts}, "
                              f"{self.kl_coef}, {self.temperature}")
@@ -164,6 +172,8 @@ class StudyConfig:
         play instead of repeating it.
         """
         settings = {k: v for k, v in asdict(self).items() if k != "arms"}
+        if arm != "mappo" or self.mappo_critic_depth is None:   # only MAPPO has a critic; every layer: as before
+            settings.pop("mappo_critic_depth")                     # the setting existed, so older arms still match
         if self.warm_start is not None:       # the weights, not the path: a start trained again is another study
             settings["warm_start"] = warm_start_digest(self)
         if arm == "untrained":
@@ -248,8 +258,8 @@ def matched_batches(config: StudyConfig) -> dict[str, collaboration.ArmBatch]:
 
 
 # ------------------------------------------------------------------------------------------------ training
-# MAPPO's critic adapts the top layers only (all of a shallower model): the frozen ones below run once per step
-# (MAPPOConfig.critic_layers)
+# MAPPO's critic adapts the top layers of those it runs (StudyConfig.mappo_critic_depth; all of a shallower
+# model) (MAPPOConfig.critic_layers)
 MAPPO_CRITIC_LAYERS = 8
 
 
@@ -274,10 +284,12 @@ def team_trainer(arm: str, config: StudyConfig, batch: collaboration.ArmBatch, t
     elif arm == "mappo":
         from trainers.mappo import MAPPOConfig, MAPPOTrainer
 
-        depth = team.policy(team.agents[0]).model.config.num_hidden_layers
+        layers = team.policy(team.agents[0]).model.config.num_hidden_layers
+        depth = layers if config.mappo_critic_depth is None else min(config.mappo_critic_depth, layers)
         # one minibatch of the whole step (a node's samples share their prompt in one pass, as in MAGRPO's loss)
         settings = {"ppo_epochs": 1, "minibatch_size": batch.completions_per_step, "critic_learning_rate": 1e-4,
-                    "reward_rule": "last_turn", "critic_layers": min(MAPPO_CRITIC_LAYERS, depth), **overrides}
+                    "reward_rule": "last_turn", "critic_layers": min(MAPPO_CRITIC_LAYERS, depth),
+                    "critic_depth": None if depth == layers else depth, **overrides}
         trainer = MAPPOTrainer(env, team, MAPPOConfig(**common, **batch.settings, **settings))
     else:
         raise ValueError(f"unknown trained arm {arm!r}; choose from {ARMS[1:]}")

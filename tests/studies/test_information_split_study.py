@@ -76,7 +76,8 @@ def test_every_trained_arm_samples_the_same_completions_per_step(env, shape):
 
 
 @pytest.mark.parametrize("bad", [{"env": "arithmetic_debate-v0"}, {"arms": ("solo",)}, {"num_turns": 1},
-                                 {"num_generations": 1}, {"steps": 0}])
+                                 {"num_generations": 1}, {"steps": 0}, {"mappo_critic_depth": 0},
+                                 {"mappo_critic_depth": 2.5}])
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError):
         StudyConfig(**bad)
@@ -267,6 +268,43 @@ def test_the_untrained_play_is_shared_by_studies_that_differ_only_in_training_or
     for played_otherwise in (replace(base, eval_tasks=100), replace(base, max_new_tokens=20),
                              replace(base, env_kwargs={"num_candidates": 3}), replace(base, seed=1)):
         assert base.key("untrained") != played_otherwise.key("untrained")
+
+
+def test_the_mappo_critic_depth_is_in_the_mappo_arms_key_only():
+    base = StudyConfig(env="split_arithmetic-v0")
+    shallower, whole = replace(base, mappo_critic_depth=4), replace(base, mappo_critic_depth=None)
+    assert len({base.key("mappo"), shallower.key("mappo"), whole.key("mappo")}) == 3
+    for arm in ("untrained", "own_view_solo", "full_view_solo", "magrpo", "counterfactual"):
+        assert base.key(arm) == shallower.key(arm) == whole.key(arm)
+
+
+@pytest.mark.parametrize("depth,expected", [(1, 1), (None, None), (8, None)])
+def test_the_mappo_arm_runs_the_critic_at_the_studys_depth(tiny_model_dir, depth, expected, tmp_path):
+    from llm_marl.team import Team
+    from studies.collaboration.study import _trainer_config_kwargs
+    from studies.information_split.study import base_model, team_trainer
+
+    config = tiny_config(tiny_model_dir, arms=("mappo",), mappo_critic_depth=depth)
+    model, tokenizer = base_model(config)
+    team = Team.adapter_per_agent(model, tokenizer, ["agent_0", "agent_1"])
+    trainer = team_trainer("mappo", config, matched_batches(config)["mappo"], team,
+                           {**_trainer_config_kwargs(config, tmp_path), "progress": False})
+    layers = model.config.num_hidden_layers            # 2: a depth of 8 is the whole stack
+    assert trainer.config.critic_depth == expected
+    assert trainer.critic.depth == (expected or layers)
+
+
+def test_the_command_reads_the_mappo_critic_depth(capsys):
+    from studies.information_split import run
+
+    assert run.critic_depth("all") is None and run.critic_depth("6") == 6
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(["--out", "unused", "--mappo-critic-depth", "deep"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "expected a number of layers or 'all'" in err and "Traceback" not in err
+    with pytest.raises(SystemExit):
+        run.main(["--out", "unused", "--mappo-critic-depth", "0"])
+    assert "mappo_critic_depth must be None" in capsys.readouterr().err
 
 
 def test_the_env_kwargs_reach_every_env_of_the_study():
