@@ -4,7 +4,7 @@ import torch
 
 from llm_marl.models import tiny_model
 from llm_marl.team import Team
-from trainers.mappo.critic import CentralizedCritic, critic_context
+from trainers.mappo.critic import CentralizedCritic, critic_context, critic_context_parts
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -212,3 +212,30 @@ def test_critic_depth_is_refused_outside_the_stack():
             CentralizedCritic(team.policy("agent_0"), adapter=f"critic_{depth}", depth=depth)
     with pytest.raises(ValueError, match=r"critic layers must be in \[1, 2\] for a critic that runs 2 layers"):
         CentralizedCritic(team.policy("agent_0"), adapter="critic_x", depth=2, layers=3)
+
+
+def test_split_context_ids_keeps_the_whole_context_and_moves_earlier_turns_into_the_shared_piece(team_and_critic):
+    _, critic = team_and_critic
+    answers = [{"agent_0": "five", "agent_1": "four"}, {"agent_0": "nine", "agent_1": "six"}]
+    parts = critic_context_parts("Add.", answers, "agent_0", 1)      # task, 2 turn-0 answers, agent_1's, header
+    assert len(parts) == 5
+    decode = critic.policy.tokenizer.decode
+    budget = critic.max_context_tokens
+    try:
+        critic.max_context_tokens = 200                             # room for every part
+        whole = critic.context_ids(parts)
+        task, _ = critic.split_context_ids(parts)
+        for shared in (1, 2, 3, 4):
+            first, rest = critic.split_context_ids(parts, shared=shared)
+            assert first + rest == whole
+        first, rest = critic.split_context_ids(parts, shared=3)
+        assert first[:len(task)] == task and "five" in decode(first) and "four" in decode(first)
+        assert "six" not in decode(first) and "six" in decode(rest)
+    finally:
+        critic.max_context_tokens = budget
+    # 32 tokens drop the oldest answers: the shared piece holds only the earlier turns the context keeps
+    first, rest = critic.split_context_ids(parts, shared=3)
+    assert first + rest == critic.context_ids(parts) and len(first + rest) <= 32 < len(whole)
+    assert "five" not in decode(first + rest) and "six" in decode(rest)
+    with pytest.raises(ValueError, match="shared >= 1"):
+        critic.split_context_ids(parts, shared=0)

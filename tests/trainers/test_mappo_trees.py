@@ -6,6 +6,7 @@ import torch
 
 from tests.trainers.test_mappo_trainer import build_trainer
 from trainers.mappo import MAPPOConfig
+from trainers.mappo.critic import critic_context_parts, critic_task_text
 from trainers.mappo.rewards import turn_rewards
 from trainers.mappo.trainer import prefix_batches
 
@@ -65,9 +66,26 @@ def test_a_shared_answer_is_one_response_whose_reward_is_its_mean_return(tmp_pat
         assert r.reward == pytest.approx(expected[tuple(r.completion_ids), tuple(r.prompt_ids)], abs=1e-12)
     turn0 = [len(values) for act, values in returns.values() if act.turn == 0]
     assert turn0 == [G] * (n * G)
-    # the critic's context: the task part is shared by an agent's responses, the rest holds the partner's answer
+    # the critic's context: an agent's turn-0 rows share the task part, its last-turn rows under one node share the
+    # task and the node's turn-0 answers; the rest holds the partner's answer of the same turn
     for agent in trainer.agents:
-        assert len({tuple(r.critic_prefix_ids) for r in responses if r.agent == agent}) == 1
+        mine = [r for r in responses if r.agent == agent]
+        assert len({tuple(r.critic_prefix_ids) for r in mine if r.turn == 0}) == 1
+        assert len({tuple(r.critic_prefix_ids) for r in mine if r.turn == 1}) == G
+        task = next(r.critic_prefix_ids for r in mine if r.turn == 0)
+        assert all(r.critic_prefix_ids[:len(task)] == task and len(r.critic_prefix_ids) > len(task)
+                   for r in mine if r.turn == 1)
+    for e in episodes:                          # the two pieces are the whole context, split after the turn-0 answers
+        answers = [{a: turn[a].text for a in e.agents} for turn in e.turns]
+        openings = {a: e.turns[0][a].messages for a in e.agents}
+        for agent in e.agents:
+            response = next(r for r in responses if r.turn == 1 and r.completion_ids == e.turns[1][agent].completion_ids
+                            and r.prompt_ids == e.turns[1][agent].prompt_ids)
+            parts = critic_context_parts(critic_task_text(openings, agent), answers, agent, 1)
+            assert response.critic_prefix_ids + response.critic_ids == trainer.critic.context_ids(parts)
+            prefix_text = trainer.critic.policy.tokenizer.decode(response.critic_prefix_ids)
+            assert all(answers[0][a].strip() in prefix_text for a in e.agents)
+            assert answers[1][[a for a in e.agents if a != agent][0]].strip() not in prefix_text
     decode = trainer.team.policy("agent_0").tokenizer.decode
     first = next(r for r in responses if r.turn == 0 and r.agent == "agent_0")
     partner = next(e.turns[0]["agent_1"].text for e in episodes

@@ -126,25 +126,30 @@ class CentralizedCritic(torch.nn.Module):
         task, rest = self.split_context_ids(context)
         return task + rest
 
-    def split_context_ids(self, parts: Sequence[str]) -> tuple[list[int], list[int]]:
-        """:meth:`context_ids` of :func:`critic_context_parts` in two pieces: the task's tokens, then the answers' and
-        the header's. Contexts of one task and agent share the first piece, which the critic can run once."""
+    def split_context_ids(self, parts: Sequence[str], shared: int = 1) -> tuple[list[int], list[int]]:
+        """:meth:`context_ids` of :func:`critic_context_parts` in two pieces: the tokens of the first ``shared`` parts
+        that it keeps (the task; with ``shared = 1 + answers of earlier turns``, those answers too), then the rest's.
+        Contexts whose first pieces are equal (a tree's rows under one node) share it, and the critic runs it once.
+        """
         tokenize = lambda text: list(self.policy.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
         budget = self.max_context_tokens
         parts = list(parts)
         if len(parts) < 2:
             raise ValueError(f"critic context parts need the task and the agent's header, got {len(parts)} part(s)")
+        if shared < 1:
+            raise ValueError(f"the shared piece holds at least the task: shared >= 1, got {shared}")
         header = tokenize(SEPARATOR + parts[-1])[-budget:]
         task = tokenize(parts[0])[-max(budget - len(header), 0):] if budget > len(header) else []
-        kept: list[list[int]] = []
+        kept: list[tuple[int, list[int]]] = []
         room = budget - len(header) - len(task)
-        for part in reversed(parts[1:-1]):              # newest answer first
-            ids = tokenize(SEPARATOR + part)
+        for index in range(len(parts) - 2, 0, -1):     # newest answer first
+            ids = tokenize(SEPARATOR + parts[index])
             if len(ids) > room:
                 break
-            kept.insert(0, ids)
+            kept.insert(0, (index, ids))
             room -= len(ids)
-        return task, [i for ids in kept for i in ids] + header
+        first = task + [i for index, ids in kept if index < shared for i in ids]
+        return first, [i for index, ids in kept if index >= shared for i in ids] + header
 
     def check_tokenizer(self, agent: str, policy: Any) -> None:
         """Refuse an agent whose tokenizer differs from the critic's: its completion ids would mean other tokens."""
@@ -166,8 +171,8 @@ class CentralizedCritic(torch.nn.Module):
         """``V_k`` for every completion token ``[B, L]`` (right-padded) and its mask; differentiable.
 
         ``trunk``: each row's :meth:`trunk` states, so that only the adapted layers run (needs ``layers``).
-        ``prefix_ids``: each row's context starts with these tokens (the task, :meth:`split_context_ids`) and
-        ``context_ids`` holds only the rest; rows that share a prefix run it once.
+        ``prefix_ids``: each row's context starts with these tokens (the task and earlier turns,
+        :meth:`split_context_ids`) and ``context_ids`` holds only the rest; rows that share a prefix run it once.
         """
         if prefix_ids is not None:
             if trunk is not None:

@@ -72,7 +72,7 @@ class Response:
     critic_ids: list[int]
     reward: float = 0.0
     rollout_logprobs: list[float] | None = None     # per completion token, as the sampler computed them
-    critic_prefix_ids: list[int] | None = None      # the critic context's task part, shared by a tree's rows
+    critic_prefix_ids: list[int] | None = None      # the critic context's task and earlier turns (a node's rows')
     # filled by compute_advantages (1-D, one entry per completion token)
     old_logprobs: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
@@ -258,8 +258,9 @@ class MAPPOTrainer(Trainer):
                     returns[id(act)] = [float(rewards[t, i])]
                     task_text = critic_task_text(openings, agent)    # its opening prompt and the others' views
                     context = critic_context_parts(task_text, answers, agent, t)
-                    if self.plays_trees:     # the task part apart: the critic runs it once for the tree's rows
-                        prefix, rest = self.critic.split_context_ids(context)
+                    if self.plays_trees:     # the task and earlier turns apart: the critic runs them once per node
+                        earlier = 1 + sum(len(answers[k]) for k in range(t))
+                        prefix, rest = self.critic.split_context_ids(context, shared=earlier)
                     else:
                         prefix, rest = None, self.critic.context_ids(context)
                     responses.append(Response(agent, t, list(act.prompt_ids), list(act.completion_ids), rest,
