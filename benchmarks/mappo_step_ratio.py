@@ -23,7 +23,8 @@ groups whose advantages are all 0 (MAGRPO skips those rows in its update, so a s
 earns the same costs it the rollout alone).
 
 Prints the median seconds per step of each trainer and, as the last lines, ``ratio=<MAPPO step / MAGRPO step>``
-per MAPPO setting (CPU seconds; the study's goal: at most 2).
+per MAPPO setting (CPU seconds; the study's goal: at most 2), after each round's ratio. MAGRPO's line of a round
+gives the samples its update ran (``updated_samples``): those whose group rewards differed.
 
 ``--critic-only`` times instead the critic's share of a step for each ``--critic-layers`` setting: the gradient-free
 pass over 16 rows (a critic context of 380-470 tokens and a completion of 12-40, the study's lengths; with
@@ -161,13 +162,18 @@ def main() -> None:
                 cpu[name].append(time.process_time() - started_cpu)
                 phases = ", ".join(f"{k[5:]} {v:.1f}" for k, v in record.items() if k.startswith("time/"))
                 zero = [v for k, v in record.items() if k.endswith("/zero_advantage_groups")]
+                updated = [v for k, v in record.items() if k.endswith("/updated_samples")]
                 if zero:
-                    phases = f"zero-advantage groups {sum(zero) / len(zero):.2f} (mean over turns and agents)"
+                    phases = (f"zero-advantage groups {sum(zero) / len(zero):.2f} (mean over turns and agents), "
+                              f"updated samples {sum(updated):.0f} of {config.completions_per_step}")
                 print(f"round {round_ + 1} {name}: {wall[name][-1]:.1f} s wall, {cpu[name][-1]:.1f} s CPU"
                       + (f" ({phases})" if phases else ""), flush=True)
     for name in names:
         print(f"{name}: median {statistics.median(wall[name]):.1f} s wall, {statistics.median(cpu[name]):.1f} s CPU "
               f"per step")
+    for name in names[1:]:
+        rounds = ", ".join(f"{a / b:.2f}" for a, b in zip(cpu[name], cpu["magrpo"]))
+        print(f"{name}: ratio by round {rounds}")
     base = statistics.median(cpu["magrpo"])
     for name in names[1:]:
         print(f"{name}: ratio={statistics.median(cpu[name]) / base:.2f}")

@@ -165,6 +165,26 @@ def test_train_step_logs_per_agent_per_turn_metrics_and_checkpoints(tmp_path, te
     assert result.num_episodes == 2 and result.team_reward_ci[0] <= result.team_reward <= result.team_reward_ci[1]
 
 
+def test_updated_samples_counts_the_samples_with_a_nonzero_advantage(tmp_path, team):
+    trainer = MAGRPOTrainer(SayNumberEnv(num_turns=2), team, small_config(tmp_path, max_steps=1, num_generations=3))
+    nonzero: dict[str, int] = {}
+    advantages_of = trainer.compute_advantages
+
+    def recorded(node, kl=None):
+        advantages = advantages_of(node, kl)
+        if node.turn == 1:                   # groups whose rewards were all equal: no gradient, so no update
+            advantages["agent_1"] = torch.zeros_like(advantages["agent_1"])
+        for agent, values in advantages.items():
+            key = f"turn{node.turn}/{agent}/updated_samples"
+            nonzero[key] = nonzero.get(key, 0) + int((values != 0).sum())
+        return advantages
+
+    trainer.compute_advantages = recorded
+    record = trainer.train_step()
+    assert nonzero and {key: record[key] for key in nonzero} == nonzero
+    assert nonzero["turn1/agent_1/updated_samples"] == 0 and nonzero["turn1/agent_0/updated_samples"] > 0
+
+
 def test_config_errors_say_what_to_change():
     with pytest.raises(ValueError, match="num_generations must be >= 2"):
         MAGRPOConfig(num_generations=1)

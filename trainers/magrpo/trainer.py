@@ -340,7 +340,8 @@ class MAGRPOTrainer(Trainer):
         grad_norm, = self.distributed.optimizer_step([(optimizer, self.parameters[agent])], cfg.max_grad_norm)
         self.schedulers[agent].step()
         prefix = f"turn{turn}/{agent}"
-        return {f"{prefix}/loss": loss_sum, f"{prefix}/kl": kl_sum, f"{prefix}/grad_norm": grad_norm}
+        return {f"{prefix}/loss": loss_sum, f"{prefix}/kl": kl_sum, f"{prefix}/grad_norm": grad_norm,
+                f"{prefix}/updated_samples": float(len(rows))}
 
     # ------------------------------------------------------------------ the step
     def run_step(self, step: int) -> dict[str, float]:
@@ -368,7 +369,8 @@ class MAGRPOTrainer(Trainer):
                         "answer_tokens_sampled": tokens})
         # partial losses, throughputs and sample counts summed over processes, wall times maxed
         return self.distributed.merge_metrics(
-            metrics, sums=("/loss", "/kl", "tokens_per_s", "completions_sampled", "answer_tokens_sampled"),
+            metrics, sums=("/loss", "/kl", "/updated_samples", "tokens_per_s", "completions_sampled",
+                           "answer_tokens_sampled"),
             maxima=("rollout_s", "step_s"))
 
     # ------------------------------------------------------------------ checkpoints
