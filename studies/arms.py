@@ -5,6 +5,7 @@ same settings is done and is not run again, so an interrupted study resumes at t
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,10 @@ def run_arms(config: Any, out: Path, *, finished_arm: Callable[..., dict[str, An
         log(f"running {len(parallel)} arms, {jobs} at a time with {threads_per_job} thread(s) each: "
             f"{', '.join(parallel)}")
         # one process per arm: a worker's memory (its model, its caches) goes back when its arm is done
+        # a worker stops when this process dies (killed, or stopped with ^C), instead of training on as an orphan
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                 max_tasks_per_child=1) as pool:
+                                 max_tasks_per_child=1, initializer=stop_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
             futures = [pool.submit(run_arm_in_worker, run_arm, make_evaluator, arm, config, out, threads_per_job)
                        for arm in parallel]
             for future in as_completed(futures):
@@ -60,6 +63,20 @@ def run_arms(config: Any, out: Path, *, finished_arm: Callable[..., dict[str, An
             record = run_arm(arm, config, out, evaluator, log=log)
         records[arm] = record
     return records
+
+
+def stop_with_parent(parent: int, every_s: float = 1.0) -> None:
+    """In a worker: end this process once ``parent`` is no longer its parent (the study process died and the
+    worker was handed to another), checked every ``every_s`` seconds by a daemon thread."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(1)               # the study is gone: nobody reads this arm's result
+
+    threading.Thread(target=watch, name="stop-with-parent", daemon=True).start()
 
 
 def run_arm_in_worker(run_arm: Callable[..., dict[str, Any]], make_evaluator: Callable[[Any], Any], arm: str,

@@ -50,3 +50,62 @@ def test_each_parallel_arm_runs_in_a_process_of_its_own(tmp_path):
     assert run_arms(config, tmp_path, finished_arm=finished_arm, run_arm=run_arm, make_evaluator=make_evaluator,
                     in_workers=every_arm, jobs=2, threads_per_job=1, log=again.append) == records
     assert sum("already done" in line for line in again) == 3
+
+
+def run_arm_until_stopped(arm: str, config, out: Path, evaluator, *, log):
+    """Writes its pid, then runs far longer than any test (module level: a spawned worker imports it by name)."""
+    import time
+
+    (out / f"{arm}.pid").write_text(str(os.getpid()))
+    time.sleep(600)
+    return {"arm": arm}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:                                     # a zombie waiting for its new parent to reap it counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_the_workers_stop_when_the_study_process_is_killed(tmp_path):
+    """A killed study must not leave its arms training on as orphans (they keep their cores and memory)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = ("import sys; from pathlib import Path; from types import SimpleNamespace; "
+              "from studies.arms import run_arms; from tests.studies import test_arms as t; "
+              "run_arms(SimpleNamespace(arms=('a', 'b')), Path(sys.argv[1]), finished_arm=t.finished_arm, "
+              "run_arm=t.run_arm_until_stopped, make_evaluator=t.make_evaluator, in_workers=t.every_arm, jobs=2, "
+              "threads_per_job=1, log=print)")
+    root = Path(__file__).resolve().parents[2]
+    study = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=root,
+                             env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        files = [tmp_path / "a.pid", tmp_path / "b.pid"]
+        deadline = time.monotonic() + 120                # two spawned interpreters importing torch, on a busy machine
+        while not all(f.is_file() and f.read_text() for f in files):
+            assert time.monotonic() < deadline and study.poll() is None, "the workers never started"
+            time.sleep(0.2)
+        workers = [int(f.read_text()) for f in files]
+        assert all(_alive(pid) for pid in workers)
+        study.send_signal(signal.SIGKILL)            # no clean-up runs in the study process
+        study.wait()
+        deadline = time.monotonic() + 60             # the watch looks once a second
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(pid) for pid in workers), "a worker outlived the killed study"
+    finally:
+        study.kill()
+        for f in (tmp_path / "a.pid", tmp_path / "b.pid"):
+            if f.is_file() and f.read_text():
+                try:
+                    os.kill(int(f.read_text()), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
