@@ -171,6 +171,10 @@ def test_a_shallow_critic_reads_the_normed_output_of_its_last_layer(depth, layer
         expected = critic.head(decoder.norm(layer_out)[:, -(width + 1):-1]).squeeze(-1) * mask
     assert len(decoder.layers) == 3 and depth < 3
     torch.testing.assert_close(values.detach(), expected, atol=1e-5, rtol=1e-4)
+    if layers is not None and layers < depth:      # the frozen layers below the adapted ones, run once and stored
+        with torch.no_grad():
+            from_trunk, _ = critic.values(contexts, completions, trunk=critic.trunk(contexts, completions))
+        torch.testing.assert_close(from_trunk, expected, atol=1e-5, rtol=1e-4)
     # and not the whole stack's: the layers above `depth` change the state
     with torch.no_grad():
         whole = critic.head(out.last_hidden_state[:, -(width + 1):-1]).squeeze(-1) * mask
