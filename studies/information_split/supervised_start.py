@@ -1,0 +1,225 @@
+"""A supervised start for the warm-start study: the full-view agent fine-tuned on solver-written answers.
+
+The warm start (``run --warm-start``) needs a full-view agent that can do the task. Where neither the base model
+nor RL from it learns the full-view task (``reference_game-v0``'s lookup: find the target in the lettered list,
+read its letter), this command writes one: the study's LoRA adapter, trained by cross-entropy on the answers a
+solver writes for full-view prompts of the **train** split, copied to every seat and saved as a team checkpoint
+that ``run --warm-start`` takes. Only the full-view answer is demonstrated (e.g. ``"red small circle (C)\\n
+\\boxed{C}"``); no team message is: what a team says at turn 0 is still left to its training.
+
+The prompt is the conversation the env gives a full-view agent of ``solo_turns`` turns (the one the study's
+``full_view_solo`` arm answers), rendered by the policy's chat template, and the target ends with the policy's
+stop token, as a sampled answer does.
+
+    python -m studies.information_split.supervised_start --env reference_game-v0 \\
+        --env-arg letter_position=after --examples 1200 --out runs/rg_supervised
+
+The checkpoint is ``<out>/checkpoints/step-<steps>``; ``<out>/supervised.json`` holds the settings, the loss per
+step and the held-out greedy accuracy on ``eval_tasks`` test tasks of the full view.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llm_marl.files import write_text_atomically
+from studies.information_split.study import StudyConfig
+
+
+@dataclass
+class SupervisedConfig:
+    """The supervised start's settings; ``study`` gives the env, its arguments, the base model and the seats."""
+
+    study: StudyConfig = field(default_factory=StudyConfig)
+    examples: int = 1200            # train-split tasks, each demonstrated once per epoch
+    epochs: int = 1
+    batch_size: int = 8
+    learning_rate: float = 1e-3
+    eval_tasks: int = 100           # held-out test tasks played greedily with the full view at the end (0: none)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("examples", "epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_tasks < 0 or not self.learning_rate > 0:
+            raise ValueError(f"need eval_tasks >= 0 and learning_rate > 0, got {self.eval_tasks}, "
+                             f"{self.learning_rate}")
+        demonstration(self.full_view_env("train"), self.full_view_env("train").tasks[0])   # the env is supported
+
+    @property
+    def steps(self) -> int:
+        return self.epochs * -(-self.examples // self.batch_size)
+
+    def full_view_env(self, split: str) -> Any:
+        """One agent with every view, ``solo_turns`` turns; the train split holds at least ``examples`` tasks."""
+        import llm_marl_envs
+
+        study = self.study
+        tasks = max(study.num_tasks, self.examples) if split == "train" else study.num_tasks
+        return llm_marl_envs.make(study.env, view="full", split=split, num_agents=1, num_turns=study.solo_turns,
+                                  num_tasks=tasks, **study.env_kwargs)
+
+
+def demonstration(env: Any, task: dict[str, Any]) -> str:
+    """The answer a solver writes for ``task`` in ``env``'s last turn: what the last-turn instruction asks for.
+
+    ``ValueError`` for an env without a solver here.
+    """
+    name = env.metadata["name"]
+    answer = task["answer"]
+    if name == "reference_game-v0":
+        if env.letter_position == "after":       # "Repeat the target's line ..., then give its letter"
+            return f"{task['target']} ({answer})\n\\boxed{{{answer}}}"
+        return f"\\boxed{{{answer}}}"
+    if name == "split_arithmetic-v0":
+        return f"\\boxed{{{answer}}}"
+    raise ValueError(f"no solver-written answers for {name}; supervised starts support reference_game-v0 and "
+                     f"split_arithmetic-v0")
+
+
+def demonstration_rows(policy: Any, env: Any, task_indices: Sequence[int]) -> list[tuple[list[int], list[int]]]:
+    """``(prompt_ids, target_ids)`` per task: the full-view agent's first prompt as the policy encodes it, and the
+    solver's answer followed by the policy's stop token."""
+    end_of_answer = policy.tokenizer.eos_token_id
+    if end_of_answer not in policy.stop_ids:
+        end_of_answer = policy.stop_ids[0]
+    rows = []
+    for index in task_indices:
+        _, infos = env.reset(seed=0, options={"task_index": int(index)})
+        (agent,) = env.agents
+        if env.turn != env.num_turns - 1:
+            raise ValueError(f"a supervised start answers at once: play the full view with 1 turn, not "
+                             f"{env.num_turns}")
+        prompt = policy.encode(infos[agent]["messages"])
+        target = policy.tokenizer.encode(demonstration(env, env.task), add_special_tokens=False)
+        rows.append((prompt, [*target, end_of_answer]))
+    return rows
+
+
+def train_supervised(config: SupervisedConfig, out: Path, log: Any = print) -> dict[str, Any]:
+    """Fine-tune ``agent_0``'s adapter on the demonstrations, copy it to every seat, save the team checkpoint and
+    ``supervised.json``; the record written."""
+    import numpy as np
+    import torch
+    from tqdm.auto import tqdm
+
+    from llm_marl.backends.hf import rename_adapter
+    from llm_marl.team import Team
+    from llm_marl.team_checkpoint import save_team
+    from studies.collaboration.study import base_model
+
+    study = config.study
+    torch.manual_seed(config.seed)
+    seats = [f"agent_{i}" for i in range(study.num_agents)]
+    model, tokenizer = base_model(study)
+    team = Team.adapter_per_agent(model, tokenizer, seats, name=study.model)
+    policy = team.policy(seats[0])
+    env = config.full_view_env("train")
+    if len(env.tasks) < config.examples:
+        raise ValueError(f"{study.env}'s train split has {len(env.tasks)} tasks, fewer than examples="
+                         f"{config.examples}")
+    rng = np.random.default_rng(config.seed)
+    chosen = rng.choice(len(env.tasks), size=config.examples, replace=False)
+    rows = demonstration_rows(policy, env, chosen)
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(seats[0]), lr=config.learning_rate, weight_decay=0.0)
+    losses: list[float] = []
+    started = time.perf_counter()
+    policy.model.train()
+    with tqdm(total=config.steps, desc="supervised start", unit="step") as bar:
+        for _ in range(config.epochs):
+            order = rng.permutation(len(rows))
+            for first in range(0, len(order), config.batch_size):
+                batch = [rows[i] for i in order[first:first + config.batch_size]]
+                logprobs, mask = policy.token_logprobs([p for p, _ in batch], [t for _, t in batch], adapter=seats[0])
+                loss = -(logprobs * mask).sum() / mask.sum()       # mean cross-entropy per target token
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                losses.append(loss.item())
+                bar.update(1)
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    seconds = time.perf_counter() - started
+    policy.model.eval()
+    state = policy.trainable_state_dict(seats[0])
+    for seat in seats[1:]:
+        policy.load_trainable_state_dict(seat, rename_adapter(state, seats[0], seat))
+    checkpoint = save_team(out, config.steps, team, env=study.make_env("test"))
+    record = {"command": "python -m studies.information_split.supervised_start", "settings": settings_of(config),
+              "checkpoint": str(checkpoint), "seconds": round(seconds, 1), "losses": losses,
+              "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()} {platform.processor()}".strip(),
+              "python": platform.python_version()}
+    if config.eval_tasks:
+        record["held_out"] = held_out_accuracy(config, team)
+        log(f"held-out accuracy with the full view, greedy on {config.eval_tasks} test tasks: "
+            f"{record['held_out']['accuracy']:.3f}")
+    write_text_atomically(out / "supervised.json", json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def held_out_accuracy(config: SupervisedConfig, team: Any) -> dict[str, Any]:
+    """Greedy accuracy of ``agent_0``'s adapter playing the full view alone on the first ``eval_tasks`` test tasks."""
+    from llm_marl.policy import SamplingParams
+    from llm_marl.rollout import RolloutEngine
+    from llm_marl.team import Team
+    from trainers.common.evaluation import evaluate_episodes, scores_from
+
+    study = config.study
+    env = config.full_view_env("test")
+    policy = team.policy("agent_0")
+    solo = Team.from_policies({"agent_0": (policy, "agent_0")})
+    tasks = list(range(config.eval_tasks))
+    params = SamplingParams(max_new_tokens=study.max_new_tokens, temperature=0.0, top_p=study.top_p, seed=study.seed)
+    result = evaluate_episodes(RolloutEngine(env, solo), None, None, tasks, [study.seed + 1_000 * i for i in tasks],
+                               params, desc="full view")
+    scores = scores_from(result, tasks, 1, 0.0).to_arrays()
+    correct = [bool(e["correct"][-1][0]) for e in result.episodes]      # one agent: its last-turn verdict
+    return {"tasks": len(tasks), "accuracy": sum(correct) / len(correct), "scores": scores,
+            "answers": [e["responses"][-1][0] for e in result.episodes[:5]]}
+
+
+def settings_of(config: SupervisedConfig) -> dict[str, Any]:
+    values = asdict(config)
+    values["study"] = {k: values["study"][k] for k in ("env", "env_kwargs", "model", "solo_turns", "max_new_tokens")}
+    values["steps"] = config.steps
+    return values
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from studies.information_split.run import env_argument
+
+    parser = argparse.ArgumentParser(prog="python -m studies.information_split.supervised_start",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="reference_game-v0")
+    parser.add_argument("--env-arg", action="append", default=[], metavar="NAME=VALUE", type=env_argument,
+                        help="a make() argument of the env, as in the study's command (repeatable; YAML value)")
+    defaults = SupervisedConfig.__dataclass_fields__
+    for name in ("examples", "epochs", "batch_size", "eval_tasks", "seed"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=defaults[name].default)
+    parser.add_argument("--learning-rate", type=float, default=defaults["learning_rate"].default)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--out", required=True, help="folder of the checkpoint and supervised.json")
+    args = parser.parse_args(argv)
+    try:
+        study = StudyConfig(env=args.env, env_kwargs=dict(args.env_arg))
+        config = SupervisedConfig(study=study, examples=args.examples, epochs=args.epochs,
+                                  batch_size=args.batch_size, learning_rate=args.learning_rate,
+                                  eval_tasks=args.eval_tasks, seed=args.seed)
+    except (ValueError, TypeError) as error:
+        parser.error(str(error))
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    record = train_supervised(config, Path(args.out))
+    print(f"checkpoint: {record['checkpoint']} ({record['seconds'] / 60:.1f} min of training)")
+
+
+if __name__ == "__main__":
+    main()
