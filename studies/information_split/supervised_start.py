@@ -15,7 +15,8 @@ stop token, as a sampled answer does.
         --env-arg letter_position=after --examples 1200 --out runs/rg_supervised
 
 The checkpoint is ``<out>/checkpoints/step-<steps>``; ``<out>/supervised.json`` holds the settings, the loss per
-step and the held-out greedy accuracy on ``eval_tasks`` test tasks of the full view.
+step (plotted in ``<out>/supervised.png``) and the held-out greedy accuracy on ``eval_tasks`` test tasks of the full
+view.
 """
 from __future__ import annotations
 
@@ -160,7 +161,28 @@ def train_supervised(config: SupervisedConfig, out: Path, log: Any = print) -> d
         log(f"held-out accuracy with the full view, greedy on {config.eval_tasks} test tasks: "
             f"{record['held_out']['accuracy']:.3f}")
     write_text_atomically(out / "supervised.json", json.dumps(record, indent=2) + "\n")
+    plot_losses(losses, config, out / "supervised.png")
     return record
+
+
+def plot_losses(losses: Sequence[float], config: SupervisedConfig, path: Path) -> None:
+    """The cross-entropy per target token at each step, on a log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 3.5))
+    axis.plot(range(1, len(losses) + 1), losses, marker=".")
+    axis.set_yscale("log")
+    axis.set_xlabel("step")
+    axis.set_ylabel("cross-entropy per target token (nats)")
+    axis.set_title(f"supervised start: {config.study.env}, {config.examples} demonstrations, "
+                   f"batch {config.batch_size}", fontsize=9)
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def held_out_accuracy(config: SupervisedConfig, team: Any) -> dict[str, Any]:

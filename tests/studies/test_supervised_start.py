@@ -101,6 +101,7 @@ def test_training_raises_the_demonstrations_likelihood_and_every_seat_starts_fro
     record = train_supervised(config, tmp_path, log=lambda _: None)
     assert len(record["losses"]) == config.steps == 20
     assert json.loads((tmp_path / "supervised.json").read_text())["checkpoint"] == record["checkpoint"]
+    assert (tmp_path / "supervised.png").stat().st_size > 0
     assert record["held_out"]["tasks"] == 2 and 0 <= record["held_out"]["accuracy"] <= 1
     started = Evaluator(replace(study, arms=("untrained",), warm_start=record["checkpoint"]))
     seats = started.untrained
