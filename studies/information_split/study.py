@@ -36,7 +36,9 @@ team − ``own_view_solo``, team − its masked self, team − ``full_view_solo`
 the first ``transcripts`` tasks, before (untrained) and after training, are kept: the protocol the team learned.
 
 Each arm's record is stored as it finishes (``arms/<arm>/arm.json``), so an interrupted study resumes at the next
-arm. The command is :mod:`studies.information_split.run`; the log of what it found is its README.
+arm; an arm whose training finished (its checkpoint and ``arms/<arm>/trained.json`` written) but whose evaluation
+did not is evaluated from its checkpoint, not trained again. The command is :mod:`studies.information_split.run`;
+the log of what it found is its README.
 """
 from __future__ import annotations
 
@@ -73,6 +75,8 @@ TRAINING_SETTINGS = ("solo_turns", "num_generations", "prompts_per_step", "steps
                      "temperature", "counterfactual_samples")
 REWARD_ONLY_ENV_ARGS = ("format_reward",)
 # expected cost, dearest first: parallel jobs start these first so the cheap arms fill in around them
+# written beside a trained arm's checkpoint before its evaluation (record_training)
+TRAINED_FILE = "trained.json"
 ARM_COST_ORDER = ("mappo", "counterfactual", "magrpo", "own_view_solo", "full_view_solo", "untrained")
 
 
@@ -404,20 +408,56 @@ def finished_arm(config: StudyConfig, out: Path, arm: str) -> dict[str, Any] | N
     return None
 
 
+def record_training(config: StudyConfig, arm_dir: Path, arm: str, trained: TrainedArm, checkpoint: str) -> None:
+    """Write ``arm_dir/trained.json`` once the arm's checkpoint is saved: a run stopped during the evaluation that
+    follows resumes at the evaluation (:func:`trained_before`), not at training."""
+    record = {"key": config.key(arm), "arm": arm, "checkpoint": Path(checkpoint).name, "counts": trained.counts,
+              "seconds": trained.seconds, "history": trained.history}
+    write_text_atomically(arm_dir / TRAINED_FILE, json.dumps(record, default=str))
+
+
+def trained_before(config: StudyConfig, arm_dir: Path, arm: str,
+                   evaluator: Evaluator) -> tuple[TrainedArm, str] | None:
+    """The arm as an earlier run with these settings trained it (its seats read back from its checkpoint into
+    ``evaluator``, counts, time and history from ``trained.json``) and its checkpoint path; ``None`` when no run
+    finished training it with these settings."""
+    from llm_marl.team_checkpoint import read_agent, read_manifest
+
+    path = arm_dir / TRAINED_FILE
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    checkpoint = arm_dir / "team" / "checkpoints" / record["checkpoint"]
+    if record.get("key") != config.key(arm) or not checkpoint.is_dir():
+        return None
+    manifest = read_manifest(checkpoint)
+    for seat in evaluator.seats:
+        read_agent(checkpoint, manifest, seat, evaluator.policy, seat)
+    seats = {seat: evaluator.policy.trainable_state_dict(seat) for seat in evaluator.seats}
+    evaluator.load(seats)                   # also a fresh cache of greedy answers
+    return TrainedArm(seats, record["counts"], record["seconds"], record["history"]), str(checkpoint)
+
+
 def run_arm(arm: str, config: StudyConfig, out: Path, evaluator: Evaluator, log: Any = print) -> dict[str, Any]:
     """Train (unless ``untrained``) and evaluate one arm; its record, also written to ``out/arms/<arm>/arm.json``."""
     arm_dir = out / "arms" / arm
     started = time.perf_counter()
     batch = matched_batches(config).get(arm)
+    checkpoint = None
     if arm == "untrained":
         trained = TrainedArm(evaluator.untrained, {"completions": 0, "answer_tokens": 0, "generate_calls": 0}, 0.0, [])
+        evaluator.load(trained.seats)
     else:
-        log(f"{arm}: training ({batch.how})")
-        trained = train_arm(arm, config, batch, arm_dir / "train")
-    evaluator.load(trained.seats)
-    checkpoint = None
-    if arm != "untrained":
-        checkpoint = str(save_team(arm_dir / "team", config.steps, evaluator.team, env=evaluator.envs["team"]))
+        found = trained_before(config, arm_dir, arm, evaluator)
+        if found is not None:
+            trained, checkpoint = found
+            log(f"{arm}: trained by an earlier run that stopped before its evaluation; evaluating {checkpoint}")
+        else:
+            log(f"{arm}: training ({batch.how})")
+            trained = train_arm(arm, config, batch, arm_dir / "train")
+            evaluator.load(trained.seats)
+            checkpoint = str(save_team(arm_dir / "team", config.steps, evaluator.team, env=evaluator.envs["team"]))
+            record_training(config, arm_dir, arm, trained, checkpoint)
     eval_started = time.perf_counter()
     scores, kept = {}, []
     play_seconds = {}

@@ -234,6 +234,49 @@ def test_the_command_runs_every_arm_writes_results_and_resumes(tiny_model_dir, t
     assert stamps == {arm: (tmp_path / "arms" / arm / "arm.json").stat().st_mtime_ns for arm in ARMS}
 
 
+def test_an_arm_stopped_during_its_evaluation_is_evaluated_from_its_checkpoint_not_trained_again(
+        tiny_model_dir, tmp_path, monkeypatch):
+    import studies.information_split.study as study
+
+    config = tiny_config(tiny_model_dir, arms=("magrpo",), eval_tasks=2)
+    train, play = study.train_arm, Evaluator.play
+    trained_seats = {}
+
+    def train_then_perturb(*args, **kwargs):       # the real step, then weights that differ from the start
+        arm = train(*args, **kwargs)
+        noise = torch.Generator().manual_seed(3)
+        arm.seats = {seat: {n: t + torch.randn(t.shape, generator=noise) for n, t in state.items()}
+                     for seat, state in arm.seats.items()}
+        trained_seats.update(arm.seats)
+        return arm
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt("stopped during the evaluation")
+
+    monkeypatch.setattr(study, "train_arm", train_then_perturb)
+    monkeypatch.setattr(Evaluator, "play", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        study.run_arm("magrpo", config, tmp_path, Evaluator(config), log=lambda _: None)
+    assert not (tmp_path / "arms" / "magrpo" / "arm.json").exists()
+    first_counts = json.loads((tmp_path / "arms" / "magrpo" / "trained.json").read_text())["counts"]
+
+    def trained_again(*args, **kwargs):
+        raise AssertionError("the arm was trained again")
+
+    monkeypatch.setattr(study, "train_arm", trained_again)
+    monkeypatch.setattr(Evaluator, "play", play)
+    evaluator = Evaluator(config)
+    record = study.run_arm("magrpo", config, tmp_path, evaluator, log=lambda _: None)
+    assert record["counts"] == first_counts and first_counts["completions"] > 0
+    assert record["checkpoint"].endswith("step-000001") and "team" in record["scores"]
+    for seat in evaluator.seats:                     # the seats it played are the ones trained and saved
+        assert distance(evaluator.policy.trainable_state_dict(seat), trained_seats[seat]) == 0
+        assert distance(evaluator.untrained[seat], trained_seats[seat]) > 0.5
+    other = replace(config, learning_rate=1e-3)      # other settings: that training is not this arm's
+    with pytest.raises(AssertionError, match="trained again"):
+        study.run_arm("magrpo", other, tmp_path, Evaluator(other), log=lambda _: None)
+
+
 def test_an_arm_with_other_settings_is_run_again(tiny_model_dir, tmp_path):
     from studies.information_split.study import finished_arm, run_study
 
