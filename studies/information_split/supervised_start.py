@@ -178,7 +178,7 @@ def plot_losses(losses: Sequence[float], config: SupervisedConfig, path: Path) -
     axis.set_xlabel("step")
     axis.set_ylabel("cross-entropy per target token (nats)")
     axis.set_title(f"supervised start: {config.study.env}, {config.examples} demonstrations, "
-                   f"batch {config.batch_size}", fontsize=9)
+                   f"batch {config.batch_size}, learning rate {config.learning_rate:g}", fontsize=9)
     axis.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
