@@ -4,7 +4,8 @@ The warm start (``run --warm-start``) needs a full-view agent that can do the ta
 nor RL from it learns the full-view task (``reference_game-v0``'s lookup: find the target in the lettered list,
 read its letter), this command writes one: the study's LoRA adapter, trained by cross-entropy on the answers a
 solver writes for full-view prompts of the **train** split, copied to every seat and saved as a team checkpoint
-that ``run --warm-start`` takes. Only the full-view answer is demonstrated (e.g. ``"red small circle (C)\\n
+that ``run --warm-start`` takes. Only the full-view answer is demonstrated (``reference_game-v0``: ``"red small
+circle (C)\\n\\boxed{C}"``; ``hidden_profile-v0``: ``"Ruled out: Dev, Sami, Bianca, Zoe. That leaves C. Farid.\\n
 \\boxed{C}"``); no team message is: what a team says at turn 0 is still left to its training.
 
 The prompt is the conversation the env gives a full-view agent of ``solo_turns`` turns (the one the study's
@@ -31,6 +32,7 @@ from typing import Any
 
 from llm_marl.files import write_text_atomically
 from studies.information_split.study import StudyConfig
+from verifiers.choice import LETTERS
 
 
 @dataclass
@@ -81,8 +83,13 @@ def demonstration(env: Any, task: dict[str, Any]) -> str:
         return f"\\boxed{{{answer}}}"
     if name == "split_arithmetic-v0":
         return f"\\boxed{{{answer}}}"
-    raise ValueError(f"no solver-written answers for {name}; supervised starts support reference_game-v0 and "
-                     f"split_arithmetic-v0")
+    if name == "hidden_profile-v0":       # the elimination: every candidate a negative fact names, in prompt order
+        names = task["candidates"]
+        failing = dict.fromkeys(names[who] for facts in task["facts"] for who, _, holds in facts if not holds)
+        right = names[LETTERS.index(answer)]
+        return f"Ruled out: {', '.join(failing)}. That leaves {answer}. {right}.\n\\boxed{{{answer}}}"
+    raise ValueError(f"no solver-written answers for {name}; supervised starts support reference_game-v0, "
+                     f"hidden_profile-v0 and split_arithmetic-v0")
 
 
 def demonstration_rows(policy: Any, env: Any, task_indices: Sequence[int]) -> list[tuple[list[int], list[int]]]:

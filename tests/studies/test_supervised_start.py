@@ -23,15 +23,27 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.mark.parametrize("env, kwargs", [("reference_game-v0", {"letter_position": "after"}),
                                          ("reference_game-v0", {"letter_position": "before", "num_candidates": 6}),
-                                         ("split_arithmetic-v0", {})])
+                                         ("split_arithmetic-v0", {}), ("hidden_profile-v0", {"num_requirements": 3})])
 def test_the_solvers_answers_are_right_by_the_envs_verifier(env, kwargs):
     config = SupervisedConfig(study=StudyConfig(env=env, env_kwargs=kwargs), examples=1)
     full = config.full_view_env("train")
     for task in full.tasks[:200]:
         text = demonstration(full, task)
         assert full.verify(text, task).correct, text
-        wrong = dict(task, answer="Z" if env.startswith("reference") else str(int(task["answer"]) + 1))
+        if env.startswith("split"):
+            wrong = dict(task, answer=str(int(task["answer"]) + 1))
+        else:                                       # another candidate's letter
+            wrong = dict(task, answer="B" if task["answer"] == "A" else "A")
         assert not full.verify(demonstration(full, wrong), task).correct
+    if env == "hidden_profile-v0":                   # four candidates ruled out, each by a negative fact it names
+        for task in full.tasks[:50]:
+            ruled_out = demonstration(full, task).split("Ruled out: ")[1].split(".")[0].split(", ")
+            right = task["candidates"][ord(task["answer"]) - ord("A")]
+            assert sorted([*ruled_out, right]) == sorted(task["candidates"])
+            prompt = full.first_prompt(0, task)[1]["content"]
+            negatives = [full.fact_text(task, fact) for facts in task["facts"] for fact in facts if not fact[2]]
+            assert all(text in prompt for text in negatives)
+            assert ruled_out == list(dict.fromkeys(text.split(" ")[0] for text in negatives))
     if kwargs.get("letter_position") == "after":       # the line the instruction asks to repeat, then the letter
         task = full.tasks[0]
         line = f"{task['target']} ({task['answer']})"
@@ -39,8 +51,8 @@ def test_the_solvers_answers_are_right_by_the_envs_verifier(env, kwargs):
 
 
 def test_an_env_without_a_solver_or_a_full_view_of_two_turns_is_refused(tiny_model_dir):
-    with pytest.raises(ValueError, match="no solver-written answers for hidden_profile-v0"):
-        SupervisedConfig(study=StudyConfig(env="hidden_profile-v0"))
+    with pytest.raises(ValueError, match="no solver-written answers for chess"):
+        demonstration(type("Chess", (), {"metadata": {"name": "chess"}})(), {"answer": "e4"})
     with pytest.raises(ValueError, match="examples must be >= 1"):
         SupervisedConfig(examples=0)
     config = SupervisedConfig(study=StudyConfig(env="split_arithmetic-v0", solo_turns=2, model=str(tiny_model_dir)))
