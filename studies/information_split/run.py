@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> None:
                             ("counterfactual_samples", "K: alternatives replayed per message (counterfactual arm)"),
                             ("num_turns", "the team's turns"), ("solo_turns", "the solo arms' turns"),
                             ("max_new_tokens", "tokens per message"), ("eval_tasks", "held-out test tasks"),
-                            ("transcripts", "tasks whose turn-0 messages results.json keeps"), ("seed", "seed")):
+                            ("transcripts", "tasks whose turn-0 messages results.json keeps"), ("seed", "seed"),
+                            ("eval_batch", "held-out episodes played together (memory: about 12 GB at 128 for a "
+                                           "team of SmolLM2-135M; not part of any arm's key)")):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=fields[name].default, help=help_text)
     for name in ("learning_rate", "kl_coef", "temperature"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=fields[name].default)

@@ -59,7 +59,7 @@ from llm_marl.team_checkpoint import save_team
 from studies.arms import check_jobs, log_matching, run_arms
 from studies.collaboration import study as collaboration
 from studies.collaboration.study import SamplingCounter, TrainedArm, base_model
-from trainers.common.evaluation import HeldOutScores, paired_interval, seat_summary
+from trainers.common.evaluation import EVAL_PARALLEL, HeldOutScores, paired_interval, seat_summary
 from trainers.common.experiment import plot_seed_points, seed_spread
 
 ARMS = ("untrained", "own_view_solo", "full_view_solo", "magrpo", "mappo", "counterfactual")
@@ -107,6 +107,9 @@ class StudyConfig:
     warm_start: str | None = None
     # the base's layers MAPPO's critic runs (MAPPOConfig.critic_depth; None: all): part of the mappo arm's key only
     mappo_critic_depth: int | None = 8
+    # held-out episodes an evaluation plays together: memory and time only (a team's play of 200 tasks peaks near
+    # 12 GB at 128 on SmolLM2-135M), so it is in no arm's key
+    eval_batch: int = EVAL_PARALLEL
 
     def __post_init__(self) -> None:
         self.arms = tuple(dict.fromkeys(self.arms))
@@ -116,7 +119,7 @@ class StudyConfig:
         if "untrained" not in self.arms:
             self.arms = ("untrained", *self.arms)     # every comparison is paired against the untrained team
         for name in ("num_turns", "solo_turns", "prompts_per_step", "steps", "max_new_tokens", "eval_tasks",
-                     "counterfactual_samples"):
+                     "counterfactual_samples", "eval_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_turns < 2:
@@ -175,7 +178,7 @@ class StudyConfig:
         change only the reward (:data:`REWARD_ONLY_ENV_ARGS`), so studies that differ in those alone share its
         play instead of repeating it.
         """
-        settings = {k: v for k, v in asdict(self).items() if k != "arms"}
+        settings = {k: v for k, v in asdict(self).items() if k not in ("arms", "eval_batch")}
         if arm != "mappo" or self.mappo_critic_depth is None:   # only MAPPO has a critic; every layer: as before
             settings.pop("mappo_critic_depth")                     # the setting existed, so older arms still match
         if self.warm_start is not None:       # the weights, not the path: a start trained again is another study
@@ -384,7 +387,8 @@ class Evaluator:
         self.policy.model.eval()
         engine = RolloutEngine(env, team, greedy_cache=self.greedy_cache)
         result = evaluate_episodes(engine, None, None, tasks, [c.seed + 1_000 * i for i in tasks], params,
-                                   desc=f"{label} {setting}".strip(), report_path=out / setting / "report.html")
+                                   desc=f"{label} {setting}".strip(), report_path=out / setting / "report.html",
+                                   parallel=c.eval_batch)
         return scores_from(result, tasks, 1, 0.0).to_arrays(), result.episodes
 
 

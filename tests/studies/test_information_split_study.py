@@ -234,6 +234,36 @@ def test_the_command_runs_every_arm_writes_results_and_resumes(tiny_model_dir, t
     assert stamps == {arm: (tmp_path / "arms" / arm / "arm.json").stat().st_mtime_ns for arm in ARMS}
 
 
+def test_the_evaluation_batch_bounds_the_episodes_played_together_and_changes_no_answer_or_key(tiny_model_dir,
+                                                                                                tmp_path):
+    from llm_marl.backends.hf import HFPolicy
+
+    answers, widths = {}, {}
+    for batch in (2, 128):
+        config = tiny_config(tiny_model_dir, arms=("untrained",), eval_tasks=5, eval_batch=batch)
+        evaluator = Evaluator(config)
+        noise = torch.Generator().manual_seed(2)     # random adapters: each seat writes distinctive text
+        evaluator.load({seat: {n: torch.randn(t.shape, generator=noise) for n, t in state.items()}
+                        for seat, state in evaluator.untrained.items()})
+        original, calls = HFPolicy.generate, []
+
+        def recording(policy, conversations, params, **kwargs):
+            calls.append(len(conversations))
+            return original(policy, conversations, params, **kwargs)
+
+        HFPolicy.generate = recording
+        try:
+            _, episodes = evaluator.play("team", tmp_path / str(batch))
+        finally:
+            HFPolicy.generate = original
+        answers[batch], widths[batch] = [e["responses"] for e in episodes], max(calls)
+    assert widths == {2: 2 * 2, 128: 5 * 2}          # episodes at once × the team's two agents
+    assert answers[2] == answers[128] and any(r.strip() for e in answers[2] for turn in e for r in turn)
+    assert tiny_config(tiny_model_dir, eval_batch=2).key("magrpo") == tiny_config(tiny_model_dir).key("magrpo")
+    with pytest.raises(ValueError, match="eval_batch must be >= 1"):
+        tiny_config(tiny_model_dir, eval_batch=0)
+
+
 def test_an_arm_stopped_during_its_evaluation_is_evaluated_from_its_checkpoint_not_trained_again(
         tiny_model_dir, tmp_path, monkeypatch):
     import studies.information_split.study as study
