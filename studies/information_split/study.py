@@ -74,9 +74,9 @@ PLAYS = {"untrained": ("team",), "own_view_solo": ("team",), "full_view_solo": (
 TRAINING_SETTINGS = ("solo_turns", "num_generations", "prompts_per_step", "steps", "learning_rate", "kl_coef",
                      "temperature", "counterfactual_samples")
 REWARD_ONLY_ENV_ARGS = ("format_reward",)
-# expected cost, dearest first: parallel jobs start these first so the cheap arms fill in around them
 # written beside a trained arm's checkpoint before its evaluation (record_training)
 TRAINED_FILE = "trained.json"
+# expected cost, dearest first: parallel jobs start these first so the cheap arms fill in around them
 ARM_COST_ORDER = ("mappo", "counterfactual", "magrpo", "own_view_solo", "full_view_solo", "untrained")
 
 

@@ -54,7 +54,8 @@ class SupervisedConfig:
         if self.eval_tasks < 0 or not self.learning_rate > 0:
             raise ValueError(f"need eval_tasks >= 0 and learning_rate > 0, got {self.eval_tasks}, "
                              f"{self.learning_rate}")
-        demonstration(self.full_view_env("train"), self.full_view_env("train").tasks[0])   # the env is supported
+        train = self.full_view_env("train")
+        demonstration(train, train.tasks[0])            # a ValueError here for an env without a solver
 
     @property
     def steps(self) -> int:
@@ -118,7 +119,6 @@ def train_supervised(config: SupervisedConfig, out: Path, log: Any = print) -> d
     import torch
     from tqdm.auto import tqdm
 
-    from llm_marl.backends.hf import rename_adapter
     from llm_marl.team import Team
     from llm_marl.team_checkpoint import save_team
     from studies.collaboration.study import base_model
@@ -155,9 +155,8 @@ def train_supervised(config: SupervisedConfig, out: Path, log: Any = print) -> d
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
     seconds = time.perf_counter() - started
     policy.model.eval()
-    state = policy.trainable_state_dict(seats[0])
     for seat in seats[1:]:
-        policy.load_trainable_state_dict(seat, rename_adapter(state, seats[0], seat))
+        policy.copy_adapter(seats[0], seat)
     checkpoint = save_team(out, config.steps, team, env=study.make_env("test"))
     record = {"command": "python -m studies.information_split.supervised_start", "settings": settings_of(config),
               "checkpoint": str(checkpoint), "seconds": round(seconds, 1), "losses": losses,
@@ -194,6 +193,8 @@ def plot_losses(losses: Sequence[float], config: SupervisedConfig, path: Path) -
 
 def held_out_accuracy(config: SupervisedConfig, team: Any) -> dict[str, Any]:
     """Greedy accuracy of ``agent_0``'s adapter playing the full view alone on the first ``eval_tasks`` test tasks."""
+    import numpy as np
+
     from llm_marl.policy import SamplingParams
     from llm_marl.rollout import RolloutEngine
     from llm_marl.team import Team
@@ -208,8 +209,7 @@ def held_out_accuracy(config: SupervisedConfig, team: Any) -> dict[str, Any]:
     result = evaluate_episodes(RolloutEngine(env, solo), None, None, tasks, [study.seed + 1_000 * i for i in tasks],
                                params, desc="full view")
     scores = scores_from(result, tasks, 1, 0.0).to_arrays()
-    correct = [bool(e["correct"][-1][0]) for e in result.episodes]      # one agent: its last-turn verdict
-    return {"tasks": len(tasks), "accuracy": sum(correct) / len(correct), "scores": scores,
+    return {"tasks": len(tasks), "accuracy": float(np.mean(scores["final"])), "scores": scores,
             "answers": [e["responses"][-1][0] for e in result.episodes[:5]]}
 
 
