@@ -14,6 +14,7 @@ from llm_marl.models import tiny_model
 from llm_marl.policy import SamplingParams
 from llm_marl.rollout import Expansion, RolloutEngine, joint_actions
 from llm_marl.team import Team
+from llm_marl_envs.core import Verdict
 from tests.toy_env import SayNumberEnv
 from trainers.common.checkpoint import latest_checkpoint, resolve_checkpoint
 from trainers.common.incentives import IncentiveWeights, incentive_shaped
@@ -183,6 +184,25 @@ def test_updated_samples_counts_the_samples_with_a_nonzero_advantage(tmp_path, t
     record = trainer.train_step()
     assert nonzero and {key: record[key] for key in nonzero} == nonzero
     assert nonzero["turn1/agent_1/updated_samples"] == 0 and nonzero["turn1/agent_0/updated_samples"] > 0
+
+
+class LastTurnPaysEnv(SayNumberEnv):
+    """SayNumberEnv whose answers earn their score only at the last turn, as on an information-split env."""
+
+    def verify_turn(self, answers):
+        verdicts = super().verify_turn(answers)
+        if self.turn == self.num_turns - 1:
+            return verdicts
+        return {agent: Verdict(score=0.0, correct=False, details={}) for agent in verdicts}
+
+
+def test_the_progress_bar_shows_the_reward_of_the_joint_actions_that_end_an_episode(tmp_path, team, capsys):
+    config = small_config(tmp_path, num_generations=3, progress=True)
+    (logged,) = MAGRPOTrainer(LastTurnPaysEnv(num_turns=2), team, config).train()
+    assert logged["joint_reward_mean"] == 0.0 == logged["turn0/joint_reward_mean"]     # turn 0 earns nothing here
+    assert logged["final_joint_reward_mean"] == pytest.approx(logged["turn1/joint_reward_mean"])
+    assert logged["final_joint_reward_mean"] > 0
+    assert f"final_joint_reward_mean={logged['final_joint_reward_mean']:.3f}" in capsys.readouterr().err
 
 
 def test_config_errors_say_what_to_change():

@@ -34,7 +34,7 @@ from llm_marl_envs.core import TextEnv
 from ..common.config import require
 from ..common.incentives import IncentiveWeights, incentive_field, incentive_shaped
 from ..magrpo.config import MAGRPOConfig
-from ..magrpo.trainer import MAGRPOTrainer, TreeNode, group_advantages, sample_diagnostics, walk_tree
+from ..magrpo.trainer import MAGRPOTrainer, TreeNode, group_advantages, sample_diagnostics
 from .counterfactual import TEAM_OUTCOMES, CounterfactualBatch, MessageReplay, collect_counterfactual, team_outcome
 
 CREDITS = ("group", "counterfactual")
@@ -154,8 +154,7 @@ class ExperimentalMAGRPOTrainer(MAGRPOTrainer):
         reward of the joint actions that end an episode."""
         if self.config.reward_turns != "final":
             return super().joint_reward_mean(roots)
-        ended = [r for node in walk_tree(roots) for r, done in zip(node.joint_rewards, node.expansion.done) if done]
-        return float(np.mean(ended)) if ended else 0.0
+        return self.final_joint_reward_mean(roots)
 
     # ------------------------------------------------------------------ counterfactual credit
     def run_step(self, step: int) -> dict[str, float]:
@@ -172,6 +171,8 @@ class ExperimentalMAGRPOTrainer(MAGRPOTrainer):
         outcomes = [team_outcome(t.rewards, cfg.counterfactual_reward) for t in batch.transcripts]
         metrics.update({"joint_reward_mean": float(np.mean([r for t in batch.transcripts
                                                             for r in t.rewards[0].values()])),
+                        "final_joint_reward_mean": float(np.mean([r for t in batch.transcripts
+                                                                  for r in t.rewards[-1].values()])),
                         "team_outcome_mean": float(np.mean(outcomes))})
         return self.step_metrics(metrics, started, rollout_time, batch.completions_sampled,
                                  batch.answer_tokens_sampled)

@@ -123,7 +123,7 @@ class MAGRPOTrainer(Trainer):
 
     name = "magrpo"
     batch_field = "prompts_per_step"
-    progress_metric = "joint_reward_mean"
+    progress_metric = "final_joint_reward_mean"
 
     def __init__(self, env: TextEnv, team: Team, config: MAGRPOConfig | None = None, *,
                  eval_env: TextEnv | None = None, accelerator: Accelerator | None = None) -> None:
@@ -354,12 +354,19 @@ class MAGRPOTrainer(Trainer):
             self.compute_returns(root)
         metrics = self.update(roots)
         metrics["joint_reward_mean"] = self.joint_reward_mean(roots)
+        metrics["final_joint_reward_mean"] = self.final_joint_reward_mean(roots)
         sampled = [g for node in walk_tree(roots) for s in node.expansion.samples.values() for g in s]
         return self.step_metrics(metrics, started, rollout_time, len(sampled), sum(g.num_tokens for g in sampled))
 
     def joint_reward_mean(self, roots: list[TreeNode]) -> float:
         """The step's headline reward: the mean joint reward of its root nodes (turn 0)."""
         return float(np.mean([r for n in roots for r in n.joint_rewards]))
+
+    def final_joint_reward_mean(self, roots: list[TreeNode]) -> float:
+        """The mean joint reward of the step's joint actions that end an episode (shown on the progress bar: on an
+        env that pays only the last turn, the turn-0 reward is always 0)."""
+        ended = [r for node in walk_tree(roots) for r, done in zip(node.joint_rewards, node.expansion.done) if done]
+        return float(np.mean(ended)) if ended else 0.0
 
     def step_metrics(self, metrics: dict[str, float], started: float, rollout_time: float, completions: int,
                      tokens: int) -> dict[str, float]:
