@@ -46,6 +46,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -174,17 +175,28 @@ class StudyConfig:
     def key(self, arm: str | None = None) -> str:
         """A digest of every setting that changes what ``arm`` learns or how it is played (resuming checks it).
 
-        The untrained team learns nothing: its key leaves out the training settings and the env arguments that
-        change only the reward (:data:`REWARD_ONLY_ENV_ARGS`), so studies that differ in those alone share its
-        play instead of repeating it.
+        The untrained team learns nothing and plays greedily: its key leaves out the seed, the training settings
+        and the env arguments that change only the reward (:data:`REWARD_ONLY_ENV_ARGS`), so studies that differ
+        in those alone share its play instead of repeating it.
         """
+        return self._digest(arm, with_untrained_seed=False)
+
+    def accepted_keys(self, arm: str) -> tuple[str, ...]:
+        """The keys of a stored ``arm`` that match these settings: :meth:`key`, and for the untrained team also the
+        key it had when it held the seed (folders written before it left the seed out)."""
+        if arm != "untrained":
+            return (self.key(arm),)
+        return self.key(arm), self._digest(arm, with_untrained_seed=True)
+
+    def _digest(self, arm: str | None, with_untrained_seed: bool) -> str:
         settings = {k: v for k, v in asdict(self).items() if k not in ("arms", "eval_batch")}
         if arm != "mappo" or self.mappo_critic_depth is None:   # only MAPPO has a critic; every layer: as before
             settings.pop("mappo_critic_depth")                     # the setting existed, so older arms still match
         if self.warm_start is not None:       # the weights, not the path: a start trained again is another study
             settings["warm_start"] = warm_start_digest(self)
         if arm == "untrained":
-            settings = {k: v for k, v in settings.items() if k not in TRAINING_SETTINGS}
+            dropped = TRAINING_SETTINGS if with_untrained_seed else (*TRAINING_SETTINGS, "seed")
+            settings = {k: v for k, v in settings.items() if k not in dropped}
             settings["env_kwargs"] = {k: v for k, v in self.env_kwargs.items() if k not in REWARD_ONLY_ENV_ARGS}
         return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -404,7 +416,7 @@ def finished_arm(config: StudyConfig, out: Path, arm: str) -> dict[str, Any] | N
     path = out / "arms" / arm / "arm.json"
     if path.is_file():
         record = json.loads(path.read_text())
-        if record.get("key") == config.key(arm):
+        if record.get("key") in config.accepted_keys(arm):
             if record.get("checkpoint"):
                 name = Path(record["checkpoint"]).name
                 record["checkpoint"] = str(out / "arms" / arm / "team" / "checkpoints" / name)
@@ -707,6 +719,18 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
     return results
 
 
+def share_untrained_play(config: StudyConfig, done: Sequence[Path], out: Path, log: Any = print) -> None:
+    """Copy the untrained team's play from the first study folder in ``done`` that holds it for ``config`` into
+    ``out``, unless ``out`` holds it already: its greedy play does not depend on the seed."""
+    if "untrained" not in config.arms or finished_arm(config, out, "untrained") is not None:
+        return
+    for folder in done:
+        if finished_arm(config, folder, "untrained") is not None:
+            shutil.copytree(folder / "arms" / "untrained", out / "arms" / "untrained", dirs_exist_ok=True)
+            log(f"untrained: its play in {folder} is this seed's too (greedy play does not depend on the seed)")
+            return
+
+
 def run_seeds(config: StudyConfig, out: str | os.PathLike, seeds: Sequence[int], *, log: Any = print,
               jobs: int = 1, threads_per_job: int = 1, command: str | None = None) -> dict[str, Any]:
     """The study once per seed in ``out/seed-<s>``, then the spread over seeds of each team − ``own_view_solo`` and
@@ -715,8 +739,12 @@ def run_seeds(config: StudyConfig, out: str | os.PathLike, seeds: Sequence[int],
     if len(seeds) < 2:
         raise ValueError(f"a seed repeat needs at least two distinct seeds, got {seeds}")
     out = Path(out)
-    per_seed = {seed: run_study(replace(config, seed=seed), out / f"seed-{seed}", log=log, jobs=jobs,
-                                threads_per_job=threads_per_job, command=command) for seed in seeds}
+    per_seed = {}
+    for seed in seeds:
+        seeded = replace(config, seed=seed)
+        share_untrained_play(seeded, [out / f"seed-{s}" for s in per_seed], out / f"seed-{seed}", log)
+        per_seed[seed] = run_study(seeded, out / f"seed-{seed}", log=log, jobs=jobs,
+                                   threads_per_job=threads_per_job, command=command)
     spread: dict[str, Any] = {}
     for arm in config.arms:
         rows = {"final_turn_accuracy": [(per_seed[s]["arms"][arm].get("team") or per_seed[s]["arms"][arm]["full"])

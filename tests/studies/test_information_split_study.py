@@ -338,9 +338,44 @@ def test_the_untrained_play_is_shared_by_studies_that_differ_only_in_training_or
     assert base.key("untrained") == trained_otherwise.key("untrained")
     for arm in ("own_view_solo", "magrpo"):
         assert base.key(arm) != trained_otherwise.key(arm)
+    assert base.key("untrained") == replace(base, seed=1).key("untrained")      # greedy play ignores the seed
     for played_otherwise in (replace(base, eval_tasks=100), replace(base, max_new_tokens=20),
-                             replace(base, env_kwargs={"num_candidates": 3}), replace(base, seed=1)):
+                             replace(base, env_kwargs={"num_candidates": 3})):
         assert base.key("untrained") != played_otherwise.key("untrained")
+
+
+def test_an_untrained_team_stored_under_its_older_seeded_key_still_matches_its_own_seed(tiny_model_dir, tmp_path):
+    from studies.information_split.study import finished_arm, run_study
+
+    config = tiny_config(tiny_model_dir, arms=("untrained",), eval_tasks=2, seed=3)
+    run_study(config, tmp_path, log=lambda line: None)
+    path = tmp_path / "arms" / "untrained" / "arm.json"
+    record = json.loads(path.read_text())
+    seeded = config.accepted_keys("untrained")[1]          # the key written before the seed was left out
+    assert record["key"] == config.key("untrained") != seeded
+    path.write_text(json.dumps({**record, "key": seeded}))
+    assert finished_arm(config, tmp_path, "untrained") is not None
+    assert finished_arm(replace(config, seed=4), tmp_path, "untrained") is None     # another seed's older key
+    assert set(replace(config, seed=4).accepted_keys("untrained")) & {seeded} == set()
+    assert config.accepted_keys("magrpo") == (config.key("magrpo"),)
+
+
+def test_a_seed_repeat_plays_the_untrained_team_once_and_copies_its_play_to_the_other_seeds(
+        tiny_model_dir, tmp_path, monkeypatch):
+    from studies.information_split import study
+
+    played = []
+    run_arm = study.run_arm
+    monkeypatch.setattr(study, "run_arm", lambda arm, *args, **kwargs: played.append(arm) or run_arm(
+        arm, *args, **kwargs))
+    lines = []
+    config = tiny_config(tiny_model_dir, arms=("untrained", "own_view_solo"), eval_tasks=2)
+    results = study.run_seeds(config, tmp_path, [0, 1], log=lines.append)
+    assert played.count("untrained") == 1 and played.count("own_view_solo") == 2
+    assert any("untrained: its play in" in line for line in lines)
+    first, second = (json.loads((tmp_path / f"seed-{s}" / "results.json").read_text()) for s in (0, 1))
+    assert first["arms"]["untrained"]["team"] == second["arms"]["untrained"]["team"]
+    assert results["seeds"] == [0, 1]
 
 
 def test_the_mappo_critic_depth_is_in_the_mappo_arms_key_only():
