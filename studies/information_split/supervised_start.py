@@ -16,8 +16,10 @@ stop token, as a sampled answer does.
         --env-arg letter_position=after --examples 1200 --out runs/rg_supervised
 
 The checkpoint is ``<out>/checkpoints/step-<steps>``; ``<out>/supervised.json`` holds the settings, the loss per
-step (plotted in ``<out>/supervised.png``) and the held-out greedy accuracy on ``eval_tasks`` test tasks of the full
-view.
+step (plotted in ``<out>/supervised.png``), the held-out greedy accuracy on ``eval_tasks`` test tasks of the full
+view, and what MAGRPO would learn from at the start: the share of its sample groups with zero advantage in a few
+rollouts without updates (a start so sharp that every group's answers earn the same gives it nothing; the command
+warns).
 """
 from __future__ import annotations
 
@@ -26,13 +28,16 @@ import json
 import platform
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from llm_marl.files import write_text_atomically
 from studies.information_split.study import StudyConfig
 from verifiers.choice import LETTERS
+
+# the share of MAGRPO's last-turn groups with zero advantage from which a start is reported as too sharp to learn from
+SHARP_START = 0.75
 
 
 @dataclass
@@ -45,15 +50,16 @@ class SupervisedConfig:
     batch_size: int = 8
     learning_rate: float = 1e-3
     eval_tasks: int = 100           # held-out test tasks played greedily with the full view at the end (0: none)
+    probe_steps: int = 5            # MAGRPO rollouts from the start, no updates, to measure its diversity (0: none)
     seed: int = 0
 
     def __post_init__(self) -> None:
         for name in ("examples", "epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.eval_tasks < 0 or not self.learning_rate > 0:
-            raise ValueError(f"need eval_tasks >= 0 and learning_rate > 0, got {self.eval_tasks}, "
-                             f"{self.learning_rate}")
+        if self.eval_tasks < 0 or self.probe_steps < 0 or not self.learning_rate > 0:
+            raise ValueError(f"need eval_tasks >= 0, probe_steps >= 0 and learning_rate > 0, got {self.eval_tasks}, "
+                             f"{self.probe_steps}, {self.learning_rate}")
         train = self.full_view_env("train")
         demonstration(train, train.tasks[0])            # a ValueError here for an env without a solver
 
@@ -166,6 +172,16 @@ def train_supervised(config: SupervisedConfig, out: Path, log: Any = print) -> d
         record["held_out"] = held_out_accuracy(config, team)
         log(f"held-out accuracy with the full view, greedy on {config.eval_tasks} test tasks: "
             f"{record['held_out']['accuracy']:.3f}")
+    if config.probe_steps:
+        probe = record["sampled_diversity"] = sampled_diversity(config, team)
+        last = probe["zero_advantage_groups"][-1]
+        log(f"sampled diversity over {config.probe_steps} MAGRPO rollouts from the start: zero-advantage groups by "
+            f"turn {', '.join(f'{z:.2f}' for z in probe['zero_advantage_groups'])}, identical groups "
+            f"{', '.join(f'{z:.2f}' for z in probe['identical_groups'])}")
+        if last >= SHARP_START:
+            log(f"warning: {last:.0%} of MAGRPO's last-turn sample groups from this start have equal rewards, so no "
+                f"advantage ({probe['identical_groups'][-1]:.0%} have identical texts): MAGRPO would learn from few "
+                f"samples. A start trained for fewer steps or at a lower learning rate samples more varied answers")
     write_text_atomically(out / "supervised.json", json.dumps(record, indent=2) + "\n")
     plot_losses(losses, config, out / "supervised.png")
     return record
@@ -213,6 +229,42 @@ def held_out_accuracy(config: SupervisedConfig, team: Any) -> dict[str, Any]:
             "answers": [e["responses"][-1][0] for e in result.episodes[:5]]}
 
 
+def sampled_diversity(config: SupervisedConfig, team: Any) -> dict[str, Any]:
+    """What MAGRPO would learn from at the start: ``probe_steps`` of its rollouts on the study's train env (no update),
+    and per turn the share of its sample groups whose advantages are all zero (equal returns), the share whose
+    sampled texts are all identical, and the sampled tokens' mean negative log-prob (an entropy estimate)."""
+    import tempfile
+
+    import numpy as np
+
+    from studies.collaboration.study import _trainer_config_kwargs
+    from studies.information_split.study import matched_batches, team_trainer
+    from trainers.magrpo.trainer import walk_tree
+
+    study = config.study
+    per_turn: dict[int, dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        common = {**_trainer_config_kwargs(study, Path(tmp)), "progress": False}
+        trainer = team_trainer("magrpo", study, matched_batches(replace(study, arms=("magrpo",)))["magrpo"], team,
+                               common)
+        for _ in range(config.probe_steps):
+            roots = trainer.collect()
+            for root in roots:
+                trainer.compute_returns(root)
+            for node in walk_tree(roots):
+                turn = per_turn.setdefault(node.turn, {"zero": [], "identical": [], "nll": []})
+                for agent, advantages in trainer.compute_advantages(node).items():
+                    samples = node.expansion.samples[agent]
+                    turn["zero"].append(float(bool((advantages == 0).all())))
+                    turn["identical"].append(float(len({g.text for g in samples}) == 1))
+                    turn["nll"].extend(-lp for g in samples for lp in (g.logprobs or []))
+    return {"steps": config.probe_steps, "temperature": study.temperature,
+            "zero_advantage_groups": [float(np.mean(per_turn[t]["zero"])) for t in sorted(per_turn)],
+            "identical_groups": [float(np.mean(per_turn[t]["identical"])) for t in sorted(per_turn)],
+            "entropy_estimate": [float(np.mean(per_turn[t]["nll"])) if per_turn[t]["nll"] else None
+                                 for t in sorted(per_turn)]}
+
+
 def settings_of(config: SupervisedConfig) -> dict[str, Any]:
     values = asdict(config)
     values["study"] = {k: values["study"][k] for k in ("env", "env_kwargs", "model", "solo_turns", "max_new_tokens")}
@@ -229,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--env-arg", action="append", default=[], metavar="NAME=VALUE", type=env_argument,
                         help="a make() argument of the env, as in the study's command (repeatable; YAML value)")
     defaults = SupervisedConfig.__dataclass_fields__
-    for name in ("examples", "epochs", "batch_size", "eval_tasks", "seed"):
+    for name in ("examples", "epochs", "batch_size", "eval_tasks", "probe_steps", "seed"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=defaults[name].default)
     parser.add_argument("--learning-rate", type=float, default=defaults["learning_rate"].default)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
@@ -239,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         study = StudyConfig(env=args.env, env_kwargs=dict(args.env_arg))
         config = SupervisedConfig(study=study, examples=args.examples, epochs=args.epochs,
                                   batch_size=args.batch_size, learning_rate=args.learning_rate,
-                                  eval_tasks=args.eval_tasks, seed=args.seed)
+                                  eval_tasks=args.eval_tasks, probe_steps=args.probe_steps, seed=args.seed)
     except (ValueError, TypeError) as error:
         parser.error(str(error))
     if args.threads:

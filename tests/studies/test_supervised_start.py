@@ -15,6 +15,7 @@ from studies.information_split.supervised_start import (
     demonstration,
     demonstration_rows,
     main,
+    sampled_diversity,
     train_supervised,
 )
 
@@ -115,6 +116,7 @@ def test_training_raises_the_demonstrations_likelihood_and_every_seat_starts_fro
     assert json.loads((tmp_path / "supervised.json").read_text())["checkpoint"] == record["checkpoint"]
     assert (tmp_path / "supervised.png").stat().st_size > 0
     assert record["held_out"]["tasks"] == 2 and 0 <= record["held_out"]["accuracy"] <= 1
+    assert len(record["sampled_diversity"]["zero_advantage_groups"]) == study.num_turns
     started = Evaluator(replace(study, arms=("untrained",), warm_start=record["checkpoint"]))
     seats = started.untrained
     assert all(torch.equal(a, b) for a, b in zip(seats["agent_0"].values(), seats["agent_1"].values()))
@@ -122,6 +124,31 @@ def test_training_raises_the_demonstrations_likelihood_and_every_seat_starts_fro
     # the tiny random base gains about 0.9 nat per target token in these 20 steps (measured); untrained: -10.8
     assert trained > untrained + 0.5, (untrained, trained)
     assert record["losses"][-1] < record["losses"][0]
+
+
+def test_a_start_whose_sampled_groups_earn_equal_rewards_is_reported_as_too_sharp(tiny_model_dir, tmp_path):
+    from llm_marl.team import Team
+    from studies.collaboration.study import base_model
+
+    near_greedy = StudyConfig(env="split_arithmetic-v0", model=str(tiny_model_dir), max_new_tokens=4,
+                              temperature=1e-6)
+    config = SupervisedConfig(study=near_greedy, examples=4, batch_size=4, eval_tasks=0, probe_steps=2)
+    lines = []
+    record = train_supervised(config, tmp_path, log=lines.append)
+    probe = record["sampled_diversity"]
+    assert probe["steps"] == 2 and probe["identical_groups"] == probe["zero_advantage_groups"] == [1.0, 1.0]
+    assert probe["entropy_estimate"][-1] < 1e-3
+    assert any(line.startswith("warning: 100% of MAGRPO's last-turn sample groups") and "(100% have identical" in line
+               for line in lines)
+
+    sampled = replace(config, study=replace(near_greedy, temperature=1.0))
+    model, tokenizer = base_model(sampled.study)
+    probe = sampled_diversity(sampled, Team.adapter_per_agent(model, tokenizer, ["agent_0", "agent_1"]))
+    # the random tiny model never repeats its 4 sampled tokens exactly; nor is it ever right (every group earns 0)
+    assert probe["identical_groups"] == [0.0, 0.0] and probe["zero_advantage_groups"] == [1.0, 1.0]
+    assert min(probe["entropy_estimate"]) > 1.0
+    with pytest.raises(ValueError, match="probe_steps >= 0"):
+        SupervisedConfig(study=near_greedy, probe_steps=-1)
 
 
 def test_the_command_refuses_a_bad_env_argument_in_one_line(capsys, tmp_path):
