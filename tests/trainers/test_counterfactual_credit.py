@@ -283,6 +283,8 @@ def test_a_counterfactual_step_updates_the_weights_and_logs_its_compute(tmp_path
                 "turn0/agent_1/advantage_std", "turn1/joint_reward_mean", "team_outcome_mean", "joint_reward_mean",
                 "tokens_per_s"):
         assert key in record
+    # every transcript ends at turn 1 and each of its two messages there is replayed once: the same mean
+    assert record["final_joint_reward_mean"] == pytest.approx(record["turn1/joint_reward_mean"])
 
 
 def test_group_credit_logs_the_same_compute_counters(tmp_path, team):

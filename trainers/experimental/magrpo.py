@@ -169,10 +169,12 @@ class ExperimentalMAGRPOTrainer(MAGRPOTrainer):
         rollout_time = time.perf_counter() - started
         metrics = self.update_counterfactual(batch)
         outcomes = [team_outcome(t.rewards, cfg.counterfactual_reward) for t in batch.transcripts]
-        metrics.update({"joint_reward_mean": float(np.mean([r for t in batch.transcripts
-                                                            for r in t.rewards[0].values()])),
-                        "final_joint_reward_mean": float(np.mean([r for t in batch.transcripts
-                                                                  for r in t.rewards[-1].values()])),
+
+        def transcripts_reward_mean(turn: int) -> float:       # the transcripts' mean reward at ``turn``
+            return float(np.mean([r for t in batch.transcripts for r in t.rewards[turn].values()]))
+
+        metrics.update({"joint_reward_mean": transcripts_reward_mean(0),
+                        "final_joint_reward_mean": transcripts_reward_mean(-1),
                         "team_outcome_mean": float(np.mean(outcomes))})
         return self.step_metrics(metrics, started, rollout_time, batch.completions_sampled,
                                  batch.answer_tokens_sampled)
