@@ -77,6 +77,8 @@ TRAINING_SETTINGS = ("solo_turns", "num_generations", "prompts_per_step", "steps
 REWARD_ONLY_ENV_ARGS = ("format_reward",)
 # written beside a trained arm's checkpoint before its evaluation (record_training)
 TRAINED_FILE = "trained.json"
+# a training checkpoint's extra holding what the arm sampled and how long it trained so far (ArmProgress)
+PROGRESS_KEY = "study_progress"
 # expected cost, dearest first: parallel jobs start these first so the cheap arms fill in around them
 ARM_COST_ORDER = ("mappo", "counterfactual", "magrpo", "own_view_solo", "full_view_solo", "untrained")
 
@@ -315,8 +317,58 @@ def team_trainer(arm: str, config: StudyConfig, batch: collaboration.ArmBatch, t
     return trainer
 
 
+class ArmProgress:
+    """What one arm's training has sampled (a :class:`SamplingCounter`) and how long it has trained, carried in its
+    trainers' checkpoints (under :data:`PROGRESS_KEY` of their extras), so an arm resumed from a checkpoint reports
+    its whole training, not only the part after the interruption."""
+
+    def __init__(self) -> None:
+        self.counter = SamplingCounter()
+        self.started = time.perf_counter()
+        self.seconds_before = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.seconds_before + time.perf_counter() - self.started
+
+    def restore(self, checkpoint: Path) -> None:
+        """Take the counts and seconds a checkpoint carries (they include everything trained before it)."""
+        import torch
+
+        saved = torch.load(checkpoint / "trainer_state.pt", weights_only=False)["extra"].get(PROGRESS_KEY)
+        if saved is None:
+            raise ValueError(f"{checkpoint} carries no study progress; it was not written by this study")
+        self.counter.completions, self.counter.answer_tokens, self.counter.calls = (
+            saved["completions"], saved["answer_tokens"], saved["generate_calls"])
+        self.seconds_before, self.started = saved["seconds"], time.perf_counter()
+
+    def attach(self, trainer: Any) -> Any:
+        """``trainer`` with its checkpoints carrying this progress."""
+        own_extra = trainer.extra_state
+        trainer.extra_state = lambda: {**own_extra(), PROGRESS_KEY: {**self.counter.to_dict(), "seconds": self.seconds}}
+        return trainer
+
+
+def resume_point(config: StudyConfig, arm: str, output_dir: Path) -> Path | None:
+    """The newest checkpoint of an earlier, interrupted training of ``arm`` with these settings in ``output_dir``
+    (a trainer's output folder), else ``None``; a folder that holds a training with other settings is emptied."""
+    from trainers.common.run_dir import RunDirError, clear_run, prepare_run_dir, write_record
+
+    record = {"command": "python -m studies.information_split.run", "study_key": config.key(arm), "arm": arm}
+    try:
+        return prepare_run_dir(output_dir, record).resume
+    except RunDirError:
+        clear_run(output_dir)
+        write_record(output_dir, record)
+        return None
+
+
 def train_arm(arm: str, config: StudyConfig, batch: collaboration.ArmBatch, out: Path) -> TrainedArm:
-    """Train one arm from the base model; its seats' adapter tensors come back named ``agent_0 … agent_{N-1}``."""
+    """Train one arm from the base model; its seats' adapter tensors come back named ``agent_0 … agent_{N-1}``.
+
+    Each trainer checkpoints under ``out`` (every ``save_every_minutes``, and at its last step); run again after an
+    interruption, the arm resumes from the newest checkpoint of a training with the same settings
+    (:func:`resume_point`), with its counts, seconds and history so far."""
     import torch
 
     from llm_marl.backends.hf import rename_adapter
@@ -329,29 +381,37 @@ def train_arm(arm: str, config: StudyConfig, batch: collaboration.ArmBatch, out:
     team = Team.adapter_per_agent(model, tokenizer, seats, name=config.model)
     policy = team.policy(seats[0])
     start_seats(config, policy, seats)
-    common = collaboration._trainer_config_kwargs(config, out)
-    counter = SamplingCounter()
-    started = time.perf_counter()
+    progress = ArmProgress()
+
+    def resumable(output_dir: Path) -> dict[str, Any]:
+        """The trainer settings shared by every arm, resuming the training found in ``output_dir``."""
+        resume = resume_point(config, arm, output_dir)
+        if resume is not None:
+            progress.restore(resume)
+        return {**collaboration._trainer_config_kwargs(config, output_dir),
+                "resume_from_checkpoint": None if resume is None else str(resume)}
+
     history: list[dict[str, Any]] = []
     if arm in SOLO_ARMS:
         roles = range(config.num_agents) if arm == "own_view_solo" else [0]
         for role in roles:        # own view: role k's adapter on role k's view; full view: agent_0's adapter
             env = (config.make_env("train", view="own", seat=role, turns=config.solo_turns) if arm == "own_view_solo"
                    else config.make_env("train", view="full", turns=config.solo_turns))
-            solo = MAGRPOTrainer(env, Team.from_policies({"agent_0": (policy, seats[role])}),
-                                 MAGRPOConfig(**{**common, "output_dir": str(out / f"role_{role}")}, **batch.settings,
-                                              micro_batch_size=32))
-            with counter.active():
-                history += [{**row, "role": role} for row in solo.train()]
+            solo = progress.attach(MAGRPOTrainer(env, Team.from_policies({"agent_0": (policy, seats[role])}),
+                                                 MAGRPOConfig(**resumable(out / f"role_{role}"), **batch.settings,
+                                                              micro_batch_size=32)))
+            with progress.counter.active():
+                solo.train()
+            history += [{**row, "role": role} for row in solo.history]
         trained = seats if arm == "own_view_solo" else [seats[0]] * len(seats)
         seat_states = {seat: rename_adapter(policy.trainable_state_dict(source), source, seat)
                        for seat, source in zip(seats, trained)}
-        return TrainedArm(seat_states, counter.to_dict(), time.perf_counter() - started, history)
-    trainer = team_trainer(arm, config, batch, team, common)
-    with counter.active():
-        history = list(trainer.train())
+        return TrainedArm(seat_states, progress.counter.to_dict(), progress.seconds, history)
+    trainer = progress.attach(team_trainer(arm, config, batch, team, resumable(out)))
+    with progress.counter.active():
+        trainer.train()
     seat_states = {seat: policy.trainable_state_dict(seat) for seat in seats}
-    return TrainedArm(seat_states, counter.to_dict(), time.perf_counter() - started, history)
+    return TrainedArm(seat_states, progress.counter.to_dict(), progress.seconds, list(trainer.history))
 
 
 # ------------------------------------------------------------------------------------------------ evaluation

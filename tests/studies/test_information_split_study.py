@@ -307,6 +307,48 @@ def test_an_arm_stopped_during_its_evaluation_is_evaluated_from_its_checkpoint_n
         study.run_arm("magrpo", other, tmp_path, Evaluator(other), log=lambda _: None)
 
 
+@pytest.mark.parametrize("arm, stop_at", [("magrpo", 2), ("mappo", 2), ("counterfactual", 2),
+                                          ("own_view_solo", 2), ("own_view_solo", 3)])
+def test_a_training_stopped_mid_way_resumes_from_its_checkpoint_with_the_whole_runs_counts(
+        arm, stop_at, tiny_model_dir, tmp_path, monkeypatch):
+    """Stopped at its ``stop_at``-th step (own_view_solo: role 0's steps 1-2, then role 1's), a step-1 checkpoint
+    on every step: the second call trains only the steps not yet checkpointed, and ends where an uninterrupted
+    training ends (weights, counts, history)."""
+    import studies.information_split.study as study
+    from trainers.common.trainer import Trainer
+
+    config = tiny_config(tiny_model_dir, arms=(arm,), steps=2)
+    batch = matched_batches(config)[arm]
+    settings = study.collaboration._trainer_config_kwargs
+    monkeypatch.setattr(study.collaboration, "_trainer_config_kwargs",
+                        lambda *args: {**settings(*args), "save_every": 1})
+    whole = train_arm(arm, config, batch, tmp_path / "whole")
+    step, steps_trained, stopped = Trainer.train_step, [], []
+
+    def counted_step(trainer):
+        steps_trained.append(trainer.step + 1)
+        if len(steps_trained) == stop_at and not stopped:
+            stopped.append(trainer.step + 1)
+            raise KeyboardInterrupt("stopped during training")
+        return step(trainer)
+
+    monkeypatch.setattr(Trainer, "train_step", counted_step)
+    with pytest.raises(KeyboardInterrupt):
+        train_arm(arm, config, batch, tmp_path / "stopped")
+    steps_trained.clear()
+    resumed = train_arm(arm, config, batch, tmp_path / "stopped")
+    roles = 2 if arm == "own_view_solo" else 1
+    assert len(steps_trained) == 2 * roles - (stop_at - 1)          # the checkpointed steps are not trained again
+    assert resumed.counts == whole.counts and resumed.counts["completions"] == 2 * config.completions_per_step
+    assert [row["step"] for row in resumed.history] == [row["step"] for row in whole.history] == [1, 2] * roles
+    for seat in whole.seats:
+        assert distance(resumed.seats[seat], whole.seats[seat]) < 1e-5
+    other = replace(config, learning_rate=1e-3)     # a folder trained with other settings is not resumed
+    steps_trained.clear()
+    train_arm(arm, other, batch, tmp_path / "stopped")
+    assert len(steps_trained) == 2 * roles
+
+
 def test_an_arm_with_other_settings_is_run_again(tiny_model_dir, tmp_path):
     from studies.information_split.study import finished_arm, run_study
 

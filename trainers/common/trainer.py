@@ -88,7 +88,7 @@ def initialise_adapters(team: Team, agents: Sequence[str], seed: int) -> list[st
     PEFT's own initialiser after ``torch.manual_seed(seed)``, adapter by adapter in the agents' order. Left as they
     are: an adapter that already changes its base (trained, or loaded from a checkpoint), every other
     initialisation (which may have changed the base weights), and every adapter of a model a trainer has been
-    built on before (a later phase of a curriculum starts where the earlier one left its adapters).
+    built on before, resumed or not (a later phase of a curriculum starts where the earlier one left its adapters).
     """
     from peft.tuners.lora import LoraLayer
 
@@ -182,6 +182,9 @@ class Trainer:
         process_index``. A resumed run gets its weights and RNG states from the checkpoint."""
         if self.config.resume_from_checkpoint is None:
             initialise_adapters(self.team, self.agents, self.config.seed)
+        else:       # built on as a fresh run is: a later trainer on these models keeps their adapters either way
+            _STARTED_MODELS.update(p.model for p in (self.team.policy(a) for a in self.agents)
+                                   if getattr(p, "is_peft", False))
         set_seed(self.config.seed + process_index)
 
     def build_models(self) -> list[torch.nn.Parameter]:
