@@ -343,7 +343,7 @@ def run_benchmark(config: BenchConfig, out_dir: str | os.PathLike, *, policies: 
         engine = RolloutEngine(env, build_team(config, env.possible_agents, policies, trained), progress=False,
                                env_name=config.env_id)
         bar = tqdm(total=config.episodes, initial=len(done & set(range(config.episodes))), unit="episode",
-                   desc=f"{config.env_id} {config.baseline}", disable=not progress)
+                   desc=f"{config.env_id} {config.baseline}", disable=not progress, smoothing=0)
         with open(episodes_file, "a", encoding="utf-8") as sink, bar:
             for batch in batches:
                 params = SamplingParams(max_new_tokens=config.max_new_tokens, temperature=config.temperature,

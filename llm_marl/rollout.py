@@ -189,7 +189,8 @@ class RolloutEngine:
         if parallel < 1:
             raise ValueError(f"parallel must be >= 1, got {parallel}")
         episodes: list[Episode] = []
-        with tqdm(total=len(seeds), desc=desc, disable=not self.progress, leave=False) as bar:
+        # smoothing=0: the ETA from the mean rate, since a chunk's episodes all end at its last turn
+        with tqdm(total=len(seeds), desc=desc, disable=not self.progress, leave=False, smoothing=0) as bar:
             for start in range(0, len(seeds), parallel):
                 chunk = range(start, min(start + parallel, len(seeds)))
                 episodes += self._run_batch([seeds[i] for i in chunk], [task_indices[i] for i in chunk], params, bar)
@@ -251,8 +252,7 @@ class RolloutEngine:
                 infos[e] = new_infos
                 if env.agents:
                     still_live.append(e)
-                else:
-                    bar.update(1)
+            bar.update(len(live) - len(still_live))       # those that ended this turn, at once
             live = still_live
         share = (time.perf_counter() - started) / len(episodes)      # played together: each its share of the batch
         for episode in episodes:
