@@ -37,8 +37,9 @@ the first ``transcripts`` tasks, before (untrained) and after training, are kept
 
 Each arm's record is stored as it finishes (``arms/<arm>/arm.json``), so an interrupted study resumes at the next
 arm; an arm whose training finished (its checkpoint and ``arms/<arm>/trained.json`` written) but whose evaluation
-did not is evaluated from its checkpoint, not trained again. The command is :mod:`studies.information_split.run`;
-the log of what it found is its README.
+did not is evaluated from its checkpoint, not trained again; an arm stopped during its training resumes from its
+newest training checkpoint with the same settings (:func:`train_arm`). The command is
+:mod:`studies.information_split.run`; the log of what it found is its README.
 """
 from __future__ import annotations
 
@@ -547,7 +548,8 @@ def run_arm(arm: str, config: StudyConfig, out: Path, evaluator: Evaluator, log:
               "eval_seconds": time.perf_counter() - eval_started, "play_seconds": play_seconds,
               "greedy_cache_hits": evaluator.greedy_cache.hits, "checkpoint": checkpoint,
               "matching": asdict(batch) if batch else None, "history": trained.history, "transcripts": kept,
-              "scores": scores}
+              "scores": scores, "commit": _commit(),
+              "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     write_text_atomically(arm_dir / "arm.json", json.dumps(record, default=str))
     main = scores["team" if "team" in scores else "full"]
     log(f"{arm}: done in {(time.perf_counter() - started) / 60:.1f} min; sampled {trained.counts}; greedy final "
@@ -753,7 +755,8 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
         "matching": {arm: {**asdict(b), "sampled_in_training": records[arm]["counts"]} for arm, b in batches.items()},
         "arms": {arm: {**summaries[arm], "train_seconds": records[arm]["train_seconds"],
                        "eval_seconds": records[arm]["eval_seconds"],
-                       "play_seconds": records[arm].get("play_seconds"), "checkpoint": records[arm]["checkpoint"]}
+                       "play_seconds": records[arm].get("play_seconds"), "checkpoint": records[arm]["checkpoint"],
+                       "commit": records[arm].get("commit"), "finished": records[arm].get("finished")}
                  for arm in config.arms},
         "paired_differences": paired, "research_bar": research_bar(paired), "training": curves,
         "protocol": {arm: records[arm]["transcripts"] for arm in config.arms},

@@ -214,7 +214,8 @@ def test_the_command_runs_every_arm_writes_results_and_resumes(tiny_model_dir, t
         assert load_team(tmp_path / "arms" / arm / "team").agents == ["agent_0", "agent_1"]
     assert "full" in results["arms"]["full_view_solo"] and "team" not in results["arms"]["full_view_solo"]
     assert list(results["arms"]["untrained"]) == ["team", "train_seconds", "eval_seconds", "play_seconds",
-                                                  "checkpoint"]
+                                                  "checkpoint", "commit", "finished"]
+    assert {arm["commit"] for arm in results["arms"].values()} == {results["commit"]}
     assert set(results["arms"]["magrpo"]["play_seconds"]) == {"team", "masked"}
     protocol = results["protocol"]
     assert len(protocol["untrained"]) == 2 and len(protocol["untrained"][0]["turn0_messages"]) == 2
