@@ -168,12 +168,13 @@ class StudyConfig:
 
     def make_env(self, split: str, *, view: str = "split", agents: int | None = None, turns: int | None = None,
                  **kwargs: Any) -> Any:
-        """The study's env: ``view="split"`` with one agent per role unless told otherwise."""
+        """The study's env: ``view="split"`` with one agent per role unless told otherwise; ``kwargs`` (``num_tasks``
+        too) override the study's env arguments."""
         import llm_marl_envs
 
         n = agents if agents is not None else (self.num_agents if view == "split" else 1)
         return llm_marl_envs.make(self.env, view=view, split=split, num_agents=n, num_turns=turns or self.num_turns,
-                                  num_tasks=self.num_tasks, **self.env_kwargs, **kwargs)
+                                  **{"num_tasks": self.num_tasks, **self.env_kwargs, **kwargs})
 
     def key(self, arm: str | None = None) -> str:
         """A digest of every setting that changes what ``arm`` learns or how it is played (resuming checks it).

@@ -69,12 +69,9 @@ class SupervisedConfig:
 
     def full_view_env(self, split: str) -> Any:
         """One agent with every view, ``solo_turns`` turns; the train split holds at least ``examples`` tasks."""
-        import llm_marl_envs
-
         study = self.study
         tasks = max(study.num_tasks, self.examples) if split == "train" else study.num_tasks
-        return llm_marl_envs.make(study.env, view="full", split=split, num_agents=1, num_turns=study.solo_turns,
-                                  num_tasks=tasks, **study.env_kwargs)
+        return study.make_env(split, view="full", turns=study.solo_turns, num_tasks=tasks)
 
 
 def demonstration(env: Any, task: dict[str, Any]) -> str:
