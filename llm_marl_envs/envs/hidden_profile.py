@@ -145,6 +145,10 @@ class HiddenProfileEnv(InformationSplitEnv):
     def private_facts(self, task: Record, role: int) -> list[str]:
         return [self.fact_text(task, fact) for fact in task["facts"][role]]
 
+    @property
+    def chance_accuracy(self) -> float:
+        return 1 / NUM_CANDIDATES
+
     def verify(self, response: str, task: Record) -> Verdict:
         return verify_choice(response, task["answer"], len(task["candidates"]), names=task["candidates"])
 

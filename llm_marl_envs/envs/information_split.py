@@ -44,6 +44,10 @@ number in [0, 1), default 0): a small bonus lets a weak model learn the answer f
 ever right, so that group-relative advantages are not all 0. It changes the reward only: whether an
 answer is right (`infos[a]["correct"]`, every accuracy) is the verifier's verdict alone.
 
+`chance_accuracy` (an attribute, not an argument): the accuracy of a uniform guess among the task's
+choices (`1 / choices` for a multiple-choice task, `None` for an exact answer such as an integer),
+the line that a trained arm's accuracy is read against.
+
 `num_tasks`: distinct tasks per split. Tasks are generated offline from a fixed stream and
 assigned to `"train"` or `"test"` by a hash of their content
 (`llm_marl_envs.data.hash_split`), so the splits share no task; an option set whose task space
@@ -120,6 +124,11 @@ class InformationSplitEnv(TextEnv):
         self.mask_messages = mask_messages
         self.format_reward = float(format_reward)
         self.num_tasks = num_tasks
+
+    @property
+    def chance_accuracy(self) -> float | None:
+        """The accuracy of a uniform guess among the choices; ``None`` when the answer is not a choice."""
+        return None
 
     @staticmethod
     def _has_partners(view: str, num_agents: int) -> bool:

@@ -154,6 +154,10 @@ class ReferenceGameEnv(InformationSplitEnv):
             return [f"{obj} ({LETTERS[i]})" for i, obj in enumerate(task["objects"])]
         return [f"{LETTERS[i]}. {obj}" for i, obj in enumerate(task["objects"])]
 
+    @property
+    def chance_accuracy(self) -> float:
+        return 1 / self.num_candidates
+
     def verify(self, response: str, task: Record) -> Verdict:
         return verify_choice(response, task["answer"], len(task["objects"]))
 

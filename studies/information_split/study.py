@@ -616,8 +616,9 @@ def research_bar(paired: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def summary_figure(summaries: dict[str, Any], path: Path) -> Path:
-    """Arms side by side: greedy final-turn accuracy with 95% CIs, each team's masked play beside it."""
+def summary_figure(summaries: dict[str, Any], path: Path, chance: float | None = None) -> Path:
+    """Arms side by side: greedy final-turn accuracy with 95% CIs, each team's masked play beside it, and the
+    accuracy of a uniform guess (``chance``, the env's ``chance_accuracy``) as a dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -637,6 +638,8 @@ def summary_figure(summaries: dict[str, Any], path: Path) -> Path:
         means = np.array([e["mean"] for e in entries])
         errors = [means - [e["low"] for e in entries], np.array([e["high"] for e in entries]) - means]
         ax.bar(xs, means, 0.38, yerr=errors, capsize=3, color=color, label=label)
+    if chance is not None:
+        ax.axhline(chance, color="0.3", linestyle="--", linewidth=1, label=f"chance ({chance:.2f})")
     ax.set_xticks(np.arange(len(arms)), arms, rotation=15)
     ax.set_ylim(0, 1)
     ax.set_ylabel("final-turn accuracy, greedy (95% CI)")
@@ -749,10 +752,12 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
     summaries = {arm: arm_summary(arm_scores[arm]) for arm in config.arms}
     paired = comparisons(arm_scores)
     curves = training_curves(records)
+    chance = config.make_env("test").chance_accuracy
     results = {
         "study": "information-split study", "command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                                      time.gmtime()),
         "commit": _commit(), "config": asdict(config), "completions_per_step": config.completions_per_step,
+        "chance_accuracy": chance,
         "matching": {arm: {**asdict(b), "sampled_in_training": records[arm]["counts"]} for arm, b in batches.items()},
         "arms": {arm: {**summaries[arm], "train_seconds": records[arm]["train_seconds"],
                        "eval_seconds": records[arm]["eval_seconds"],
@@ -772,7 +777,7 @@ def run_study(config: StudyConfig, out: str | os.PathLike, *, log: Any = print, 
                         "all_arms": sum(r["train_seconds"] + r["eval_seconds"] for r in records.values())},
     }
     write_text_atomically(out / "results.json", json.dumps(results, indent=2, default=str))
-    summary_figure(summaries, out / "summary.png")
+    summary_figure(summaries, out / "summary.png", chance)
     training_figure(curves, out / "training.png")
     log(format_table(summaries, paired))
     for arm, bar in results["research_bar"].items():

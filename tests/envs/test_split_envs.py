@@ -288,3 +288,17 @@ def test_bench_runs_own_view_full_view_and_team_on_the_same_tasks(tiny_model_dir
     assert "own_view: each of the 2 roles alone" in (out / "comparison.md").read_text()
     assert main(["bench", "arithmetic_debate-v0", "--baseline", "own_view", "--out", str(tmp_path / "x")]) == 2
     assert "needs an env whose agents hold private views" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env_id, kwargs, choices", [("reference_game-v0", {}, 4),
+                                                     ("reference_game-v0", {"num_candidates": 3}, 3),
+                                                     ("hidden_profile-v0", {}, 5)])
+def test_chance_accuracy_is_one_right_letter_among_the_tasks_choices(env_id, kwargs, choices):
+    env = llm_marl_envs.make(env_id, num_tasks=50, **kwargs)
+    assert env.chance_accuracy == pytest.approx(1 / choices)
+    for task in env.tasks:              # a uniform guess among the choices is right with probability 1 / choices
+        assert sum(bool(env.verify(f"\\boxed{{{letter}}}", task).correct) for letter in "ABCDEFGH"[:choices]) == 1
+
+
+def test_an_exact_answer_has_no_chance_accuracy():
+    assert llm_marl_envs.make("split_arithmetic-v0").chance_accuracy is None

@@ -359,6 +359,17 @@ def test_an_arm_with_other_settings_is_run_again(tiny_model_dir, tmp_path):
     assert finished_arm(tiny_config(tiny_model_dir, arms=("untrained",), eval_tasks=3), tmp_path, "untrained") is None
 
 
+@pytest.mark.parametrize("env, chance", [("reference_game-v0", 0.25), ("split_arithmetic-v0", None)])
+def test_results_give_the_envs_chance_accuracy(env, chance, tiny_model_dir, tmp_path):
+    from studies.information_split.study import run_study
+
+    results = run_study(tiny_config(tiny_model_dir, env=env, arms=("untrained",), eval_tasks=2), tmp_path,
+                        log=lambda line: None)
+    assert results["chance_accuracy"] == chance
+    assert json.loads((tmp_path / "results.json").read_text())["chance_accuracy"] == chance
+    assert (tmp_path / "summary.png").stat().st_size > 0
+
+
 def test_a_reused_arm_names_the_checkpoint_in_the_study_it_is_reused_by(tiny_model_dir, tmp_path):
     import shutil
 
