@@ -46,7 +46,7 @@ answer is right (`infos[a]["correct"]`, every accuracy) is the verifier's verdic
 
 `chance_accuracy` (an attribute, not an argument): the accuracy of a uniform guess among the task's
 choices (`1 / choices` for a multiple-choice task, `None` for an exact answer such as an integer),
-the line that a trained arm's accuracy is read against.
+the line that a trained team's accuracy is read against.
 
 `num_tasks`: distinct tasks per split. Tasks are generated offline from a fixed stream and
 assigned to `"train"` or `"test"` by a hash of their content

@@ -94,7 +94,7 @@ def initialise_adapters(team: Team, agents: Sequence[str], seed: int) -> list[st
 
     torch.manual_seed(seed)
     drawn: list[str] = []
-    models = {id(p.model): p.model for p in (team.policy(a) for a in agents) if getattr(p, "is_peft", False)}
+    models = _peft_models(team, agents)
     fresh = {key for key, model in models.items() if model not in _STARTED_MODELS}
     seen: set[tuple[int, str]] = set()
     for agent in agents:
@@ -113,6 +113,11 @@ def initialise_adapters(team: Team, agents: Sequence[str], seed: int) -> list[st
         drawn.append(adapter)
     _STARTED_MODELS.update(models.values())
     return drawn
+
+
+def _peft_models(team: Team, agents: Sequence[str]) -> dict[int, Any]:
+    """The PEFT models the agents' policies act with, by ``id``."""
+    return {id(p.model): p.model for p in (team.policy(a) for a in agents) if getattr(p, "is_peft", False)}
 
 
 def _changes_base(layer: Any, adapter: str) -> bool:
@@ -183,8 +188,7 @@ class Trainer:
         if self.config.resume_from_checkpoint is None:
             initialise_adapters(self.team, self.agents, self.config.seed)
         else:       # built on as a fresh run is: a later trainer on these models keeps their adapters either way
-            _STARTED_MODELS.update(p.model for p in (self.team.policy(a) for a in self.agents)
-                                   if getattr(p, "is_peft", False))
+            _STARTED_MODELS.update(_peft_models(self.team, self.agents).values())
         set_seed(self.config.seed + process_index)
 
     def build_models(self) -> list[torch.nn.Parameter]:
