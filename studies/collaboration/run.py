@@ -32,6 +32,7 @@ from llm_marl.hardware import short_openmp_spin
 
 short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch starts its runtime
 
+from studies.arms import ArmsFailed  # noqa: E402
 from studies.collaboration.study import (  # noqa: E402
     ARMS,
     LEVER_ARMS,
@@ -90,11 +91,14 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(threads)
-    if args.seeds:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-        run_seeds(config, args.out, seeds, jobs=jobs, threads_per_job=threads)
-    else:
-        run_study(config, args.out, jobs=jobs, threads_per_job=threads)
+    try:
+        if args.seeds:
+            seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+            run_seeds(config, args.out, seeds, jobs=jobs, threads_per_job=threads)
+        else:
+            run_study(config, args.out, jobs=jobs, threads_per_job=threads)
+    except ArmsFailed as error:            # a worker died (killed for memory, say): which arms, and how to resume
+        raise SystemExit(f"error: {error}") from None
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from llm_marl.hardware import short_openmp_spin
 
 short_openmp_spin()   # the library's OpenMP wait (a short spin), before torch starts its runtime
 
+from studies.arms import ArmsFailed  # noqa: E402
 from studies.information_split.study import ARMS, StudyConfig, run_seeds, run_study  # noqa: E402
 
 
@@ -116,11 +117,14 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(threads)
     command = shlex.join(["python", "-m", "studies.information_split.run", *(sys.argv[1:] if argv is None else argv)])
-    if args.seeds:
-        run_seeds(config, args.out, [int(s) for s in args.seeds.split(",") if s.strip()], jobs=jobs,
-                  threads_per_job=threads, command=command)
-    else:
-        run_study(config, args.out, jobs=jobs, threads_per_job=threads, command=command)
+    try:
+        if args.seeds:
+            run_seeds(config, args.out, [int(s) for s in args.seeds.split(",") if s.strip()], jobs=jobs,
+                      threads_per_job=threads, command=command)
+        else:
+            run_study(config, args.out, jobs=jobs, threads_per_job=threads, command=command)
+    except ArmsFailed as error:            # a worker died (killed for memory, say): which arms, and how to resume
+        raise SystemExit(f"error: {error}") from None
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from studies.arms import run_arms
 
 
@@ -109,3 +111,68 @@ def test_the_workers_stop_when_the_study_process_is_killed(tmp_path):
                     os.kill(int(f.read_text()), signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def run_arm_or_die(arm: str, config, out: Path, evaluator, *, log):
+    """Arm ``a`` dies as an out-of-memory kill would end it, ``r`` raises, ``big`` logs 1 MB; the rest run
+    (module level: a spawned worker imports it by name)."""
+    import signal
+
+    if arm == "a":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if arm == "r":
+        raise ValueError("a bad setting of arm r")
+    if arm == "big":
+        for i in range(20_000):                  # far more than a pipe's buffer: the study must read as it comes
+            log(f"line {i:05d} " + "x" * 40)
+    return run_arm(arm, config, out, evaluator, log=log)
+
+
+def test_a_worker_that_dies_takes_only_its_own_arm_and_is_named(tmp_path):
+    """One arm's worker killed (SIGKILL) and another's raising: every other arm still runs and keeps its record,
+    the error names both failed arms and why, and the same call again runs only those two."""
+    from studies.arms import ArmsFailed
+
+    config = SimpleNamespace(arms=("a", "b", "r", "big", "c"))
+    lines: list[str] = []
+    with pytest.raises(ArmsFailed) as raised:
+        run_arms(config, tmp_path, finished_arm=finished_arm, run_arm=run_arm_or_die, make_evaluator=make_evaluator,
+                 in_workers=lambda pending: [arm for arm in pending if arm != "c"], jobs=2, threads_per_job=1,
+                 log=lines.append)
+    assert set(raised.value.failed) == {"a", "r"}
+    message = str(raised.value)
+    assert "a: its worker was killed by SIGKILL" in message
+    assert "r: it raised ValueError: a bad setting of arm r" in message
+    assert "resumes the failed arms" in message
+    for arm in ("b", "big", "c"):                         # c runs in this process after the workers
+        assert finished_arm(config, tmp_path, arm) is not None, arm
+    assert not _record_path(tmp_path, "a").exists() and not _record_path(tmp_path, "r").exists()
+    assert any(line.startswith("line 19999 ") for text in lines for line in text.splitlines())
+    assert finished_arm(config, tmp_path, "c")["pid"] == os.getpid()
+    again: list[str] = []
+    records = run_arms(config, tmp_path, finished_arm=finished_arm, run_arm=run_arm, make_evaluator=make_evaluator,
+                       in_workers=every_arm, jobs=2, threads_per_job=1, log=again.append)
+    assert set(records) == set(config.arms)
+    assert any(line.startswith("running 2 arms, 2 at a time") and line.endswith(": a, r") for line in again)
+    ran = [line.split(":")[0] for line in again if ": ran in " in line]
+    assert sorted(ran) == ["a", "r"], again
+
+
+@pytest.mark.parametrize("study", ["information_split", "collaboration"])
+def test_the_study_command_names_the_failed_arms_without_a_traceback(study, tmp_path, monkeypatch, capsys):
+    """The command ends with ``error: ...`` naming the arm and how to resume, and a non-zero exit."""
+    import importlib
+    import sys
+
+    from studies.arms import ArmsFailed
+
+    command = importlib.import_module(f"studies.{study}.run")
+
+    def dies(*args, **kwargs):
+        raise ArmsFailed({"mappo": "its worker was killed by SIGKILL"}, tmp_path)
+
+    monkeypatch.setattr(command, "run_study", dies)
+    monkeypatch.setattr(sys, "argv", ["run", "--out", str(tmp_path), "--jobs", "1"])
+    with pytest.raises(SystemExit) as exited:
+        command.main()
+    assert str(exited.value).startswith("error: 1 arm(s) did not finish: mappo: its worker was killed by SIGKILL")
