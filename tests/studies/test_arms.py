@@ -159,7 +159,7 @@ def test_a_worker_that_dies_takes_only_its_own_arm_and_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("study", ["information_split", "collaboration"])
-def test_the_study_command_names_the_failed_arms_without_a_traceback(study, tmp_path, monkeypatch, capsys):
+def test_the_study_command_names_the_failed_arms_without_a_traceback(study, tmp_path, monkeypatch):
     """The command ends with ``error: ...`` naming the arm and how to resume, and a non-zero exit."""
     import importlib
     import sys
